@@ -1,0 +1,1 @@
+"""One module per job: ``build_pipeline(options) -> beam.Pipeline`` and ``run(argv)``."""

@@ -1,0 +1,56 @@
+"""``textdp build-index``: turn an embedding source into a vocabulary artifact.
+
+This job is a single process (reading vectors and building an Annoy index do not shard); the
+TEM neighbour table, which does, is the separate Beam job ``textdp neighbours``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from textdp.artifact import DEFAULT_SEED, DEFAULT_TREES, build_artifact, stderr_progress
+from textdp.embeddings import BUNDLED_GLOVE, parse_source
+from textdp.errors import TextdpError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="textdp build-index", description=__doc__.splitlines()[0].strip("`"))
+    parser.add_argument("--embeddings", default=BUNDLED_GLOVE,
+                        help=f"embedding source: {BUNDLED_GLOVE!r} (bundled GloVe 6B 50d, the default), a GloVe "
+                             "text file (word v1 ... vn), a word2vec/fastText text file (with its 'count dim' "
+                             "header; .gz accepted), or a .npy matrix together with --vocab-file")
+    parser.add_argument("--vocab-file", default=None,
+                        help="one word per line, line i naming row i of the .npy matrix given to --embeddings")
+    parser.add_argument("--output", required=True,
+                        help="new artifact directory (must not exist; a gs:// URL uploads the finished artifact)")
+    parser.add_argument("--vocab-size", type=int, default=None,
+                        help="keep only the N most frequent words (the first N of the source); default: all")
+    parser.add_argument("--trees", type=int, default=DEFAULT_TREES,
+                        help=f"number of Annoy trees (more: better recall, bigger index); default {DEFAULT_TREES}")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                        help=f"Annoy build seed, recorded in the manifest; default {DEFAULT_SEED}")
+    return parser
+
+
+def run(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        source = parse_source(args.embeddings, args.vocab_file)
+        if args.output.startswith("gs://"):
+            from textdp import remote  # pylint: disable=import-outside-toplevel
+
+            path = remote.build_and_upload(source, args.output, vocab_size=args.vocab_size, trees=args.trees,
+                                           seed=args.seed, progress=stderr_progress)
+        else:
+            path = build_artifact(source, args.output, vocab_size=args.vocab_size, trees=args.trees,
+                                  seed=args.seed, progress=stderr_progress)
+    except (TextdpError, ValueError) as exc:
+        print(f"textdp build-index: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"artifact written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())

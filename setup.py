@@ -1,0 +1,26 @@
+"""Packaging for textdp. Dependencies are read from requirements*.txt (the single place they are pinned)."""
+
+import os
+
+from setuptools import find_packages, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _requirements(name):
+    with open(os.path.join(HERE, name), encoding="utf-8") as handle:
+        return [line.split("#")[0].strip() for line in handle if line.split("#")[0].strip()]
+
+
+setup(
+    name="textdp",
+    version="0.1.0",
+    description="Word-level metric differential privacy for text corpora, as Apache Beam pipelines",
+    long_description=open(os.path.join(HERE, "README.md"), encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["textdp", "textdp.*", "transforms", "transforms.*", "pipelines", "pipelines.*"]),
+    install_requires=_requirements("requirements.txt"),
+    extras_require={"test": _requirements("requirements-test.txt")},
+    entry_points={"console_scripts": ["textdp = pipelines.cli:main"]},
+)

@@ -1,0 +1,61 @@
+"""Shared fixtures: real GloVe artifacts and the IMDb data from ../shared/data.
+
+Everything here is real: artifacts are built from the bundled GloVe 6B 50d vectors, and corpora
+come from the IMDb reviews. Nothing is mocked.
+"""
+
+import csv
+import gzip
+import io
+import os
+
+import pytest
+
+from textdp.artifact import build_artifact, ensure_default_artifact, open_artifact
+from textdp.embeddings import BUNDLED_GLOVE, EmbeddingSource
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
+IMDB = os.path.join(SHARED_DATA, "imdb_50k.csv.gz")
+
+
+def read_imdb(limit=None, split=None):
+    """IMDb rows as dicts (split,id,label,rating,movie_id,text), in file order."""
+    rows = []
+    with gzip.open(IMDB, "rt", encoding="utf-8", newline="") as handle:
+        for row in csv.DictReader(handle):
+            if split and row["split"] != split:
+                continue
+            rows.append(row)
+            if limit and len(rows) >= limit:
+                break
+    return rows
+
+
+@pytest.fixture(scope="session")
+def imdb_rows():
+    assert os.path.exists(IMDB), f"test data missing: {IMDB} (tests expect ../shared/data beside the repo)"
+    return read_imdb(limit=2000)
+
+
+@pytest.fixture(scope="session")
+def small_artifact_dir(tmp_path_factory):
+    """A real artifact: the 5,000 most frequent GloVe 6B 50d words, 10 Annoy trees."""
+    path = str(tmp_path_factory.mktemp("artifacts") / "glove5k")
+    return build_artifact(EmbeddingSource("bundled", BUNDLED_GLOVE), path, vocab_size=5000, trees=10, seed=0)
+
+
+@pytest.fixture(scope="session")
+def small_artifact(small_artifact_dir):
+    return open_artifact(small_artifact_dir)
+
+
+@pytest.fixture(scope="session")
+def default_artifact_dir():
+    """The full 400k-word default artifact, built once into the user cache (as the product does)."""
+    return ensure_default_artifact()
+
+
+@pytest.fixture(scope="session")
+def default_artifact(default_artifact_dir):
+    return open_artifact(default_artifact_dir)

@@ -1,0 +1,105 @@
+"""Nearest-vocabulary-word search for noisy vectors.
+
+Both searches are functions of the fixed embedding and the noisy vector only, so releasing their
+answer is post-processing of the noisy vector and keeps the mechanism's guarantee. They differ in
+utility and speed:
+
+``ExactNearest``
+    blocked brute force with BLAS: for a batch X of queries and a block V_b of vocabulary rows,
+    ``||x - v||^2 = ||x||^2 - 2 x.v + ||v||^2``; the ``||x||^2`` term is the same for every v and
+    is dropped, so one matrix product ``(-2X) V_b^T`` plus the row norms gives the ranking. Memory
+    is one (batch x block) float32 buffer whatever the vocabulary size. The answer is the true
+    nearest word up to float32 rounding (two words whose squared distances differ by less than
+    about 1e-5 may come out in either order).
+``AnnoyNearest``
+    the artifact's memory-mapped Annoy index (``search_k`` as in Annoy: -1 means trees * n). Much
+    faster on large vocabularies but approximate: its recall on noisy vectors is low at small
+    epsilon and must be measured (benchmarks/bench_madlib.py), not assumed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+DEFAULT_BLOCK_ROWS = 4096
+DEFAULT_BATCH = 1024
+
+
+class ExactNearest:
+    """Exact Euclidean nearest neighbour by blocked BLAS brute force."""
+
+    name = "exact"
+
+    def __init__(self, vectors: np.ndarray, sqnorms: np.ndarray,
+                 block_rows: int = DEFAULT_BLOCK_ROWS, batch: int = DEFAULT_BATCH):
+        if vectors.ndim != 2 or len(sqnorms) != len(vectors):
+            raise ValueError("vectors must be 2-D with one squared norm per row")
+        self.vectors = vectors
+        self.sqnorms = sqnorms
+        self.block_rows = int(block_rows)
+        self.batch = int(batch)
+        self._buffer = None
+
+    def query(self, points: np.ndarray) -> np.ndarray:
+        """Index of the nearest vocabulary row for every row of ``points``."""
+        points = np.asarray(points, dtype=np.float32)
+        out = np.empty(len(points), dtype=np.int64)
+        for start in range(0, len(points), self.batch):
+            out[start:start + self.batch] = self._query_batch(points[start:start + self.batch])
+        return out
+
+    def _query_batch(self, points: np.ndarray) -> np.ndarray:
+        b = len(points)
+        if self._buffer is None or self._buffer.shape[0] < b:
+            self._buffer = np.empty((max(b, 1), self.block_rows), dtype=np.float32)
+        scaled = np.ascontiguousarray(-2.0 * points, dtype=np.float32)
+        best = np.full(b, np.inf, dtype=np.float32)
+        arg = np.zeros(b, dtype=np.int64)
+        rows = np.arange(b)
+        n = len(self.vectors)
+        for start in range(0, n, self.block_rows):
+            block = self.vectors[start:start + self.block_rows]
+            m = len(block)
+            scores = self._buffer[:b, :m]
+            np.matmul(scaled, block.T, out=scores)
+            scores += self.sqnorms[start:start + m]
+            local = scores.argmin(axis=1)
+            value = scores[rows, local]
+            better = value < best
+            best[better] = value[better]
+            arg[better] = local[better] + start
+        return arg
+
+
+class AnnoyNearest:
+    """Approximate nearest neighbour from the artifact's Annoy index.
+
+    Annoy answers one query at a time; this is the one per-token loop in the Madlib path and
+    it runs in Annoy's C++ code.
+    """
+
+    name = "annoy"
+
+    def __init__(self, index, search_k: int = -1):
+        self.index = index
+        self.search_k = int(search_k)
+
+    def query(self, points: np.ndarray) -> np.ndarray:
+        get = self.index.get_nns_by_vector
+        k = self.search_k
+        out = np.empty(len(points), dtype=np.int64)
+        for i, point in enumerate(np.asarray(points, dtype=np.float32).tolist()):
+            found = get(point, 1, search_k=k)
+            out[i] = found[0] if found else -1
+        if (out < 0).any():
+            raise RuntimeError("Annoy returned no neighbour (empty index?)")
+        return out
+
+
+def make_nearest(artifact, method: str = "exact", search_k: int = -1):
+    """The nearest-neighbour search named by ``--nn`` for a loaded artifact."""
+    if method == "exact":
+        return ExactNearest(artifact.vectors, artifact.sqnorms)
+    if method == "annoy":
+        return AnnoyNearest(artifact.annoy_index, search_k)
+    raise ValueError(f"unknown nearest-neighbour method {method!r} (expected 'exact' or 'annoy')")

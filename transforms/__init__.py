@@ -1,0 +1,1 @@
+"""Beam PTransforms and DoFns that wrap the core library ``textdp``."""
