@@ -1,0 +1,100 @@
+"""Privatize whole texts with any mechanism: tokenize, release every word, put the text back together.
+
+This is the Beam-free core of the privatize pipeline (``transforms.perturb.PerturbTokens`` calls it
+on batches of records) and of its benchmark. A batch of texts becomes one array of word ids and
+one call to the mechanism, so the vector work is done once per batch, not once per word.
+
+Out-of-vocabulary (OOV) policy, for words the vocabulary does not have:
+
+``random`` (default)
+    release a vocabulary word drawn uniformly at random, independently of the input word. The
+    released word carries no information about the input word, so the guarantee for that
+    position is perfect (epsilon = 0 for that word); only the fact that a word stood there is
+    released, as for every word.
+``unk``
+    release a fixed marker (``<unk>`` unless configured): also independent of the word.
+``keep``
+    release the word unchanged. Those words are NOT covered by any guarantee: this releases
+    exactly the rare words (names, ids) that need protection most. The summary says so.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Sequence, Union
+
+import numpy as np
+
+from textdp.tokenize import UNKNOWN_ID, Tokenized, Tokenizer
+
+OOV_POLICIES = ("random", "unk", "keep")
+_UNK_MARK = -2
+
+
+class TextPrivatizer:
+    """Releases texts word by word with ``mechanism`` over the vocabulary ``words``."""
+
+    def __init__(self, mechanism, words: Sequence[str], word_to_id: Dict[str, int],
+                 oov_policy: str = "random", unk_token: str = "<unk>"):
+        if oov_policy not in OOV_POLICIES:
+            raise ValueError(f"unknown OOV policy {oov_policy!r}; expected one of {', '.join(OOV_POLICIES)}")
+        self.mechanism = mechanism
+        self.words = words
+        self.tokenizer = Tokenizer(word_to_id)
+        self.oov_policy = oov_policy
+        self.unk_token = unk_token
+
+    def privatize(self, texts: Sequence[str],
+                  rng: Union[np.random.Generator, Sequence[np.random.Generator]]) -> tuple:
+        """Return (released texts, stats) for ``texts``.
+
+        ``rng`` is one generator for the whole batch (one mechanism call), or one generator per
+        text (seeded, reproducible runs: each text then gets its own call and its own stream).
+        ``stats`` counts ``tokens`` (words released), ``changed_tokens`` (released word differs
+        from the input word, compared lowercase), ``unknown_tokens`` (words not in the vocabulary).
+        """
+        tokenized = [self.tokenizer.tokenize(text) for text in texts]
+        if isinstance(rng, np.random.Generator):
+            return self._release(tokenized, rng)
+        outputs: List[str] = []
+        totals = {"tokens": 0, "changed_tokens": 0, "unknown_tokens": 0}
+        for one, one_rng in zip(tokenized, rng):
+            released, stats = self._release([one], one_rng)
+            outputs.extend(released)
+            for key, value in stats.items():
+                totals[key] += value
+        return outputs, totals
+
+    def _release(self, tokenized: List[Tokenized], rng: np.random.Generator) -> tuple:
+        lengths = [len(t.slots) for t in tokenized]
+        ids = np.concatenate([t.ids for t in tokenized]) if tokenized else np.empty(0, np.int64)
+        known = ids != UNKNOWN_ID
+        released = np.full(len(ids), UNKNOWN_ID, dtype=np.int64)
+        if known.any():
+            released[known] = self.mechanism.privatize_ids(ids[known], rng)
+        unknown = int(len(ids) - known.sum())
+        if unknown and self.oov_policy == "random":
+            released[~known] = rng.integers(0, len(self.words), size=unknown)
+        elif unknown and self.oov_policy == "unk":
+            released[~known] = _UNK_MARK
+        changed = int((released[known] != ids[known]).sum()) + (unknown if self.oov_policy != "keep" else 0)
+
+        words = self.words
+        outputs: List[str] = []
+        start = 0
+        for one, length in zip(tokenized, lengths):
+            chunk = released[start:start + length].tolist()
+            start += length
+            if self.oov_policy == "random" or min(chunk, default=0) >= 0:
+                outputs.append(one.render([words[i] for i in chunk]))
+                continue
+            originals = one.words
+            surface = [words[i] if i >= 0 else (originals[k] if i == UNKNOWN_ID else self.unk_token)
+                       for k, i in enumerate(chunk)]
+            outputs.append(one.render(surface, verbatim=[i < 0 for i in chunk]))
+        return outputs, {"tokens": int(len(ids)), "changed_tokens": changed, "unknown_tokens": unknown}
+
+
+def word_ids(tokenizer: Tokenizer, texts: Sequence[str]) -> np.ndarray:
+    """All word ids of ``texts`` in order (UNKNOWN_ID for OOV words): the bare-mechanism input."""
+    parts = [tokenizer.tokenize(text).ids for text in texts]
+    return np.concatenate(parts) if parts else np.empty(0, np.int64)
