@@ -1,0 +1,325 @@
+"""Privacy accounting for the LAC pipeline: what the Localizer guarantees, and what amplification adds.
+
+Pure arithmetic, no Beam. Every number here comes from a named, published result, and every
+function that returns an amplified epsilon also says whether that result's hypotheses hold.
+
+1. Local guarantee (the Localizer). Madlib and TEM are epsilon*d-private (metric DP): a token costs
+   ``epsilon * d(w, w')`` and a record of words w_1..w_l costs ``epsilon * sum_i d(w_i, w_i')``
+   (Feyisetan et al. 2020; Carvalho et al., Thm. 4.1). Records are compared word for word, so
+   only records with the same number of words are neighbours: the word count (and the punctuation
+   and layout, which privatize copies) is released as it is.
+2. Pure local DP over a finite vocabulary. d(w, w') <= diam(W), so every token is
+   ``epsilon_0 = epsilon * diam(W)``-LDP, and a record of l words ``l * epsilon_0``-LDP (basic
+   composition). For TEM every score is -min(d(w, i), gamma), which lies in [-gamma, 0]; the
+   proof of Thm. 4.1 (Eq. 4.2, two factors exp(epsilon/2 * sensitivity)) then gives sensitivity
+   <= min(d(w, w'), gamma). Lemma 4.1 itself only states d(w, w'); the gamma cap follows from the
+   score range, so TEM's token epsilon_0 is ``epsilon * min(diam(W), gamma)``.
+3. Poisson sub-sampling: an epsilon-DP mechanism (neighbours: one record added or removed) run on
+   a sample that keeps each record independently with probability q is
+   ``ln(1 + q (e^epsilon - 1))``-DP (Li, Qardaji and Su 2012, Thm. 1; Balle, Barthe and Gaboardi
+   2018). See ``poisson_subsampling_epsilon`` for why the pipeline does not claim it.
+4. Shuffling: Feldman, McMillan and Talwar, "Hiding Among the Clones" (FOCS 2021), Thm. 3.1.
+   See ``shuffle_epsilon``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Dict, Iterable, Optional, Tuple
+
+import numpy as np
+
+DEFAULT_DELTA = 1e-6
+
+
+# --- 1 and 2: the local guarantee -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DiameterBounds:
+    """Lower and upper bounds on the vocabulary's Euclidean diameter max_{w,w'} ||phi(w) - phi(w')||.
+
+    ``lower`` is the length of an actual pair (found by two farthest-point passes), so the true
+    diameter is in [lower, upper]. ``upper`` is r1 + r2, the two largest distances to the centroid
+    c of distinct words: by the triangle inequality ||a - b|| <= ||a - c|| + ||c - b||. The exact
+    diameter needs all N^2/2 pairs (8e10 for 400k words); the bound costs three passes.
+    """
+
+    lower: float
+    upper: float
+    method: str = "upper: sum of the two largest distances to the centroid; lower: farthest-point pair"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _distances_to(vectors: np.ndarray, point: np.ndarray, block: int) -> np.ndarray:
+    out = np.empty(len(vectors), dtype=np.float64)
+    for start in range(0, len(vectors), block):
+        rows = np.asarray(vectors[start:start + block], dtype=np.float64)
+        out[start:start + len(rows)] = np.sqrt(((rows - point) ** 2).sum(axis=1))
+    return out
+
+
+def diameter_bounds(vectors: np.ndarray, block: int = 65536) -> DiameterBounds:
+    """Bounds on the diameter of the rows of ``vectors`` (N x n, any float dtype, may be a memmap)."""
+    n = len(vectors)
+    if n < 2:
+        raise ValueError("a vocabulary needs at least 2 words to have a diameter")
+    total = np.zeros(vectors.shape[1], dtype=np.float64)
+    for start in range(0, n, block):
+        total += np.asarray(vectors[start:start + block], dtype=np.float64).sum(axis=0)
+    centroid = total / n
+    to_centroid = _distances_to(vectors, centroid, block)
+    top_two = np.partition(to_centroid, n - 2)[n - 2:]
+    upper = float(top_two.sum())
+    far = int(np.argmax(to_centroid))
+    first = _distances_to(vectors, np.asarray(vectors[far], dtype=np.float64), block)
+    other = int(np.argmax(first))
+    second = _distances_to(vectors, np.asarray(vectors[other], dtype=np.float64), block)
+    lower = float(max(first.max(), second.max()))
+    return DiameterBounds(lower=lower, upper=max(upper, lower))
+
+
+def token_guarantee(epsilon: float, distance: float) -> float:
+    """Metric-DP cost of one token: epsilon * d(w, w')."""
+    _check_epsilon(epsilon)
+    return float(epsilon) * float(distance)
+
+
+def record_guarantee(epsilon: float, distances: Iterable[float]) -> float:
+    """Metric-DP cost of a record against a same-length record: epsilon * sum_i d(w_i, w_i')."""
+    _check_epsilon(epsilon)
+    return float(epsilon) * float(sum(distances))
+
+
+def token_epsilon0(mechanism: str, epsilon: float, diameter_upper: float,
+                   gamma: Optional[float] = None, oov_policy: str = "random") -> float:
+    """Pure local-DP epsilon_0 of one released token over the finite vocabulary.
+
+    Madlib: epsilon * diam. TEM: epsilon * min(diam, gamma) (see the module docstring for why
+    gamma caps it). An out-of-vocabulary word released by the ``random`` or ``unk`` policy carries
+    no information about the word (epsilon 0), so it does not raise the bound; with ``keep`` the
+    word itself is released and no finite epsilon_0 exists (returns inf).
+    """
+    _check_epsilon(epsilon)
+    if not diameter_upper >= 0:
+        raise ValueError("diameter_upper must be >= 0")
+    if oov_policy == "keep":
+        return math.inf
+    if mechanism == "madlib":
+        return float(epsilon) * float(diameter_upper)
+    if mechanism == "tem":
+        if gamma is None or not gamma >= 0:
+            raise ValueError("TEM's epsilon_0 needs its gamma (>= 0)")
+        return float(epsilon) * min(float(diameter_upper), float(gamma))
+    raise ValueError(f"no epsilon_0 rule for mechanism {mechanism!r}")
+
+
+def record_epsilon0(token_eps0: float, tokens: int) -> float:
+    """Basic composition: a record (or an author's records) of ``tokens`` words is tokens*eps0-LDP."""
+    if tokens < 0:
+        raise ValueError("tokens must be >= 0")
+    return 0.0 if tokens == 0 else float(token_eps0) * int(tokens)
+
+
+# --- 3: Poisson sub-sampling ----------------------------------------------------------------
+
+
+def poisson_subsampling_epsilon(epsilon: float, rate: float) -> float:
+    """ln(1 + q (e^epsilon - 1)): Li, Qardaji and Su (2012), Thm. 1; Balle et al. (2018), Thm. 8.
+
+    Hypothesis: the mechanism run on the sample is epsilon-DP for neighbouring datasets that differ
+    by one record added or removed, and the output does not reveal which records were sampled.
+    Special cases: q = 1 gives epsilon; q -> 0 gives 0; for small epsilon it is about q*epsilon.
+    Computed with log1p/expm1 so that large epsilon does not overflow.
+    """
+    if not 0 < rate <= 1:
+        raise ValueError("the sub-sampling rate must be in (0, 1]")
+    if epsilon < 0:
+        raise ValueError("epsilon must be >= 0")
+    if math.isinf(epsilon):
+        return math.inf
+    if epsilon > 700:  # e^epsilon overflows: ln(q e^eps (1 - e^-eps) + 1) = eps + ln q + ln(1 - e^-eps + e^-eps/q)
+        return epsilon + math.log(rate) + math.log1p(-math.exp(-epsilon) + math.exp(-epsilon) / rate)
+    return math.log1p(rate * math.expm1(epsilon))
+
+
+# --- 4: shuffling -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShuffleBound:
+    """The result of Feldman-McMillan-Talwar Thm. 3.1 for (epsilon_0, n, delta)."""
+
+    epsilon0: float
+    n: int
+    delta: float
+    condition_max_epsilon0: float  # the theorem applies when epsilon0 <= this
+    valid: bool                    # the theorem's condition holds
+    epsilon: Optional[float]       # the shuffled (epsilon, delta)-DP epsilon, None if not valid
+    amplified: bool                # valid and epsilon < epsilon0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def shuffle_condition(n: int, delta: float) -> float:
+    """Largest epsilon_0 for which the closed form is claimed: ln(n / (16 ln(4/delta))).
+
+    Thm. 3.1 as published states ``epsilon_0 <= ln(n / (16 ln(2/delta)))``; the authors' reference
+    implementation (apple/ml-shuffling-amplification, ``closedformanalysis``) checks the stricter
+    ``ln(n / (16 ln(4/delta)))``. We require the stricter one, which implies the other.
+    Returns -inf when n is too small for any epsilon_0.
+    """
+    _check_delta(delta)
+    inner = n / (16.0 * math.log(4.0 / delta))
+    return math.log(inner) if inner > 0 else -math.inf
+
+
+def shuffle_epsilon(epsilon0: float, n: int, delta: float = DEFAULT_DELTA) -> ShuffleBound:
+    """Amplification by shuffling, Feldman, McMillan and Talwar, FOCS 2021, Thm. 3.1.
+
+    Setting: n users, each report produced by an epsilon_0-DP local randomizer (pure, replacement
+    neighbours), the reports released in a uniformly random order. Then for delta in [0, 1] with
+    epsilon_0 <= ln(n / (16 ln(2/delta))) the shuffled output is (epsilon, delta)-DP with
+
+        epsilon <= ln(1 + (e^e0 - 1)/(e^e0 + 1) * (8 sqrt(e^e0 ln(4/delta)) / sqrt(n) + 8 e^e0 / n)).
+
+    The authors' reference implementation evaluates the factor (e^e0 - 1)/(e^e0 + 1) =
+    (1 - e^-e0)/(1 + e^-e0) as (1 - e^-e0)/(1 + e^(-e0 - ln(1 + a + c))), with a and c the two
+    terms in the bracket, which is slightly larger. We return the larger of the two values and
+    check the stricter validity condition (``shuffle_condition``), so the number is never below
+    either reading of the theorem. Asymptotically epsilon = O((1 - e^-e0) sqrt(e^e0 ln(1/delta) / n))
+    (the paper's abstract); for e0 -> 0 it tends to 0.
+    """
+    if epsilon0 < 0:
+        raise ValueError("epsilon0 must be >= 0")
+    if n < 1:
+        raise ValueError("n must be >= 1")
+    limit = shuffle_condition(n, delta)
+    if not epsilon0 <= limit:
+        return ShuffleBound(float(epsilon0), int(n), float(delta), limit, False, None, False)
+    e0 = float(epsilon0)
+    a = 8.0 * math.sqrt(math.exp(e0) * math.log(4.0 / delta)) / math.sqrt(n)
+    c = 8.0 * math.exp(e0) / n
+    stated = math.log1p(math.tanh(e0 / 2.0) * (a + c))  # (e^x - 1)/(e^x + 1) = tanh(x/2)
+    reference = math.log1p(-math.expm1(-e0) / (1.0 + math.exp(-e0 - math.log1p(a + c))) * (a + c))
+    epsilon = max(stated, reference)
+    return ShuffleBound(e0, int(n), float(delta), limit, True, epsilon, epsilon < e0)
+
+
+# --- the summary section ----------------------------------------------------------------------
+
+
+def shuffle_by_shape(token_eps0: float, shape_counts: Dict[Tuple[int, ...], int],
+                     delta: float = DEFAULT_DELTA) -> dict:
+    """Apply Thm. 3.1 to each group of authors whose released data has the same shape.
+
+    The word counts of an author's records are released as they are, so an author can only hide
+    among the authors whose records have the same word counts (``shape``: the sorted tuple of their
+    records' word counts; one record per author when there is no author field). Within a group of
+    n_s authors each author's data is (total words * token_eps0)-LDP, and the theorem is applied
+    with that n_s and epsilon_0. The guarantee for everyone is the worst group's.
+    """
+    groups = []
+    for shape, count in shape_counts.items():
+        tokens = int(sum(shape))
+        bound = shuffle_epsilon(record_epsilon0(token_eps0, tokens), int(count), delta)
+        groups.append((shape, count, bound))
+    authors = int(sum(count for _, count, _ in groups))
+    amplified_authors = int(sum(count for _, count, bound in groups if bound.amplified))
+    worst = None
+    if groups and all(bound.amplified for _, _, bound in groups):
+        worst = max(bound.epsilon for _, _, bound in groups)
+    largest = max(groups, key=lambda g: g[1]) if groups else None
+    return {
+        "theorem": "Feldman, McMillan, Talwar, Hiding Among the Clones (FOCS 2021), Thm. 3.1",
+        "delta": delta,
+        "authors": authors,
+        "shape_groups": len(groups),
+        "largest_group_authors": int(largest[1]) if largest else 0,
+        "largest_group_epsilon0": largest[2].epsilon0 if largest else None,
+        "largest_group_condition_max_epsilon0": largest[2].condition_max_epsilon0 if largest else None,
+        "authors_with_amplification": amplified_authors,
+        "epsilon": worst,
+        "claimed": worst is not None,
+    }
+
+
+def amplification_report(token_eps0: float, shape_counts: Dict[Tuple[int, ...], int], *,
+                         shuffled: bool, delta: float = DEFAULT_DELTA,
+                         subsample_rate: Optional[float] = None,
+                         k_threshold: Optional[int] = None, per_author: bool = False) -> dict:
+    """The honest "amplification" section: local guarantee, then what each Amplifier step adds.
+
+    Plain statements accompany every number; no number is claimed unless a theorem gives it for
+    these parameters.
+    """
+    max_tokens = max((sum(shape) for shape in shape_counts), default=0)
+    local_eps0 = record_epsilon0(token_eps0, max_tokens)
+    unit = "author" if per_author else "record"
+    report = {
+        "local": {
+            "token_epsilon0": token_eps0,
+            f"max_words_per_{unit}": int(max_tokens),
+            f"{unit}_epsilon0": local_eps0,
+            "statement": (f"every released word is {token_eps0:.6g}-LDP over the vocabulary (pure local DP, "
+                          f"from epsilon x the vocabulary diameter bound); {'an' if per_author else 'a'} {unit} "
+                          "of l words is l x that "
+                          f"(at most {local_eps0:.6g} here). Word counts and layout are released as they are."),
+        },
+    }
+    if shuffled:
+        shuffle = shuffle_by_shape(token_eps0, shape_counts, delta)
+        if shuffle["claimed"]:
+            shuffle["statement"] = (f"shuffling amplifies the guarantee to ({shuffle['epsilon']:.6g}, {delta:g})-DP "
+                                    f"for every {unit} ({shuffle['theorem']}).")
+        else:
+            shuffle["statement"] = (
+                f"no amplification claimed: the theorem needs epsilon_0 <= ln(n / (16 ln(4/delta))) and a "
+                f"result below epsilon_0 for every group of {unit}s with the same word counts; it holds for "
+                f"{shuffle['authors_with_amplification']} of {shuffle['authors']} {unit}s (the largest group has "
+                f"{shuffle['largest_group_authors']} {unit}s, epsilon_0 {_fmt(shuffle['largest_group_epsilon0'])}, "
+                f"limit {_fmt(shuffle['largest_group_condition_max_epsilon0'])}). The shuffle still removes the "
+                f"link between {unit}s and output positions, but the guarantee is the local one above.")
+        report["shuffle"] = shuffle
+    if subsample_rate is not None:
+        formula = poisson_subsampling_epsilon(local_eps0, subsample_rate)
+        report["subsample"] = {
+            "rate": subsample_rate,
+            "textbook_epsilon": formula,
+            "claimed": False,
+            "statement": (
+                f"records were kept independently with probability {subsample_rate:g}. The bound "
+                f"ln(1 + q(e^eps - 1)) = {formula:.6g} (Li, Qardaji, Su 2012, Thm. 1) needs a mechanism that is "
+                "eps-DP when one record is added or removed, with an output that hides whether a record was "
+                "sampled; a released locally privatized record shows that it was sampled and eps_0 is a "
+                "guarantee for replacing a record's words, not for removing it. No amplification is claimed "
+                "for sub-sampling: it reduces how much is released."),
+        }
+    if k_threshold is not None:
+        report["k_threshold"] = {
+            "k": int(k_threshold),
+            "claimed": False,
+            "statement": (f"released words used by fewer than {int(k_threshold)} distinct {unit}s were replaced by "
+                          "a marker. This is a heuristic with no formal amplification: no theorem implemented "
+                          "here covers it (Li, Qardaji and Su 2012 analyse a different, sampling-based "
+                          "k-anonymization)."),
+        }
+    return report
+
+
+def _fmt(value) -> str:
+    return "none" if value is None else f"{value:.6g}"
+
+
+def _check_epsilon(epsilon: float) -> None:
+    if not epsilon > 0:
+        raise ValueError("epsilon must be > 0")
+
+
+def _check_delta(delta: float) -> None:
+    if not 0 < delta < 1:
+        raise ValueError("delta must be in (0, 1)")
