@@ -1,0 +1,89 @@
+"""The reversible tokenizer: exact round trips on real reviews, case patterns, and the word rules."""
+
+import numpy as np
+
+from textdp.tokenize import CAPITALIZED, LOWER, UNKNOWN_ID, UPPER, Tokenizer, apply_case, case_pattern
+
+
+def test_round_trip_is_exact_on_real_reviews(imdb_rows, small_artifact):
+    """Joining the pieces, or rendering the original words back, gives every review byte for byte."""
+    tokenizer = Tokenizer(small_artifact.word_to_id)
+    for row in imdb_rows[:500]:
+        text = row["text"]
+        tokenized = tokenizer.tokenize(text)
+        assert "".join(tokenized.pieces) == text
+        assert tokenized.render(tokenized.words) == text
+        assert len(tokenized.ids) == len(tokenized.slots) == len(tokenized.cases)
+
+
+def test_whitespace_and_punctuation_are_structure_even_when_in_the_vocabulary(small_artifact):
+    vocab = small_artifact.word_to_id
+    assert "," in vocab and "." in vocab and "(" in vocab  # GloVe has punctuation entries
+    text = "Well,  (really)...\n\tno!"
+    tokenized = Tokenizer(vocab).tokenize(text)
+    assert tokenized.words == ["Well", "really", "no"]
+    assert tokenized.render(["a", "b", "c"]) == "A,  (b)...\n\tc!"
+
+
+def test_numbers_are_words_and_are_privatized(small_artifact):
+    """Numbers (with inner . or , between digits) are words; unknown ones fall back to their digit runs."""
+    vocab = {"in": 0, "1999": 1, "3.5": 2, "1,000": 3}
+    tokenized = Tokenizer(vocab).tokenize("In 1999 it cost 3.5 dollars, or 1,000 cents.")
+    assert tokenized.words == ["In", "1999", "it", "cost", "3.5", "dollars", "or", "1,000", "cents"]
+    assert tokenized.ids.tolist()[:5] == [0, 1, UNKNOWN_ID, UNKNOWN_ID, 2]
+    real = Tokenizer(small_artifact.word_to_id).tokenize("In 1999 it cost 3.25")
+    assert real.words == ["In", "1999", "it", "cost", "3", "25"]  # "3.25" is not among the 5k words
+    assert real.ids[1] == small_artifact.word_to_id["1999"]
+
+
+def test_case_patterns():
+    assert [case_pattern(w) for w in ["word", "Word", "WORD", "I", "iPhone", "McDonald", "1999", "A1"]] == \
+        [LOWER, CAPITALIZED, UPPER, CAPITALIZED, LOWER, CAPITALIZED, LOWER, UPPER]
+    assert apply_case("film", UPPER) == "FILM"
+    assert apply_case("film", CAPITALIZED) == "Film"
+    assert apply_case("film", LOWER) == "film"
+
+
+def test_lookup_is_lowercase_and_release_takes_the_input_case():
+    tokenizer = Tokenizer({"movie": 0, "great": 1})
+    tokenized = tokenizer.tokenize("GREAT Movie great")
+    assert tokenized.ids.tolist() == [1, 0, 1]
+    assert tokenized.render(["bad", "film", "okay"]) == "BAD Film okay"
+
+
+def test_contractions_split_like_the_vocabulary(small_artifact):
+    """GloVe has "do" + "n't" and "it" + "'s", not "don't" / "it's": unknown contractions are split so."""
+    vocab = small_artifact.word_to_id
+    assert "don't" not in vocab and "n't" in vocab and "'s" in vocab
+    tokenizer = Tokenizer(vocab)
+    tokenized = tokenizer.tokenize("I Don't think it\u2019s bad")
+    assert tokenized.words == ["I", "Do", "n't", "think", "it", "\u2019s", "bad"]
+    assert tokenized.ids[2] == vocab["n't"] and tokenized.ids[5] == vocab["'s"]
+    assert tokenized.glued == [False, False, True, False, False, True, False]
+    # a released clitic stays glued; a released ordinary word gets a space so words do not run together
+    assert tokenized.render(["we", "do", "n't", "say", "that", "'s", "good"]) == "We Don't say that's good"
+    assert tokenized.render(["we", "make", "not", "say", "that", "is", "good"]) == "We Make not say that is good"
+
+
+def test_hyphenated_words_are_looked_up_whole_then_split(small_artifact):
+    vocab = small_artifact.word_to_id
+    assert Tokenizer({"well-known": 7}).tokenize("Well-known").ids.tolist() == [7]
+    tokenized = Tokenizer(vocab).tokenize("film-house")
+    assert "film-house" not in vocab
+    assert tokenized.words == ["film", "house"]  # the hyphen stays as structure
+    assert tokenized.render(["a", "b"]) == "a-b"
+
+
+def test_unknown_words_get_unknown_id_and_unicode_letters_are_words():
+    tokenizer = Tokenizer({"café": 0})
+    tokenized = tokenizer.tokenize("Café naïve_x \U0001F600 zzzq")
+    assert tokenized.words == ["Café", "naïve", "x", "zzzq"]  # "_" and the emoji are structure
+    assert tokenized.ids.tolist() == [0, UNKNOWN_ID, UNKNOWN_ID, UNKNOWN_ID]
+    assert tokenized.ids.dtype == np.int64
+
+
+def test_empty_and_structure_only_text():
+    tokenizer = Tokenizer({})
+    for text in ["", "   ", "...!?", "\n"]:
+        tokenized = tokenizer.tokenize(text)
+        assert tokenized.words == [] and tokenized.render([]) == text
