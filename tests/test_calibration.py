@@ -1,0 +1,318 @@
+"""Calibration statistics: estimators against exactly known values, exact pruned search, helpers.
+
+Exactly known N_w and S_w come from synthetic vocabularies built as real artifacts (a .npy matrix
+plus a vocabulary file through ``build_artifact``) where Madlib's output distribution can be
+computed without sampling:
+
+- 1-D (n = 1): the noise is +-Gamma(1, 1/eps), i.e. Laplace(0, 1/eps); nearest-word cells are
+  the intervals between midpoints, so every output probability is a difference of Laplace CDFs.
+- 2-D square lattice (n = 2): the noise density is eps^2/(2 pi) exp(-eps |z|); each word's
+  Voronoi cell is a square (clipped far away), integrated numerically (scipy, error < 1e-9).
+
+Then N_w = P(w), E[S_w estimate] = sum_i 1 - (1 - p_i)^samples. A count of M(w) = w must lie in
+the exact binomial interval of probability 1 - 1e-6, and the distinct count within the Bernstein
+deviation of probability 1 - 1e-6 (:func:`distinct_count_deviation`). Randomness is fresh OS
+entropy (the seed is printed on failure); with fewer than 60 such checks in this module, the
+false-failure rate of a run is below 1e-4 (union bound).
+"""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import integrate, stats
+
+from textdp.artifact import build_artifact, open_artifact
+from textdp.calibration import (
+    CandidatePrunedSearch, WordCalibrator, describe_values, distance_row, distinct_count_deviation,
+    empirical_statistics, expected_distinct, knn_distances, recommend, stratified_word_sample,
+    summarise_statistics, knn_distance_percentiles)
+from textdp.embeddings import EmbeddingSource
+from textdp.madlib import Madlib
+
+CHECK_FAILURE_RATE = 1e-6
+
+
+def fresh_rng():
+    seed = int(np.random.SeedSequence().entropy % (2**63))
+    return seed, np.random.default_rng(seed)
+
+
+def make_artifact(tmp_path_factory, name, matrix):
+    """A real artifact from a .npy matrix and a vocabulary file (words w0, w1, ...)."""
+    root = tmp_path_factory.mktemp(name)
+    npy, vocab = root / "vectors.npy", root / "vocab.txt"
+    np.save(npy, np.asarray(matrix, dtype=np.float32))
+    vocab.write_text("".join(f"w{i}\n" for i in range(len(matrix))), encoding="utf-8")
+    path = build_artifact(EmbeddingSource("npy", str(npy), str(vocab)), str(root / "artifact"), trees=5, seed=0)
+    return open_artifact(path)
+
+
+# --- exact output distributions of Madlib on synthetic vocabularies ----------------------------------
+
+LINE_POSITIONS = np.array([0.0, 0.4, 1.0, 1.3, 2.1, 2.6, 3.0, 3.9, 4.2, 5.0, 5.5, 6.3])
+
+
+@pytest.fixture(scope="module")
+def line_artifact(tmp_path_factory):
+    return make_artifact(tmp_path_factory, "line", LINE_POSITIONS[:, None])
+
+
+def laplace_cdf(t, epsilon):
+    t = np.asarray(t, dtype=np.float64)
+    return np.where(t < 0, 0.5 * np.exp(epsilon * np.minimum(t, 0)), 1 - 0.5 * np.exp(-epsilon * np.maximum(t, 0)))
+
+
+def line_output_distribution(word, epsilon):
+    """Exact P(M(word) = i) on the 1-D vocabulary: Laplace mass of i's nearest-word interval."""
+    x = LINE_POSITIONS
+    mids = (x[1:] + x[:-1]) / 2
+    lower = np.concatenate([[-np.inf], mids]) - x[word]
+    upper = np.concatenate([mids, [np.inf]]) - x[word]
+    return laplace_cdf(upper, epsilon) - laplace_cdf(lower, epsilon)
+
+
+GRID_SIDE = 7
+GRID_RADIUS_CLIP = 40.0  # noise beyond this radius has probability < 1e-30 at the epsilons used
+
+
+@pytest.fixture(scope="module")
+def grid_artifact(tmp_path_factory):
+    xs, ys = np.meshgrid(np.arange(GRID_SIDE, dtype=float), np.arange(GRID_SIDE, dtype=float), indexing="ij")
+    return make_artifact(tmp_path_factory, "grid", np.stack([xs.ravel(), ys.ravel()], axis=1))
+
+
+def grid_output_distribution(word, epsilon):
+    """Exact P(M(word) = i) on the 7x7 unit lattice by integrating the 2-D Madlib noise density
+    eps^2/(2 pi) exp(-eps |z|) over each word's square Voronoi cell (outer cells clipped at a
+    radius whose outside mass is negligible)."""
+    cx, cy = divmod(word, GRID_SIDE)
+    density = lambda y, x: epsilon ** 2 / (2 * math.pi) * math.exp(-epsilon * math.hypot(x, y))  # noqa: E731
+    probabilities = np.empty(GRID_SIDE * GRID_SIDE)
+    for i in range(GRID_SIDE * GRID_SIDE):
+        gx, gy = divmod(i, GRID_SIDE)
+        x0 = -GRID_RADIUS_CLIP if gx == 0 else gx - 0.5 - cx
+        x1 = GRID_RADIUS_CLIP if gx == GRID_SIDE - 1 else gx + 0.5 - cx
+        y0 = -GRID_RADIUS_CLIP if gy == 0 else gy - 0.5 - cy
+        y1 = GRID_RADIUS_CLIP if gy == GRID_SIDE - 1 else gy + 0.5 - cy
+        # split at the origin so the cusp of the density lies on a corner of the pieces
+        total = 0.0
+        for a, b in ((x0, min(x1, 0.0)), (max(x0, 0.0), x1)):
+            for c, d in ((y0, min(y1, 0.0)), (max(y0, 0.0), y1)):
+                if b > a and d > c:
+                    total += integrate.dblquad(density, a, b, c, d, epsabs=1e-11, epsrel=1e-9)[0]
+        probabilities[i] = total
+    return probabilities
+
+
+def assert_estimates_within_bounds(outputs, word, probabilities, samples, seed):
+    same, distinct = empirical_statistics(outputs, word)
+    lo, hi = stats.binom.interval(1 - CHECK_FAILURE_RATE, samples, probabilities[word])
+    assert lo <= same <= hi, f"seed={seed}: N_w count {same} outside [{lo}, {hi}] (p={probabilities[word]:.4f})"
+    expected = expected_distinct(probabilities, samples)
+    slack = distinct_count_deviation(probabilities, samples, CHECK_FAILURE_RATE)
+    assert abs(distinct - expected) <= slack, f"seed={seed}: S_w {distinct} vs exact {expected:.2f} +- {slack:.2f}"
+
+
+def test_line_distribution_is_a_distribution():
+    for word in (0, 5, 11):
+        p = line_output_distribution(word, 1.5)
+        assert p.min() >= 0 and abs(p.sum() - 1) < 1e-12
+
+
+@pytest.mark.parametrize("epsilon", [0.7, 2.0, 6.0])
+@pytest.mark.parametrize("word", [0, 4, 11])
+def test_madlib_estimates_on_a_line_match_the_exact_laplace_values(line_artifact, epsilon, word):
+    """N_w within its exact binomial interval, S_w within its Bernstein bound (each 1e-6)."""
+    seed, rng = fresh_rng()
+    samples = 1000
+    calibrator = WordCalibrator(line_artifact, "madlib", {epsilon: Madlib(line_artifact, epsilon)}, samples=samples)
+    (row,) = calibrator.calibrate(word, rng)
+    p = line_output_distribution(word, epsilon)
+    assert row["n_w"] == row["n_w_count"] / samples
+    same, distinct = row["n_w_count"], row["s_w"]
+    lo, hi = stats.binom.interval(1 - CHECK_FAILURE_RATE, samples, p[word])
+    assert lo <= same <= hi, f"seed={seed}: {same} not in [{lo}, {hi}]"
+    slack = distinct_count_deviation(p, samples, CHECK_FAILURE_RATE)
+    assert abs(distinct - expected_distinct(p, samples)) <= slack, f"seed={seed}"
+
+
+def test_madlib_full_distribution_on_a_line(line_artifact):
+    """Beyond N_w and S_w: the whole output histogram of 20,000 draws fits the exact Laplace cell
+    masses (chi-square goodness of fit, false-failure rate 1e-6)."""
+    seed, rng = fresh_rng()
+    epsilon, word, draws = 1.5, 6, 20_000
+    out = Madlib(line_artifact, epsilon).privatize_ids(np.full(draws, word), rng)
+    p = line_output_distribution(word, epsilon)
+    observed = np.bincount(out, minlength=len(p))
+    assert stats.chisquare(observed, p * draws).pvalue > 1e-6, f"seed={seed}"
+
+
+@pytest.fixture(scope="module")
+def grid_exact():
+    cases = {}
+    for word in (24, 0, 10):  # centre, corner, near the edge
+        for epsilon in (1.0, 3.0):
+            cases[(word, epsilon)] = grid_output_distribution(word, epsilon)
+    return cases
+
+
+def test_grid_distribution_is_a_distribution(grid_exact):
+    for p in grid_exact.values():
+        assert p.min() >= 0 and abs(p.sum() - 1) < 1e-6
+
+
+@pytest.mark.parametrize("prune", [True, False])
+def test_madlib_estimates_on_a_2d_lattice_match_numerical_integration(grid_artifact, grid_exact, prune):
+    """Both the pruned and the plain exact search reproduce N_w and S_w (bounds as above, 1e-6 each)."""
+    seed, rng = fresh_rng()
+    samples = 1000
+    for (word, epsilon), p in grid_exact.items():
+        calibrator = WordCalibrator(grid_artifact, "madlib", {epsilon: Madlib(grid_artifact, epsilon)},
+                                    samples=samples, prune=prune)
+        (row,) = calibrator.calibrate(word, rng)
+        lo, hi = stats.binom.interval(1 - CHECK_FAILURE_RATE, samples, p[word])
+        assert lo <= row["n_w_count"] <= hi, f"seed={seed} word={word} eps={epsilon}"
+        slack = distinct_count_deviation(p, samples, CHECK_FAILURE_RATE)
+        assert abs(row["s_w"] - expected_distinct(p, samples)) <= slack, f"seed={seed} word={word} eps={epsilon}"
+
+
+# --- exact pruned search = plain exact search ---------------------------------------------------------
+
+
+def assert_same_as_plain(artifact, word, epsilon, rng):
+    """Pruned answers equal plain exact search on the same noisy points (float32 near-ties aside);
+    returns the share of the vocabulary the pruned search scanned."""
+    mech = Madlib(artifact, epsilon)
+    row = distance_row(artifact.vectors, word)
+    search = CandidatePrunedSearch(artifact.vectors, artifact.sqnorms, word, row, group_size=64)
+    points = mech.noisy_vectors(np.full(500, word), rng)
+    plain = mech.nearest.query(points)
+    pruned = search.query(points, mech.nearest)
+    vectors = np.asarray(artifact.vectors, dtype=np.float64)
+    for i in np.flatnonzero(plain != pruned):
+        z = points[i].astype(np.float64)
+        d_plain = ((vectors[plain[i]] - z) ** 2).sum()
+        d_pruned = ((vectors[pruned[i]] - z) ** 2).sum()
+        assert abs(d_plain - d_pruned) <= 1e-4 * max(d_plain, 1.0), (word, epsilon, i)
+    return search.searched_rows / (search.queries * len(artifact.vectors))
+
+
+def test_pruned_search_equals_plain_exact_search_on_glove(small_artifact):
+    """5,000 real GloVe words, frequent to rare, small to large noise."""
+    rng = np.random.default_rng(7)
+    scanned = {}
+    for word in (0, 150, 2500, 4999):
+        for epsilon in (2.0, 10.0, 20.0, 40.0):
+            scanned[(word, epsilon)] = assert_same_as_plain(small_artifact, word, epsilon, rng)
+    # The pruning must actually prune where noise is small, else it is pointless.
+    assert min(scanned[(w, 40.0)] for w in (0, 150, 2500, 4999)) < 0.5
+    assert all(0 < s <= 1 for s in scanned.values())
+
+
+def test_pruned_search_equals_plain_exact_search_on_full_glove(default_artifact):
+    """The 400k vocabulary of the benchmark, at the benchmark's epsilons."""
+    rng = np.random.default_rng(11)
+    for word in (3, 200_000):
+        for epsilon in (5.0, 20.0):
+            assert_same_as_plain(default_artifact, word, epsilon, rng)
+
+
+def test_pruned_search_on_duplicate_vectors(tmp_path_factory):
+    """Many words on the same point as w (seeds all ties) still give exact answers."""
+    matrix = np.zeros((40, 3))
+    matrix[20:] = np.random.default_rng(0).standard_normal((20, 3))
+    artifact = make_artifact(tmp_path_factory, "dups", matrix)
+    assert_same_as_plain(artifact, 5, 50.0, np.random.default_rng(3))
+
+
+# --- helpers ----------------------------------------------------------------------------------------
+
+
+def test_stratified_sample_covers_every_rank_stratum():
+    rng = np.random.default_rng(0)
+    ids, strata = stratified_word_sample(400_000, 1000, rng)
+    assert len(ids) == 1000 and len(np.unique(ids)) == 1000
+    assert np.array_equal(strata, np.arange(1000))
+    assert np.array_equal(ids // 400, np.arange(1000))  # exactly one word per block of 400 ranks
+    ids, _ = stratified_word_sample(10, 50, rng)
+    assert np.array_equal(ids, np.arange(10))
+    with pytest.raises(ValueError):
+        stratified_word_sample(10, 0, rng)
+
+
+def test_stratified_sample_is_uniform_within_strata():
+    """Within-stratum position of 20,000 draws over 7 strata of unequal sizes: chi-square on the
+    position of the first stratum's draws (false-failure rate 1e-6)."""
+    seed, rng = fresh_rng()
+    counts = np.zeros(14, dtype=int)  # vocab 100, 7 strata -> first stratum holds ranks 0..13
+    for _ in range(20_000):
+        ids, _ = stratified_word_sample(100, 7, rng)
+        counts[ids[0]] += 1
+    assert stats.chisquare(counts).pvalue > 1e-6, f"seed={seed}"
+
+
+def test_distance_row_and_knn_distances(small_artifact):
+    vectors = np.asarray(small_artifact.vectors, dtype=np.float64)
+    word = 321
+    row = distance_row(small_artifact.vectors, word, block_rows=777)
+    reference = np.linalg.norm(vectors - vectors[word], axis=1)
+    assert row[word] == 0.0
+    assert np.allclose(row, reference, atol=1e-9)
+    knn = knn_distances(row, word, (1, 5, 1000, 4999, 5000))
+    others = np.sort(np.delete(reference, word))
+    assert np.allclose(knn[:4], others[[0, 4, 999, 4998]])
+    assert math.isnan(knn[4])  # only 4,999 other words
+
+
+def test_expected_distinct_limits():
+    assert expected_distinct(np.array([1.0, 0.0]), 1000) == 1.0
+    p = np.full(100, 0.01)
+    assert expected_distinct(p, 1) == pytest.approx(1.0)
+    assert expected_distinct(p, 10_000) == pytest.approx(100.0)
+    assert distinct_count_deviation(np.array([1.0, 0.0]), 1000, 1e-6) == pytest.approx(2 * math.log(2e6) / 3)
+
+
+def rows_for(eps_to_values):
+    rows = []
+    for eps, values in eps_to_values.items():
+        for i, (nw, sw) in enumerate(values):
+            rows.append({"word_id": i, "epsilon": eps, "n_w": nw, "s_w": sw, "knn_distance_k1": 1.0 + i})
+    return rows
+
+
+def test_recommend_picks_largest_epsilon_meeting_the_targets():
+    good, bad_nw, bad_sw = (0.1, 400), (0.9, 400), (0.1, 10)
+    rows = rows_for({1.0: [good] * 100, 5.0: [good] * 99 + [bad_nw], 10.0: [good] * 90 + [bad_sw] * 10,
+                     20.0: [bad_nw] * 100})
+    rec = recommend(rows, max_nw=0.5, min_sw=50, coverage=0.99)
+    assert rec["recommended_epsilon"] == 5.0
+    by_eps = {e["epsilon"]: e for e in rec["per_epsilon"]}
+    assert by_eps[10.0]["share_meeting"] == pytest.approx(0.9) and by_eps[10.0]["share_sw_ok"] == pytest.approx(0.9)
+    assert by_eps[5.0]["worst_n_w"] == 0.9
+    assert "5" in rec["message"]
+    assert recommend(rows, max_nw=0.5, min_sw=50, coverage=1.0)["recommended_epsilon"] == 1.0
+    assert recommend(rows, max_nw=0.05, min_sw=None, coverage=0.5)["recommended_epsilon"] is None
+    assert recommend(rows, max_nw=None, min_sw=50, coverage=0.9)["recommended_epsilon"] == 20.0
+    assert recommend(rows, max_nw=None, min_sw=50, coverage=0.95)["recommended_epsilon"] == 5.0
+
+
+def test_recommend_flags_non_monotone_results():
+    good, bad = (0.1, 400), (0.9, 400)
+    rows = rows_for({1.0: [good] * 10, 2.0: [bad] * 10, 5.0: [good] * 10})
+    rec = recommend(rows, coverage=0.99)
+    assert rec["recommended_epsilon"] == 1.0
+    assert "non-monotone" in rec["message"]
+    with pytest.raises(ValueError):
+        recommend(rows, max_nw=None, min_sw=None)
+
+
+def test_summaries():
+    d = describe_values([3.0, 1.0, 2.0, None])
+    assert d["count"] == 3 and d["min"] == 1.0 and d["max"] == 3.0 and d["mean"] == 2.0 and d["p50"] == 2.0
+    rows = rows_for({1.0: [(0.1, 10), (0.3, 30)], 2.0: [(0.5, 5), (0.7, 3)]})
+    summary = summarise_statistics(rows)
+    assert set(summary) == {"1", "2"}
+    assert summary["2"]["n_w"]["mean"] == pytest.approx(0.6) and summary["1"]["s_w"]["min"] == 10
+    knn = knn_distance_percentiles(rows, ks=(1, 5))
+    assert knn["k"] == [1] and knn["words"] == 2 and knn["percentiles"]["50"] == [1.5]
