@@ -1,0 +1,393 @@
+"""Vocabulary artifacts on Google Cloud Storage: upload them, and fetch them once per machine.
+
+A Beam job that runs on many machines names its artifact with a ``gs://bucket/prefix`` URL. Every
+worker process calls :func:`fetch_artifact` (through ``textdp.artifact.resolve_artifact``) and
+gets back a local directory to memory-map. The first process on a machine downloads; the others
+on that machine wait on a file lock and then reuse the same directory, so the page cache holds one
+copy of the vectors and the Annoy index however many worker processes there are.
+
+How a fetch stays safe:
+
+* The remote ``manifest.json`` is read first. The cache directory is named after the URL *and* the
+  SHA-256 of that manifest, so an artifact that changes remotely (new files added, or rebuilt)
+  lands in a new directory; a directory that a running process has mapped is never replaced or
+  modified in place.
+* Objects are downloaded in ranged chunks to ``<name>.part`` inside a private staging directory,
+  each chunk retried with exponential backoff on transient errors (connection resets, 429, 5xx).
+* Every file's size and SHA-256 are checked against the manifest before the staging directory is
+  renamed, in one atomic step, to its final name. A corrupted object is refused with an error
+  naming it, and is never retried (downloading it again would give the same bytes).
+* An interrupted fetch leaves no final directory. Ctrl-C or an error removes the staging
+  directory at once; a killed process leaves one behind, which the next fetch of the same
+  artifact removes while it holds the lock.
+
+Uploads write every file before ``manifest.json``, so a reader never sees a manifest whose files
+are missing, and never overwrite an object with different content (each object records its
+SHA-256 in its metadata). This module does not import Beam: pipelines read and write their own
+inputs and outputs on gs:// through Beam's file systems.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Tuple
+
+from textdp.artifact import MANIFEST, Progress, build_artifact, cache_dir, read_manifest, sha256_file
+from textdp.errors import ArtifactError
+
+GS_SCHEME = "gs://"
+SHA256_METADATA_KEY = "textdp-sha256"
+DEFAULT_CHUNK_BYTES = 64 << 20
+REQUEST_TIMEOUT = (30, 300)  # seconds: connect, read
+_STAGING_MARK = ".staging-"
+_PART_SUFFIX = ".part"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with jitter for one request: delays initial, x multiplier, ... capped."""
+
+    attempts: int = 6
+    initial_delay: float = 1.0
+    multiplier: float = 2.0
+    max_delay: float = 30.0
+
+    def delays(self):
+        delay = self.initial_delay
+        for _ in range(self.attempts - 1):
+            yield min(delay, self.max_delay) * random.uniform(0.5, 1.0)
+            delay *= self.multiplier
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+# --- locations and client --------------------------------------------------------------------
+
+
+def is_gcs_url(location: Optional[str]) -> bool:
+    return bool(location) and location.startswith(GS_SCHEME)
+
+
+def parse_gcs_url(url: str) -> Tuple[str, str]:
+    """``gs://bucket/a/b/`` -> ``("bucket", "a/b")``; the prefix may be empty."""
+    if not is_gcs_url(url):
+        raise ArtifactError(f"{url!r} is not a gs:// URL")
+    bucket, _, prefix = url[len(GS_SCHEME):].partition("/")
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]", bucket):
+        raise ArtifactError(f"{url!r} does not name a valid Cloud Storage bucket")
+    return bucket, prefix.strip("/")
+
+
+def _object_name(prefix: str, name: str) -> str:
+    return f"{prefix}/{name}" if prefix else name
+
+
+def storage_client():
+    """A google-cloud-storage client with Application Default Credentials, else anonymous.
+
+    With ``STORAGE_EMULATOR_HOST`` set (a local emulator in tests) the library itself points at the
+    emulator and uses anonymous credentials. Without credentials, public buckets still work.
+    """
+    from google.auth.exceptions import DefaultCredentialsError  # pylint: disable=import-outside-toplevel
+    from google.cloud import storage  # pylint: disable=import-outside-toplevel
+
+    try:
+        return storage.Client(project=os.environ.get("GOOGLE_CLOUD_PROJECT") or None)
+    except DefaultCredentialsError:
+        return storage.Client.create_anonymous_client()
+
+
+def _transient_errors() -> tuple:
+    import requests  # pylint: disable=import-outside-toplevel
+    from google.api_core import exceptions as api  # pylint: disable=import-outside-toplevel
+
+    errors = [api.TooManyRequests, api.InternalServerError, api.BadGateway, api.ServiceUnavailable,
+              api.GatewayTimeout, requests.exceptions.ConnectionError, requests.exceptions.Timeout,
+              requests.exceptions.ChunkedEncodingError, ConnectionError, TimeoutError]
+    try:
+        from google.cloud.storage.exceptions import DataCorruption  # pylint: disable=import-outside-toplevel
+
+        errors.append(DataCorruption)  # the library's own transfer checksum (whole-object reads)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+def _with_retries(action: Callable, what: str, policy: RetryPolicy, say: Progress):
+    """Run ``action()``; on a transient error wait (exponential backoff) and try again."""
+    transient = _transient_errors()
+    delays = policy.delays()
+    attempt = 1
+    while True:
+        try:
+            return action()
+        except transient as exc:
+            delay = next(delays, None)
+            if delay is None:
+                raise ArtifactError(f"{what} failed after {attempt} attempts ({type(exc).__name__}); "
+                                    "Cloud Storage unreachable or overloaded") from exc
+            say(f"{what}: {type(exc).__name__}, retry {attempt}/{policy.attempts - 1} in {delay:.1f}s")
+            time.sleep(delay)
+            attempt += 1
+
+
+def _not_found_or_denied(exc: BaseException) -> bool:
+    from google.api_core import exceptions as api  # pylint: disable=import-outside-toplevel
+
+    return isinstance(exc, (api.NotFound, api.Forbidden, api.Unauthorized))
+
+
+# --- fetching --------------------------------------------------------------------------------
+
+
+def remote_cache_root() -> str:
+    return os.path.join(cache_dir(), "remote")
+
+
+def cache_key(gs_url: str, manifest_sha256: str) -> str:
+    """Directory name for one version of one remote artifact: readable, unique per URL + manifest."""
+    bucket, prefix = parse_gcs_url(gs_url)
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", f"{bucket}_{prefix}").strip("._")[-60:]
+    url_digest = hashlib.sha256(f"gs://{bucket}/{prefix}".encode("utf-8")).hexdigest()[:12]
+    return f"{readable}-{url_digest}-{manifest_sha256[:16]}"
+
+
+def fetch_artifact(gs_url: str, progress: Optional[Progress] = None, *, retry: RetryPolicy = DEFAULT_RETRY,
+                   chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> str:
+    """Return a local, verified copy of the artifact at ``gs_url``, downloading it at most once.
+
+    Safe to call from many processes and threads of one machine at once (they share a file lock
+    per artifact version). ``progress`` receives one-line messages (never file contents).
+    """
+    say = progress or (lambda _msg: None)
+    bucket_name, prefix = parse_gcs_url(gs_url)
+    client = storage_client()
+    bucket = client.bucket(bucket_name)
+    manifest_url = f"gs://{bucket_name}/{_object_name(prefix, MANIFEST)}"
+    manifest_bytes = _read_manifest_object(bucket, prefix, manifest_url, retry, say)
+    manifest_digest = hashlib.sha256(manifest_bytes).hexdigest()
+    root = remote_cache_root()
+    final = os.path.join(root, cache_key(gs_url, manifest_digest))
+    if _is_complete_copy(final, manifest_bytes):
+        return final
+    os.makedirs(root, exist_ok=True)
+    from filelock import FileLock, Timeout  # pylint: disable=import-outside-toplevel
+
+    lock = FileLock(final + ".lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        say(f"another process on this machine is fetching {gs_url}; waiting for it")
+        lock.acquire()
+    try:
+        if _is_complete_copy(final, manifest_bytes):
+            say(f"{gs_url} already in the local cache at {final}")
+            return final
+        if os.path.exists(final):
+            raise ArtifactError(
+                f"{final} exists but does not match {manifest_url}: cached artifacts are read-only and "
+                "must not be modified; remove that directory (when no job uses it) and fetch again")
+        _remove_stale_staging(root, os.path.basename(final), say)
+        staging = tempfile.mkdtemp(prefix=os.path.basename(final) + _STAGING_MARK, dir=root)
+        try:
+            os.chmod(staging, 0o755)
+            _download_into(bucket, prefix, gs_url, manifest_bytes, staging, retry, chunk_bytes, say)
+            os.rename(staging, final)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        say(f"fetched {gs_url} into {final}")
+        return final
+    finally:
+        lock.release()
+
+
+def _read_manifest_object(bucket, prefix: str, manifest_url: str, retry: RetryPolicy, say: Progress) -> bytes:
+    blob = bucket.blob(_object_name(prefix, MANIFEST))
+    try:
+        return _with_retries(lambda: blob.download_as_bytes(timeout=REQUEST_TIMEOUT, retry=None),
+                             f"reading {manifest_url}", retry, say)
+    except Exception as exc:  # pylint: disable=broad-except
+        if _not_found_or_denied(exc):
+            raise ArtifactError(f"cannot read {manifest_url} ({type(exc).__name__}): no textdp artifact there, "
+                                "or no permission to read it") from None
+        raise
+
+
+def _is_complete_copy(path: str, manifest_bytes: bytes) -> bool:
+    """True when ``path`` is a finished fetch of exactly this manifest (renamed into place whole)."""
+    try:
+        with open(os.path.join(path, MANIFEST), "rb") as handle:
+            if handle.read() != manifest_bytes:
+                return False
+        files = json.loads(manifest_bytes)["files"]
+        return all(os.path.getsize(os.path.join(path, name)) == entry["bytes"] for name, entry in files.items())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _remove_stale_staging(root: str, key: str, say: Progress) -> None:
+    """Delete staging directories a killed fetch left behind (we hold the artifact's lock)."""
+    for name in os.listdir(root):
+        if name.startswith(key + _STAGING_MARK):
+            say(f"removing an interrupted download: {name}")
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def _download_into(bucket, prefix: str, gs_url: str, manifest_bytes: bytes, staging: str,
+                   retry: RetryPolicy, chunk_bytes: int, say: Progress) -> None:
+    with open(os.path.join(staging, MANIFEST), "wb") as handle:
+        handle.write(manifest_bytes)
+    manifest = read_manifest(staging)  # validates kind, format version and required fields
+    files = manifest["files"]
+    total = sum(int(entry["bytes"]) for entry in files.values())
+    say(f"downloading {gs_url}: {len(files)} files, {total / 2**20:,.1f} MiB")
+    for name in sorted(files):
+        if name != os.path.basename(name) or name in ("", ".", "..", MANIFEST):
+            raise ArtifactError(f"{gs_url}/{MANIFEST} lists an invalid file name {name!r}")
+        _download_file(bucket, prefix, gs_url, name, files[name], staging, retry, chunk_bytes, say)
+    for name in list(files) + [MANIFEST]:
+        os.chmod(os.path.join(staging, name), 0o444)  # cached copies are read-only
+
+
+def _download_file(bucket, prefix: str, gs_url: str, name: str, entry: dict, staging: str,
+                   retry: RetryPolicy, chunk_bytes: int, say: Progress) -> None:
+    object_url = f"{gs_url.rstrip('/')}/{name}"
+    object_name = _object_name(prefix, name)
+    expected_bytes, expected_sha = int(entry["bytes"]), entry["sha256"]
+    try:
+        remote = _with_retries(lambda: bucket.get_blob(object_name, timeout=REQUEST_TIMEOUT, retry=None),
+                               f"looking up {object_url}", retry, say)
+    except Exception as exc:  # pylint: disable=broad-except
+        if _not_found_or_denied(exc):
+            raise ArtifactError(f"cannot read {object_url} ({type(exc).__name__})") from None
+        raise
+    if remote is None:
+        raise ArtifactError(f"{object_url} is missing: the artifact in the bucket is incomplete")
+    if remote.size != expected_bytes:
+        raise ArtifactError(f"{object_url} has {remote.size} bytes but {MANIFEST} records {expected_bytes} "
+                            "(corrupted or partly uploaded artifact); rebuild and upload it again")
+    pinned = bucket.blob(object_name, generation=remote.generation)  # chunks all from one object version
+    part = os.path.join(staging, name + _PART_SUFFIX)
+    digest = hashlib.sha256()
+    say(f"downloading {name} ({expected_bytes / 2**20:,.1f} MiB)")
+    with open(part, "wb") as out:
+        for start in range(0, expected_bytes, chunk_bytes):
+            end = min(start + chunk_bytes, expected_bytes) - 1
+            chunk = _with_retries(
+                lambda s=start, e=end: pinned.download_as_bytes(start=s, end=e, checksum=None, raw_download=True,
+                                                                timeout=REQUEST_TIMEOUT, retry=None),
+                f"downloading {object_url} bytes {start}-{end}", retry, say)
+            if len(chunk) != end - start + 1:
+                raise ArtifactError(f"{object_url}: short read at byte {start}")
+            out.write(chunk)
+            digest.update(chunk)
+            say(f"{name}: {end + 1:,} of {expected_bytes:,} bytes")
+        out.flush()
+        os.fsync(out.fileno())
+    if digest.hexdigest() != expected_sha:
+        raise ArtifactError(f"{object_url} fails its SHA-256 check against {MANIFEST} (corrupted object, or a "
+                            "file from another version of the artifact); rebuild and upload the artifact again")
+    os.rename(part, os.path.join(staging, name))
+
+
+# --- uploading -------------------------------------------------------------------------------
+
+
+def upload_artifact(local_dir: str, gs_url: str, progress: Optional[Progress] = None, *,
+                    retry: RetryPolicy = DEFAULT_RETRY) -> str:
+    """Upload a local artifact to ``gs_url``: every file first, ``manifest.json`` last.
+
+    A file already in the bucket with the same SHA-256 is kept (so adding a table to an uploaded
+    artifact only sends the new files); one with different content is never overwritten.
+    Returns ``gs_url``.
+    """
+    say = progress or (lambda _msg: None)
+    manifest = read_manifest(local_dir)
+    for name, entry in manifest["files"].items():
+        path = os.path.join(local_dir, name)
+        if not os.path.isfile(path) or os.path.getsize(path) != entry["bytes"] or sha256_file(path) != entry["sha256"]:
+            raise ArtifactError(f"{path} is missing or fails its checksum; refusing to upload a damaged artifact")
+    bucket_name, prefix = parse_gcs_url(gs_url)
+    bucket = storage_client().bucket(bucket_name)
+    for name in sorted(manifest["files"]):
+        _upload_file(bucket, prefix, gs_url, os.path.join(local_dir, name), name, manifest["files"][name],
+                     retry, say)
+    manifest_blob = bucket.blob(_object_name(prefix, MANIFEST))
+    manifest_blob.content_type = "application/json"
+    _with_retries(lambda: manifest_blob.upload_from_filename(os.path.join(local_dir, MANIFEST), checksum="crc32c",
+                                                             timeout=REQUEST_TIMEOUT, retry=None),
+                  f"uploading {MANIFEST}", retry, say)
+    say(f"artifact uploaded to {gs_url}")
+    return gs_url
+
+
+def _upload_file(bucket, prefix: str, gs_url: str, path: str, name: str, entry: dict, retry: RetryPolicy,
+                 say: Progress) -> None:
+    from google.api_core.exceptions import PreconditionFailed  # pylint: disable=import-outside-toplevel
+
+    object_name = _object_name(prefix, name)
+    object_url = f"{gs_url.rstrip('/')}/{name}"
+
+    def existing_matches() -> bool:
+        remote = _with_retries(lambda: bucket.get_blob(object_name, timeout=REQUEST_TIMEOUT, retry=None),
+                               f"looking up {object_url}", retry, say)
+        if remote is None:
+            return False
+        if (remote.metadata or {}).get(SHA256_METADATA_KEY) == entry["sha256"] and remote.size == entry["bytes"]:
+            return True
+        raise ArtifactError(f"{object_url} already exists with different content; artifact files are never "
+                            "overwritten: upload to a new gs:// prefix")
+
+    if existing_matches():
+        say(f"{name} already in the bucket, unchanged")
+        return
+    blob = bucket.blob(object_name)
+    blob.metadata = {SHA256_METADATA_KEY: entry["sha256"]}
+    say(f"uploading {name} ({entry['bytes'] / 2**20:,.1f} MiB)")
+    try:
+        # if_generation_match=0: create only, so a concurrent writer cannot be overwritten either.
+        _with_retries(lambda: blob.upload_from_filename(path, checksum="crc32c", if_generation_match=0,
+                                                        timeout=REQUEST_TIMEOUT, retry=None),
+                      f"uploading {object_url}", retry, say)
+    except PreconditionFailed:
+        if not existing_matches():  # an earlier attempt of ours may have succeeded before a reset
+            raise
+
+
+def build_and_upload(source, gs_url: str, vocab_size: Optional[int] = None, trees: int = 50, seed: int = 0,
+                     progress: Optional[Progress] = None) -> str:
+    """Build an artifact locally, upload it to ``gs_url`` and keep the build as this machine's cached copy."""
+    say = progress or (lambda _msg: None)
+    bucket_name, prefix = parse_gcs_url(gs_url)
+    existing = storage_client().bucket(bucket_name).get_blob(_object_name(prefix, MANIFEST), timeout=REQUEST_TIMEOUT)
+    if existing is not None:
+        raise ArtifactError(f"{gs_url} already holds an artifact; artifacts are never overwritten, choose a new prefix")
+    root = remote_cache_root()
+    os.makedirs(root, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix=".build-", dir=root)
+    try:
+        built = build_artifact(source, os.path.join(workdir, "artifact"), vocab_size=vocab_size, trees=trees,
+                               seed=seed, progress=say)
+        upload_artifact(built, gs_url, progress=say)
+        with open(os.path.join(built, MANIFEST), "rb") as handle:
+            final = os.path.join(root, cache_key(gs_url, hashlib.sha256(handle.read()).hexdigest()))
+        from filelock import FileLock  # pylint: disable=import-outside-toplevel
+
+        with FileLock(final + ".lock"):
+            if not os.path.exists(final):
+                for name in os.listdir(built):
+                    os.chmod(os.path.join(built, name), 0o444)
+                os.rename(built, final)  # the bytes just uploaded: later fetches on this machine reuse them
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return gs_url
