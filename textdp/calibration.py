@@ -112,21 +112,24 @@ def expected_distinct(probabilities: np.ndarray, samples: int) -> float:
     return float(np.sum(1.0 - missed))
 
 
-def distinct_count_deviation(probabilities: np.ndarray, samples: int, failure_rate: float) -> float:
-    """t such that P(|distinct - E[distinct]| >= t) <= failure_rate (Bernstein, rigorous).
+def distinct_count_deviation(probabilities: np.ndarray, samples: int, failure_rate: float, runs: int = 1) -> float:
+    """t such that P(|mean distinct - E[distinct]| >= t) <= failure_rate, for the mean over ``runs``
+    independent estimates of ``samples`` draws each (Bernstein, rigorous).
 
     The indicators "word i was drawn at least once" are negatively associated (balls into bins,
-    Dubhashi & Ranjan 1998), so Bernstein's inequality for independent [0, 1] variables applies to
-    their sum with the variance bound sum_i q_i (1 - q_i), q_i = (1 - p_i)^samples. Used by the
-    tests and the report to say how far an S_w estimate may fall from its expectation.
+    Dubhashi & Ranjan 1998), also across independent runs, so Bernstein's inequality for
+    independent [0, 1] variables applies to their sum with the variance bound
+    runs * sum_i q_i (1 - q_i), q_i = (1 - p_i)^samples. Used by the tests to say how far an S_w
+    estimate may fall from its expectation.
     """
     p = np.clip(np.asarray(probabilities, dtype=np.float64), 0.0, 1.0)
     with np.errstate(divide="ignore"):
         q = np.exp(samples * np.log1p(-p))
-    variance = float(np.sum(q * (1.0 - q)))
+    variance = runs * float(np.sum(q * (1.0 - q)))
     log_term = math.log(2.0 / failure_rate)
-    # solve t^2 / (2 (variance + t/3)) = log_term for t
-    return log_term / 3.0 + math.sqrt((log_term / 3.0) ** 2 + 2.0 * variance * log_term)
+    # solve t^2 / (2 (variance + t/3)) = log_term for the deviation t of the sum over runs
+    total = log_term / 3.0 + math.sqrt((log_term / 3.0) ** 2 + 2.0 * variance * log_term)
+    return total / runs
 
 
 def tem_exact_statistics(row: np.ndarray, word_id: int, epsilon: float, gamma: float, samples: int):
