@@ -7,8 +7,8 @@ utility and speed:
 ``ExactNearest``
     blocked brute force with BLAS: for a batch X of queries and a block V_b of vocabulary rows,
     ``||x - v||^2 = ||x||^2 - 2 x.v + ||v||^2``; the ``||x||^2`` term is the same for every v and
-    is dropped, so one matrix product ``(-2X) V_b^T`` plus the row norms gives the ranking. Memory
-    is one (batch x block) float32 buffer whatever the vocabulary size. The answer is the true
+    is dropped, and the row norms ride along as an extra column of the block, so one matrix product
+    ranks the block. Memory is one (batch x block) float32 buffer whatever the vocabulary size. The answer is the true
     nearest word up to float32 rounding (two words whose squared distances differ by less than
     about 1e-5 may come out in either order).
 ``AnnoyNearest``
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-DEFAULT_BLOCK_ROWS = 4096
+DEFAULT_BLOCK_ROWS = 1024
 DEFAULT_BATCH = 1024
 
 
@@ -39,6 +39,7 @@ class ExactNearest:
         self.block_rows = int(block_rows)
         self.batch = int(batch)
         self._buffer = None
+        self._block = None
 
     def query(self, points: np.ndarray) -> np.ndarray:
         """Index of the nearest vocabulary row for every row of ``points``."""
@@ -49,20 +50,27 @@ class ExactNearest:
         return out
 
     def _query_batch(self, points: np.ndarray) -> np.ndarray:
-        b = len(points)
+        b, dim = points.shape
         if self._buffer is None or self._buffer.shape[0] < b:
             self._buffer = np.empty((max(b, 1), self.block_rows), dtype=np.float32)
-        scaled = np.ascontiguousarray(-2.0 * points, dtype=np.float32)
+            self._block = np.empty((self.block_rows, dim + 1), dtype=np.float32)
+        # Augmented operands: [-2x, 1] . [v, ||v||^2] = ||v||^2 - 2 x.v, so one BLAS call yields
+        # the ranking and the only extra pass over the (batch x block) scores is the argmin.
+        query = np.empty((b, dim + 1), dtype=np.float32)
+        query[:, :dim] = -2.0 * points
+        query[:, dim] = 1.0
+        block = self._block
         best = np.full(b, np.inf, dtype=np.float32)
         arg = np.zeros(b, dtype=np.int64)
         rows = np.arange(b)
         n = len(self.vectors)
         for start in range(0, n, self.block_rows):
-            block = self.vectors[start:start + self.block_rows]
-            m = len(block)
+            part = self.vectors[start:start + self.block_rows]
+            m = len(part)
+            block[:m, :dim] = part
+            block[:m, dim] = self.sqnorms[start:start + m]
             scores = self._buffer[:b, :m]
-            np.matmul(scaled, block.T, out=scores)
-            scores += self.sqnorms[start:start + m]
+            np.matmul(query, block[:m].T, out=scores)
             local = scores.argmin(axis=1)
             value = scores[rows, local]
             better = value < best
