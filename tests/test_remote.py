@@ -105,16 +105,15 @@ def test_remote_update_gets_a_new_cache_dir_and_leaves_the_mapped_one(small_arti
     mapped = open_artifact(first)  # memory-maps vectors.npy in this process
     first_manifest = open(os.path.join(first, MANIFEST), "rb").read()
 
-    # Add a table to a working copy (hard links: add_files never writes an existing file) and upload.
-    work = tmp_path / "work"
-    work.mkdir()
-    for name in os.listdir(small_artifact_dir):
-        os.link(os.path.join(small_artifact_dir, name), work / name) if name != MANIFEST else None
-    (work / MANIFEST).write_bytes(open(os.path.join(small_artifact_dir, MANIFEST), "rb").read())
+    # Add a table to a working copy (hard links to the cache; add_files never writes an existing file).
+    work = remote.checkout_artifact(uploaded, str(tmp_path / "work"))
     extra = tmp_path / "extra.bin"
     extra.write_bytes(np.arange(100, dtype=np.int64).tobytes())
-    add_files(str(work), {"extra.bin": str(extra)}, "extra", {"rows": 100})
-    remote.upload_artifact(str(work), uploaded)
+    assert os.stat(os.path.join(work, VECTORS_FILE)).st_ino == os.stat(os.path.join(first, VECTORS_FILE)).st_ino
+    add_files(work, {"extra.bin": str(extra)}, "extra", {"rows": 100})
+    log, say = messages()
+    remote.upload_artifact(work, uploaded, progress=say)
+    assert "vectors.npy already in the bucket, unchanged" in log and any(m.startswith("uploading extra.bin") for m in log)
 
     second = remote.fetch_artifact(uploaded)
     assert second != first

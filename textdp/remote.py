@@ -300,6 +300,31 @@ def _download_file(bucket, prefix: str, gs_url: str, name: str, entry: dict, sta
     os.rename(part, os.path.join(staging, name))
 
 
+def checkout_artifact(gs_url: str, dest: str, progress: Optional[Progress] = None) -> str:
+    """A writable local copy of a gs:// artifact at ``dest`` (new), for adding files and uploading back.
+
+    Fetches into the cache first, then hard-links the files (copies across file systems):
+    ``textdp.artifact.add_files`` only adds new files and replaces ``manifest.json`` by rename, so
+    the cached copy that the links share is never modified. Typical use, for a job that adds a
+    table to a gs:// artifact: ``checkout_artifact`` -> ``add_files`` -> ``upload_artifact``.
+    """
+    cached = fetch_artifact(gs_url, progress=progress)
+    dest = os.path.abspath(dest)
+    if os.path.exists(dest):
+        raise ArtifactError(f"{dest} already exists; choose a new directory for the working copy")
+    os.makedirs(dest)
+    for name in os.listdir(cached):
+        source, target = os.path.join(cached, name), os.path.join(dest, name)
+        if name == MANIFEST:
+            shutil.copyfile(source, target)  # a private, writable manifest (replaced by add_files)
+            continue
+        try:
+            os.link(source, target)
+        except OSError:
+            shutil.copyfile(source, target)
+    return dest
+
+
 # --- uploading -------------------------------------------------------------------------------
 
 
