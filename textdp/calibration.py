@@ -68,16 +68,29 @@ def stratified_word_sample(vocab_size: int, count: int, rng: np.random.Generator
 # --- distances --------------------------------------------------------------------------------
 
 
-def distance_row(vectors: np.ndarray, word_id: int, block_rows: int = 65536) -> np.ndarray:
-    """Euclidean distance (float64) from word ``word_id`` to every vocabulary word; itself exactly 0.
+def _metric_rows(rows: np.ndarray, metric: str) -> np.ndarray:
+    rows = np.array(rows, dtype=np.float64, ndmin=2)
+    if metric == "angular":  # the chord between directions, as in textdp.neighbours
+        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
+        norms[norms == 0] = 1.0
+        rows /= norms[:, None]
+    elif metric != "euclidean":
+        raise ValueError(f"unknown metric {metric!r}")
+    return rows
 
-    Computed from differences (not the expanded ``|x|^2 - 2x.y + |y|^2`` form) in float64, so
-    close pairs keep their precision; blocked so memory stays small on a 400k vocabulary.
+
+def distance_row(vectors: np.ndarray, word_id: int, block_rows: int = 65536, metric: str = "euclidean") -> np.ndarray:
+    """Distance (float64) from word ``word_id`` to every vocabulary word; itself exactly 0.
+
+    Euclidean between the vectors (Madlib's metric), or ``angular`` (the chord between their
+    directions, a TEM table may use it). Computed from differences (not the expanded
+    ``|x|^2 - 2x.y + |y|^2`` form) in float64, so close pairs keep their precision; blocked so
+    memory stays small on a 400k vocabulary.
     """
-    base = np.asarray(vectors[word_id], dtype=np.float64)
+    base = _metric_rows(vectors[word_id], metric)[0]
     out = np.empty(len(vectors), dtype=np.float64)
     for start in range(0, len(vectors), block_rows):
-        diff = np.asarray(vectors[start:start + block_rows], dtype=np.float64) - base
+        diff = _metric_rows(vectors[start:start + block_rows], metric) - base
         out[start:start + len(diff)] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
     out[word_id] = 0.0
     return out
@@ -244,6 +257,12 @@ class WordCalibrator:
         self.samples = int(samples)
         self.prune = bool(prune)
         self.ks = tuple(ks)
+        # Madlib is Euclidean; a TEM table may be angular. The distance row (TEM's closed form and
+        # the k-NN distances) is taken in the mechanism's own metric.
+        metrics = {getattr(m, "metric", "euclidean") for m in self.mechanisms.values()}
+        if len(metrics) != 1:
+            raise ValueError("all mechanisms of one calibration must share a metric")
+        self.metric = metrics.pop()
 
     def _draws(self, mech, word_id: int, row: np.ndarray, rng: np.random.Generator, search_state: dict):
         ids = np.full(self.samples, word_id, dtype=np.int64)
@@ -261,7 +280,7 @@ class WordCalibrator:
     def calibrate(self, word_id: int, rng: np.random.Generator) -> List[dict]:
         """One row per epsilon (plain Python values, ready for Parquet)."""
         word_id = int(word_id)
-        row = distance_row(self.artifact.vectors, word_id)
+        row = distance_row(self.artifact.vectors, word_id, metric=self.metric)
         knn = knn_distances(row, word_id, self.ks)
         knn_columns = {f"knn_distance_k{k}": (None if math.isnan(d) else float(d)) for k, d in zip(self.ks, knn)}
         search_state: dict = {}
@@ -404,3 +423,44 @@ def recommend(rows: Sequence[dict], max_nw: Optional[float] = 0.5, min_sw: Optio
                     "after a failure; this non-monotone pattern is sampling noise near the threshold.")
     return {"recommended_epsilon": recommended, "targets": {"max_nw": max_nw, "min_sw": min_sw, "coverage": coverage},
             "basis": basis, "per_epsilon": per_eps, "message": message}
+
+
+DEFINITIONS = {
+    "N_w": "Pr[M(w) = w], the probability that a word is released unchanged; estimated as the share of the "
+           "draws of M(w) that return w (small is private).",
+    "S_w": "the number of distinct words among the draws of M(w), the paper's estimate of the effective "
+           "support of M(w) (large is private); never more than the number of draws.",
+    "n_w_exact (TEM)": "P(w) from TEM's closed form P(i) ~ exp(-epsilon * min(d(w,i), gamma) / 2).",
+    "s_w_exact (TEM)": "the expected number of distinct words in the same number of draws, "
+                       "sum_i 1 - (1 - P(i))^samples: the exact expectation of the S_w estimate.",
+    "coverage": "the share of sampled words for which both targets must hold; the sampled words stand for "
+                "the vocabulary (stratified by frequency rank) or for the given word list.",
+    "k-NN distance": "Euclidean distance from a sampled word to its k-th nearest other vocabulary word (Fig. 1).",
+}
+
+
+def build_summary(rows: Sequence[dict], *, mechanism: str, epsilons: Sequence[float], samples: int,
+                  artifact_info: dict, nn_statement: str, parameters: dict, words_info: dict, randomness: str,
+                  max_nw: Optional[float], min_sw: Optional[float], coverage: float,
+                  privacy_statements: Dict[float, dict], created_utc: str = "") -> dict:
+    """summary.json: per epsilon the distribution of N_w and S_w, Fig. 1 percentiles, the recommendation."""
+    use_exact = mechanism == "tem" and all(r.get("n_w_exact") is not None for r in rows)
+    recommendation = recommend(rows, max_nw=max_nw, min_sw=min_sw, coverage=coverage, use_exact=use_exact)
+    chosen = recommendation["recommended_epsilon"]
+    return {
+        "job": "calibrate",
+        "created_utc": created_utc,
+        "mechanism": mechanism,
+        "parameters": parameters,
+        "nn_statement": nn_statement,
+        "artifact": artifact_info,
+        "epsilons": [float(e) for e in sorted(epsilons)],
+        "samples": int(samples),
+        "words": words_info,
+        "randomness": randomness,
+        "statistics": summarise_statistics(rows),
+        "knn_distances": knn_distance_percentiles(rows),
+        "recommendation": recommendation,
+        "privacy_statement": privacy_statements.get(chosen) if chosen is not None else None,
+        "definitions": DEFINITIONS,
+    }
