@@ -359,3 +359,55 @@ def test_summaries():
     assert summary["2"]["n_w"]["mean"] == pytest.approx(0.6) and summary["1"]["s_w"]["min"] == 10
     knn = knn_distance_percentiles(rows, ks=(1, 5))
     assert knn["k"] == [1] and knn["words"] == 2 and knn["percentiles"]["50"] == [1.5]
+
+
+# --- TEM: exact values from the closed form agree with sampling -------------------------------------------
+
+
+def add_neighbour_table(artifact, k, metric):
+    """Write an exact K-nearest table (float64 brute force) into a synthetic artifact, as TEM needs."""
+    from textdp.neighbours import TableWriter, brute_force_knn, metric_points
+
+    points = metric_points(artifact.vectors, metric, dtype=np.float64)
+    ids, dist = brute_force_knn(points, np.arange(artifact.vocab_size), k)
+    writer = TableWriter(artifact.path, artifact.vocab_size, k, metric)
+    writer.write_block(0, ids.astype(np.int32), dist.astype(np.float32))
+    writer.finish({})
+    return open_artifact(artifact.path)
+
+
+@pytest.fixture(scope="module", params=["euclidean", "angular"])
+def tem_artifact(request, tmp_path_factory):
+    """1,500 words in the plane (a dense cluster and a sparse cloud) with a 64-nearest table."""
+    rng = np.random.default_rng(5)
+    points = np.concatenate([rng.normal(3.0, 0.3, (500, 2)), rng.uniform(-6, 6, (1000, 2))])
+    artifact = make_artifact(tmp_path_factory, f"tem_{request.param}", points)
+    return add_neighbour_table(artifact, 64, request.param)
+
+
+@pytest.mark.parametrize("epsilon", [1.0, 6.0, 40.0])
+def test_tem_exact_values_agree_with_sampling(tem_artifact, epsilon):
+    """For words in the cluster and in the sparse cloud: the exact N_w (closed form) against the
+    pooled count of 20 x 1,000 TEM draws (exact binomial interval, 1e-6), and the exact expected
+    distinct count against the mean S_w (Bernstein, 1e-6). Also checks the closed form used is
+    the one over all words, in the table's metric."""
+    from textdp.tem import TEM, output_distribution
+
+    seed, rng = fresh_rng()
+    mech = TEM(tem_artifact, epsilon)
+    calibrator = WordCalibrator(tem_artifact, "tem", {epsilon: mech}, samples=1000)
+    points = np.asarray(tem_artifact.vectors, dtype=np.float64)
+    if mech.metric == "angular":
+        points = points / np.linalg.norm(points, axis=1, keepdims=True)
+    for word in (7, 900):
+        rows = [calibrator.calibrate(word, rng)[0] for _ in range(RUNS)]
+        exact_p = output_distribution(np.linalg.norm(points - points[word], axis=1), epsilon, mech.gamma, self_id=word)
+        assert rows[0]["n_w_exact"] == pytest.approx(exact_p[word], rel=1e-9)
+        assert rows[0]["s_w_exact"] == pytest.approx(expected_distinct(exact_p, 1000), rel=1e-9)
+        assert rows[0]["tem_gamma"] == mech.gamma
+        same = sum(r["n_w_count"] for r in rows)
+        lo, hi = stats.binom.interval(1 - CHECK_FAILURE_RATE, RUNS * 1000, rows[0]["n_w_exact"])
+        assert lo <= same <= hi, f"seed={seed} word={word}: {same} not in [{lo}, {hi}]"
+        slack = distinct_count_deviation(exact_p, 1000, CHECK_FAILURE_RATE, runs=RUNS)
+        mean_distinct = np.mean([r["s_w"] for r in rows])
+        assert abs(mean_distinct - rows[0]["s_w_exact"]) <= slack, f"seed={seed} word={word}"
