@@ -1,0 +1,114 @@
+"""Beam stages of ``textdp neighbours``: the exact K-nearest table, sharded over vocabulary rows.
+
+``ComputeNeighbourTable`` = Create(row ranges) -> Reshuffle -> ``ComputeNeighbourBlocks`` (each
+worker memory-maps the artifact's vectors once, behind ``Shared``, and compares its rows with the
+whole vocabulary; see ``textdp.neighbours.knn_rows``) -> one ``WriteNeighbourTable`` that fills
+staging files in the artifact directory and adds them to the manifest atomically. The artifact must
+be a local directory that every worker can reach (the local runners; a single-machine Flink or
+Dataflow worker pool would need a shared filesystem for the final write).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Tuple
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+from apache_beam.utils import shared
+
+from textdp.artifact import Artifact
+from textdp.neighbours import QUERY_ROWS, TableWriter, knn_rows, metric_points
+
+NAMESPACE = "textdp"
+
+
+class VocabularyPoints:
+    """Per-process read-only state: the artifact's vectors mapped to the metric's points."""
+
+    def __init__(self, artifact_dir: str, metric: str):
+        started = time.perf_counter()
+        artifact = Artifact(artifact_dir)
+        if metric == "euclidean":
+            self.points = artifact.vectors  # the memory map itself: shared through the page cache
+        else:
+            self.points = metric_points(artifact.vectors, metric)
+        self.sqnorms = np.einsum("ij,ij->i", self.points, self.points, dtype=np.float32)
+        self.load_ms = (time.perf_counter() - started) * 1000.0
+
+
+def row_ranges(vocab_size: int, shard_rows: int) -> list:
+    """Contiguous [start, stop) row ranges covering the vocabulary."""
+    if shard_rows < 1:
+        raise ValueError("shard_rows must be >= 1")
+    return [(start, min(start + shard_rows, vocab_size)) for start in range(0, vocab_size, shard_rows)]
+
+
+class ComputeNeighbourBlocks(beam.DoFn):
+    """(start, stop) -> (start, ids int32 (m x k), distances float32 (m x k), fallback rows)."""
+
+    def __init__(self, shared_handle, artifact_dir: str, k: int, metric: str, query_rows: int = QUERY_ROWS):
+        self._shared_handle = shared_handle
+        self.artifact_dir, self.k, self.metric, self.query_rows = artifact_dir, int(k), metric, int(query_rows)
+        self._rows = Metrics.counter(NAMESPACE, "neighbour_rows")
+        self._fallback = Metrics.counter(NAMESPACE, "neighbour_fallback_rows")
+        self._load_ms = Metrics.distribution(NAMESPACE, "vectors_load_ms")
+        self._block_ms = Metrics.distribution(NAMESPACE, "neighbour_block_ms")
+        self._holder = None
+
+    def setup(self):
+        key = (self.artifact_dir, self.metric)
+        self._holder = self._shared_handle.acquire(lambda: VocabularyPoints(*key), tag=f"{key}")
+        self._load_ms.update(int(round(self._holder.load_ms)))
+
+    def process(self, row_range: Tuple[int, int]):
+        start, stop = row_range
+        for lo in range(start, stop, self.query_rows):
+            hi = min(lo + self.query_rows, stop)
+            began = time.perf_counter()
+            ids, distances, fallback = knn_rows(self._holder.points, self._holder.sqnorms, lo, hi, self.k)
+            self._block_ms.update(int((time.perf_counter() - began) * 1000))
+            self._rows.inc(hi - lo)
+            self._fallback.inc(fallback)
+            yield lo, ids, distances, fallback
+
+
+class WriteNeighbourTable(beam.DoFn):
+    """All blocks (one grouped element) -> the table files added to the artifact; yields the section."""
+
+    def __init__(self, artifact_dir: str, vocab_size: int, k: int, metric: str, extra: dict):
+        self.artifact_dir, self.vocab_size, self.k, self.metric, self.extra = artifact_dir, vocab_size, k, metric, extra
+
+    def process(self, keyed_blocks):
+        _, blocks = keyed_blocks
+        writer = TableWriter(self.artifact_dir, self.vocab_size, self.k, self.metric)
+        try:
+            for start, ids, distances, fallback in blocks:
+                writer.write_block(start, ids, distances, fallback)
+            manifest = writer.finish(dict(self.extra))
+        except BaseException:
+            writer.abort()
+            raise
+        yield manifest["neighbours"]
+
+
+class ComputeNeighbourTable(beam.PTransform):
+    """Pipeline root -> PCollection with one element: the manifest section of the new table."""
+
+    def __init__(self, artifact_dir: str, vocab_size: int, k: int, metric: str, shard_rows: int, extra: dict):
+        super().__init__()
+        self.artifact_dir, self.vocab_size, self.k, self.metric = artifact_dir, vocab_size, k, metric
+        self.shard_rows, self.extra = shard_rows, extra
+
+    def expand(self, pbegin):
+        handle = shared.Shared()
+        return (pbegin
+                | "RowRanges" >> beam.Create(row_ranges(self.vocab_size, self.shard_rows))
+                | "Distribute" >> beam.Reshuffle()
+                | "NearestK" >> beam.ParDo(ComputeNeighbourBlocks(handle, self.artifact_dir, self.k, self.metric))
+                | "OneKey" >> beam.Map(lambda block: (None, block))
+                | "Gather" >> beam.GroupByKey()
+                | "WriteTable" >> beam.ParDo(WriteNeighbourTable(self.artifact_dir, self.vocab_size, self.k,
+                                                                 self.metric, self.extra)))
+
