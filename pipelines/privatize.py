@@ -129,7 +129,7 @@ def output_paths(output: str, data_format: str) -> dict:
     return {
         "output": f"{output}-*-of-*{OUTPUT_SUFFIX[data_format]}",
         "errors_prefix": f"{output}-errors",
-        "errors": f"{output}-errors-*-of-*.jsonl",
+        "errors": f"{output}-errors-*.jsonl",
         "summary": f"{output}-summary.json",
         "diagnostics": None,
     }

@@ -234,8 +234,16 @@ class WriteRecords(beam.PTransform):
         return payloads | "WriteText" >> beam.io.WriteToText(self.output, file_name_suffix=suffix)
 
 
+ERRORS_SHARD_TEMPLATE = "-SSSSS"
+
+
 class WriteErrors(beam.PTransform):
-    """Error records -> ``<output>-errors-SSSSS-of-NNNNN.jsonl`` (one JSON object per line)."""
+    """Error records -> ``<output>-errors-SSSSS.jsonl`` (one JSON object per line).
+
+    The shard names have no ``-of-NNNNN`` on purpose: before renaming its files, a Beam file sink
+    deletes everything matching ``<prefix>-*-of-NNNNN<suffix>``, and for JSONL input the main output's
+    pattern would otherwise match (and delete) the error files.
+    """
 
     def __init__(self, errors_prefix: str):
         super().__init__()
@@ -244,7 +252,8 @@ class WriteErrors(beam.PTransform):
     def expand(self, errors):
         return (errors
                 | "ToJson" >> beam.Map(lambda rec: json.dumps(rec, ensure_ascii=False, sort_keys=True))
-                | "Write" >> beam.io.WriteToText(self.errors_prefix, file_name_suffix=".jsonl"))
+                | "Write" >> beam.io.WriteToText(self.errors_prefix, file_name_suffix=".jsonl",
+                                                shard_name_template=ERRORS_SHARD_TEMPLATE))
 
 
 def write_json(path: str, document: dict) -> None:
