@@ -1,0 +1,182 @@
+"""Dataflow Flex Templates: metadata derived from the jobs' flags, the launcher entry point, the image.
+
+The drift test regenerates every job's metadata.json from its PipelineOptions class (or argparse
+parser) and compares it with the committed file: a renamed flag, changed help text or changed
+required-ness fails it until ``python templates/generate_metadata.py`` is run again. Docker
+cannot run on this machine, so the Dockerfile is checked as text (same Beam and Python as the
+project, launcher binary copied, entry point present); the entry point itself is run here, on
+the local runner and as a DataflowRunner dry run against the GCS emulator.
+"""
+
+from __future__ import annotations
+
+import datetime
+import glob
+import json
+import os
+import re
+
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from templates import jobs, main as template_main
+from tests.gcs_emulator import beam_gcs_anonymous, gcs_bucket, gcs_emulator  # noqa: F401 (pytest fixtures)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEMPLATES = os.path.join(REPO, "templates")
+EXAMPLE_TXT = os.path.join(REPO, "examples", "reviews.txt")
+NIGHT = datetime.datetime(2026, 11, 22, 2, 30, tzinfo=datetime.timezone.utc)
+
+
+def committed_metadata(job):
+    path = os.path.join(TEMPLATES, jobs.template_dir_name(job), "metadata.json")
+    assert os.path.exists(path), f"{path} is missing: run python templates/generate_metadata.py {job}"
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+@pytest.mark.parametrize("job", sorted(jobs.JOBS))
+def test_metadata_matches_the_job_flags(job):
+    try:
+        expected = jobs.metadata(job)
+    except jobs.JobUnavailable as exc:
+        pytest.fail(f"cannot derive the {job} template from the code: {exc}")
+    committed = committed_metadata(job)
+    hint = f"templates/{jobs.template_dir_name(job)}/metadata.json drifted from the code: " \
+           f"run python templates/generate_metadata.py {job}"
+    assert [p["name"] for p in committed["parameters"]] == [p["name"] for p in expected["parameters"]], hint
+    for want, have in zip(expected["parameters"], committed["parameters"]):
+        assert have["helpText"] == want["helpText"], f"{hint} (help text of {want['name']})"
+        assert have["isOptional"] == want["isOptional"], f"{hint} (required-ness of {want['name']})"
+    assert committed == expected, hint
+
+
+@pytest.mark.parametrize("job", sorted(jobs.JOBS))
+def test_parameters_are_well_formed_and_documented(job):
+    metadata = committed_metadata(job)
+    names = [p["name"] for p in metadata["parameters"]]
+    assert len(names) == len(set(names))
+    for parameter in metadata["parameters"]:
+        assert re.fullmatch(r"[a-zA-Z][a-zA-Z0-9_]*", parameter["name"]), parameter["name"]
+        assert parameter["label"] and parameter["helpText"].strip(), f"{parameter['name']} has no help text"
+        for regex in parameter.get("regexes", []):
+            re.compile(regex)
+    assert metadata["name"] and metadata["description"] and metadata["streaming"] is False
+
+
+class ExampleOptions(PipelineOptions):
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument("--corpus", help="where the corpus is; required")
+        parser.add_argument("--rounds", "--round_count", dest="rounds", type=int, default=3, help="how many")
+        parser.add_argument("--rate", type=float, default=0.5, help="a rate")
+        parser.add_argument("--mode", choices=("fast", "exact"), default="fast", help="which mode")
+        parser.add_argument("--verbose-log", action="store_true", help="log more")
+
+
+def test_derivation_rules_for_names_required_and_types():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    ExampleOptions._add_argparse_args(parser)  # pylint: disable=protected-access
+    params = {p["name"]: p for p in jobs.parameters(parser)}
+    assert list(params) == ["corpus", "rounds", "rate", "mode", "verbose_log"]
+    assert params["corpus"]["isOptional"] is False and params["rounds"]["isOptional"] is True
+    assert params["rounds"]["regexes"] == [jobs.INT_REGEX] and params["mode"]["regexes"] == ["^(fast|exact)$"]
+    assert params["verbose_log"]["regexes"] == [jobs.BOOL_REGEX] and params["verbose_log"]["label"] == "Verbose log"
+    assert re.fullmatch(params["rate"]["regexes"][0], "1e-3") and not re.fullmatch(params["rate"]["regexes"][0], "x")
+
+
+def test_launcher_parameters_map_back_to_the_job_flags():
+    job_argv, other = template_main.to_job_argv("privatize", [
+        "--input=gs://b/corpus/{yesterday}/*.txt", "--output=gs://b/out/{today:%Y/%m/%d}/r", "--epsilon=15",
+        "--oov_policy=unk", "--keep_failed_text=true", "--search_k=10", "--text_field=title,body",
+        "--project=p", "--region=europe-west1", "--temp_location=gs://b/tmp"], now=NIGHT)
+    assert job_argv == ["--input=gs://b/corpus/2026-11-21/*.txt", "--output=gs://b/out/2026/11/22/r", "--epsilon=15",
+                        "--oov_policy=unk", "--keep_failed_text", "--search_k=10", "--text_field=title,body"]
+    assert other == ["--project=p", "--region=europe-west1", "--temp_location=gs://b/tmp"]
+    assert template_main.to_job_argv("privatize", ["--keep_failed_text=false"], now=NIGHT)[0] == []
+    with pytest.raises(template_main.TemplateArgumentError, match="true or false"):
+        template_main.to_job_argv("privatize", ["--keep_failed_text=yes"], now=NIGHT)
+    # build-index flags exist only with hyphens: the template's underscore names still reach them
+    assert template_main.to_job_argv("build-index", ["--vocab_size=10", "--output=gs://b/a"], now=NIGHT)[0] == [
+        "--vocab-size=10", "--output=gs://b/a"]
+
+
+def test_template_entry_point_runs_privatize_over_a_dated_prefix(tmp_path, small_artifact_dir):
+    """What the nightly Scheduler job does, on the local runner: {yesterday} picks the dated input."""
+    dated = tmp_path / "corpus" / "2026-11-21"
+    dated.mkdir(parents=True)
+    (dated / "reviews.txt").write_text(open(EXAMPLE_TXT, encoding="utf-8").read(), encoding="utf-8")
+    (tmp_path / "corpus" / "2026-11-20").mkdir()  # another night's prefix, must not be read
+    (tmp_path / "corpus" / "2026-11-20" / "other.txt").write_text("not tonight\n", encoding="utf-8")
+    template_main.launch("privatize", [
+        f"--input={tmp_path}/corpus/{{yesterday}}/*.txt", f"--output={tmp_path}/out/{{yesterday}}/reviews",
+        f"--artifact={small_artifact_dir}", "--epsilon=1e6", "--oov_policy=keep", "--keep_failed_text=false",
+        "--runner=FnApiRunner"], now=NIGHT)
+    released = []
+    for path in sorted(glob.glob(f"{tmp_path}/out/2026-11-21/reviews-*-of-*.txt")):
+        released += open(path, encoding="utf-8").read().splitlines()
+    assert sorted(released) == sorted(open(EXAMPLE_TXT, encoding="utf-8").read().splitlines())
+
+
+def test_dataflow_dry_run_through_the_template_uses_the_template_image(tmp_path, small_artifact_dir, gcs_bucket,
+                                                                       beam_gcs_anonymous, monkeypatch):
+    monkeypatch.setenv(template_main.WORKER_IMAGE_ENV, "europe-docker.pkg.dev/p/textdp/textdp-privatize:0.1.0")
+    result = template_main.launch("privatize", [
+        f"--input={EXAMPLE_TXT}", f"--output=gs://{gcs_bucket}/out/reviews", f"--artifact={small_artifact_dir}",
+        "--epsilon=15", "--runner=DataflowRunner", "--dry_run=True", "--project=textdp-test", "--region=europe-west1",
+        f"--temp_location=gs://{gcs_bucket}/tmp"], now=NIGHT)
+    environments = result.job.proto_pipeline.components.environments.values()
+    assert any(b"textdp-privatize:0.1.0" in env.payload for env in environments)
+    assert result.job.proto.type.name == "JOB_TYPE_BATCH"
+
+
+def test_build_index_template_builds_on_a_worker_and_uploads(gcs_bucket, beam_gcs_anonymous, tmp_path, monkeypatch):
+    from textdp import remote
+    from textdp.artifact import open_artifact
+
+    monkeypatch.setenv("TEXTDP_CACHE_DIR", str(tmp_path / "cache"))
+    url = f"gs://{gcs_bucket}/artifacts/glove500"
+    template_main.launch("build-index", [f"--output={url}", "--vocab_size=500", "--trees=1", "--runner=FnApiRunner"])
+    assert open_artifact(remote.fetch_artifact(url)).vocab_size == 500
+    with pytest.raises(template_main.TemplateArgumentError, match="gs://"):
+        template_main.launch("build-index", [f"--output={tmp_path}/local", "--runner=FnApiRunner"])
+
+
+def test_scheduler_request_uses_privatize_parameters_and_a_dated_prefix():
+    with open(os.path.join(TEMPLATES, "scheduler", "privatize-nightly.json"), encoding="utf-8") as handle:
+        launch = json.load(handle)["launchParameter"]
+    metadata = committed_metadata("privatize")
+    known = {p["name"] for p in metadata["parameters"]}
+    required = {p["name"] for p in metadata["parameters"] if not p["isOptional"]}
+    assert set(launch["parameters"]) <= known and required <= set(launch["parameters"])
+    assert "{yesterday}" in launch["parameters"]["input"] and "{yesterday}" in launch["parameters"]["output"]
+    assert launch["containerSpecGcsPath"].endswith("/privatize.json")
+
+
+def requirement_pin(name):
+    with open(os.path.join(REPO, "requirements.txt"), encoding="utf-8") as handle:
+        for line in handle:
+            match = re.match(rf"^{re.escape(name)}(\[[^\]]*\])?==([^\s#]+)", line.strip())
+            if match:
+                return match.group(2)
+    raise AssertionError(f"{name} is not pinned in requirements.txt")
+
+
+def test_dockerfile_uses_the_projects_beam_python_and_launcher():
+    with open(os.path.join(TEMPLATES, "Dockerfile"), encoding="utf-8") as handle:
+        dockerfile = handle.read()
+    beam = re.search(r"^ARG BEAM_VERSION=(\S+)$", dockerfile, re.M).group(1)
+    python = re.search(r"^ARG PYTHON_VERSION=(\S+)$", dockerfile, re.M).group(1)
+    assert beam == requirement_pin("apache-beam"), "the image must run the Beam version the project pins"
+    assert requirement_pin("annoy")
+    assert f"python{python.replace('.', '')}-template-launcher-base" in dockerfile
+    assert "FROM apache/beam_python${PYTHON_VERSION}_sdk:${BEAM_VERSION}" in dockerfile
+    assert "/opt/google/dataflow/python_template_launcher" in dockerfile
+    assert "-r requirements.txt" in dockerfile
+    entry = re.search(r"^ENV FLEX_TEMPLATE_PYTHON_PY_FILE=/template/(\S+)$", dockerfile, re.M).group(1)
+    assert os.path.isfile(os.path.join(REPO, entry))
+    for line in re.findall(r"^COPY (?!--from)(.+) \S+$", dockerfile, re.M):
+        for source in line.split():
+            assert os.path.exists(os.path.join(REPO, source)), f"Dockerfile copies {source}, which does not exist"
