@@ -93,8 +93,8 @@ class TEM:
     epsilon or gamma except a handful of exp() per token, so one table serves every epsilon.
 
     Work is vectorised over the batch: each token gets a block of independent rounds at once
-    (about E / M_T of them, capped), the first accepted round per token is taken, and tokens with
-    none repeat with a fresh block. Discarding rounds after the first acceptance does not bias
+    (a few at first, four times more for each retry, capped), the first accepted round per token
+    is taken, and tokens with none repeat with a fresh block. Discarding rounds after the first acceptance does not bias
     anything, because the choice of round depends only on earlier rounds' outcomes.
 
     Exactness holds up to float64 arithmetic; the table distances are float32 (they are the
@@ -103,6 +103,7 @@ class TEM:
     """
 
     name = "tem"
+    FIRST_ROUNDS = 4
     MAX_ROUNDS_PER_BLOCK = 256
 
     def __init__(self, artifact, epsilon: float, gamma: Optional[float] = None,
@@ -179,7 +180,11 @@ class TEM:
 
         out = np.full(len(ids), -1, dtype=np.int64)
         active = np.arange(len(ids))
-        rounds_hint = np.minimum(np.ceil(envelope / mass_table), self.MAX_ROUNDS_PER_BLOCK).astype(np.int64)
+        query_points = self._points(ids)  # gathered once per batch, reused by every round
+        # Rounds per token and block: a few first (most tokens finish at once), then four times as
+        # many for the tokens still waiting, up to the cap: total work stays within a small factor
+        # of the rounds actually needed, E / Z, which is unknown (Z is what we cannot afford).
+        rounds_hint = np.minimum(np.ceil(envelope / mass_table), self.FIRST_ROUNDS).astype(np.int64)
         while len(active):
             reps = rounds_hint[active]
             token = np.repeat(active, reps)  # token index of every round, grouped by token
@@ -192,7 +197,9 @@ class TEM:
                 rounds = np.flatnonzero(outside)
                 t = token[rounds]
                 candidate = rng.integers(0, n, size=len(rounds))
-                dist = self.distances(ids[t], candidate)
+                diff = self._points(candidate)
+                diff -= query_points[t]
+                dist = np.sqrt(np.einsum("ij,ij->i", diff, diff))
                 is_excess = draw[rounds] >= mass_table[t] + floor_mass[t]
                 target = np.exp(-half * np.minimum(dist, self.gamma))
                 ok = np.ones(len(rounds), dtype=bool)
@@ -223,6 +230,7 @@ class TEM:
             done = np.zeros(len(ids), dtype=bool)
             done[first_tokens] = True
             active = active[~done[active]]
+            rounds_hint[active] = np.minimum(rounds_hint[active] * 4, self.MAX_ROUNDS_PER_BLOCK)
         return out
 
     # reporting -------------------------------------------------------------------------------------
