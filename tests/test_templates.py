@@ -180,3 +180,13 @@ def test_dockerfile_uses_the_projects_beam_python_and_launcher():
     for line in re.findall(r"^COPY (?!--from)(.+) \S+$", dockerfile, re.M):
         for source in line.split():
             assert os.path.exists(os.path.join(REPO, source)), f"Dockerfile copies {source}, which does not exist"
+
+
+def test_cloud_build_config_passes_the_dockerfiles_build_args():
+    with open(os.path.join(TEMPLATES, "Dockerfile"), encoding="utf-8") as handle:
+        build_args = set(re.findall(r"^ARG (\w+)", handle.read(), re.M))
+    with open(os.path.join(TEMPLATES, "cloudbuild.yaml"), encoding="utf-8") as handle:
+        config = handle.read()
+    assert '"-f", "templates/Dockerfile"' in config
+    passed = set(re.findall(r'"--build-arg", "(\w+)=', config))
+    assert passed == {"TEXTDP_JOB", "TEXTDP_IMAGE"} and passed <= build_args
