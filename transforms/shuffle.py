@@ -37,6 +37,7 @@ import math
 import os
 import random
 import re
+from collections import Counter
 from typing import Iterable, Optional, Sequence
 
 import apache_beam as beam
@@ -122,8 +123,52 @@ class PoissonSubsample(beam.DoFn):
             self.dropped.inc()
 
 
+class UnionSets(beam.CombineFn):
+    """Union of sets (an author's word types; the field names of all records)."""
+
+    def create_accumulator(self):
+        return set()
+
+    def add_input(self, accumulator, element):
+        accumulator |= element
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        merged = set()
+        for accumulator in accumulators:
+            merged |= accumulator
+        return merged
+
+    def extract_output(self, accumulator):
+        return accumulator
+
+
+class CountSetMembers(beam.CombineFn):
+    """In how many of the input sets each member occurs (authors per word type): a dict member -> count.
+
+    One Counter per bundle, merged: the per-element work is a C-level ``Counter.update``. The result
+    holds every word type of the released text, which is small next to the corpus.
+    """
+
+    def create_accumulator(self):
+        return Counter()
+
+    def add_input(self, accumulator, element):
+        accumulator.update(element)
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        merged = Counter()
+        for accumulator in accumulators:
+            merged.update(accumulator)
+        return merged
+
+    def extract_output(self, accumulator):
+        return dict(accumulator)
+
+
 class ReplaceRareWords(beam.DoFn):
-    """Replaces words whose type is in the side input ``rare`` (a dict type -> None) by a marker."""
+    """Replaces words whose type is in the side input ``rare`` (a frozenset of types) by a marker."""
 
     def __init__(self, text_fields: Sequence[str], marker: str):
         super().__init__()
@@ -235,7 +280,7 @@ class ShuffleAmplifier(beam.PTransform):
         self.records_per_bucket = int(records_per_bucket)
 
     def expand(self, records):
-        from apache_beam.pvalue import AsDict, AsList, AsSingleton  # pylint: disable=import-outside-toplevel
+        from apache_beam.pvalue import AsList, AsSingleton  # pylint: disable=import-outside-toplevel
 
         text_fields, user_field = self.text_fields, self.user_field
         records_in = records | "CountIn" >> beam.combiners.Count.Globally()
@@ -254,32 +299,31 @@ class ShuffleAmplifier(beam.PTransform):
         rare_count = None
         suppressed = None
         if self.k_threshold is not None:
-            if user_field:
-                type_users = (records
-                              | "TypeAuthorPairs" >> beam.FlatMap(
-                                  lambda r: ((t, author_key(r, user_field))
-                                             for t in set().union(*map(word_types, text_values(r, text_fields)))))
-                              | "DistinctPairs" >> beam.Distinct()
-                              | "TypeOnce" >> beam.Map(lambda pair: (pair[0], 1)))
-            else:  # every record is its own author: count each type once per record
-                type_users = records | "TypeOncePerRecord" >> beam.FlatMap(
-                    lambda r: ((t, 1) for t in set().union(*map(word_types, text_values(r, text_fields)))))
+            types_of = lambda r: frozenset().union(*map(word_types, text_values(r, text_fields)))  # noqa: E731
+            if user_field:  # the union of each author's types, then each author counts once per type
+                type_sets = (records
+                             | "AuthorTypes" >> beam.Map(lambda r: (author_key(r, user_field), types_of(r)))
+                             | "UnionPerAuthor" >> beam.CombinePerKey(UnionSets())
+                             | "DropAuthor" >> beam.Values())
+            else:  # every record is its own author
+                type_sets = records | "RecordTypes" >> beam.Map(types_of)
             k = self.k_threshold
-            rare = (type_users
-                    | "AuthorsPerType" >> beam.CombinePerKey(sum)
-                    | "RareTypes" >> beam.Filter(lambda kv: kv[1] < k)
-                    | "RareSet" >> beam.Map(lambda kv: (kv[0], None)))
-            rare_count = rare | "CountRare" >> beam.combiners.Count.Globally()
-            replaced = records | "ReplaceRare" >> beam.ParDo(ReplaceRareWords(text_fields, self.marker), AsDict(rare))
-            suppressed = replaced | "SuppressedCounts" >> beam.Map(lambda pair: pair[1]) \
-                | "SumSuppressed" >> beam.CombineGlobally(sum)
+            rare = (type_sets
+                    | "AuthorsPerType" >> beam.CombineGlobally(CountSetMembers())
+                    | "RareTypes" >> beam.Map(lambda counts: frozenset(t for t, c in counts.items() if c < k)))
+            rare_count = rare | "CountRare" >> beam.Map(len)
+            replaced = records | "ReplaceRare" >> beam.ParDo(ReplaceRareWords(text_fields, self.marker),
+                                                             AsSingleton(rare))
+            suppressed = (replaced | "SuppressedCounts" >> beam.Map(lambda pair: pair[1])
+                          | "SumSuppressed" >> beam.CombineGlobally(sum))
             records = replaced | "DropCounts" >> beam.Map(lambda pair: pair[0])
 
         removed = self.removed
         records = records | "DropFields" >> beam.Map(_drop_fields, removed)
         fields = (records
-                  | "FieldNames" >> beam.FlatMap(lambda r: r.keys())
-                  | "DistinctFields" >> beam.Distinct())
+                  | "FieldNames" >> beam.Map(lambda r: frozenset(r))
+                  | "UnionFields" >> beam.CombineGlobally(UnionSets())
+                  | "FieldList" >> beam.FlatMap(sorted))
         records_out = records | "CountOut" >> beam.combiners.Count.Globally()
         if not self.shuffle:  # sub-sampling / k-threshold / dropping only: order left to the runner
             shuffled = records
