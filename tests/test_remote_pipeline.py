@@ -1,4 +1,4 @@
-"""``textdp privatize`` with input, output and artifact all on gs:// (a real local emulator).
+"""``textdp privatize`` and ``calibrate`` with input, output and artifact on gs:// (a real local emulator).
 
 Beam's gcsio is built on google-cloud-storage, so it follows STORAGE_EMULATOR_HOST like our own
 artifact fetch does: the pipeline reads and writes the emulator's buckets through Beam's own
@@ -72,3 +72,20 @@ def test_dataflow_job_graph_is_built_offline_with_dry_run(corpus_on_gcs):
     images = {env.payload for env in result.job.proto_pipeline.components.environments.values()}
     assert any(b"textdp/textdp:0.1.0" in payload for payload in images)
     assert not list(corpus_on_gcs["bucket"].list_blobs(prefix="privatized/")), "a dry run writes nothing"
+
+
+def test_calibrate_reads_the_artifact_and_writes_its_report_on_gcs(corpus_on_gcs):
+    """calibrate with --artifact and --output on gs://: the summary lands in the bucket, the artifact in the cache."""
+    from pipelines import calibrate
+
+    name, bucket = corpus_on_gcs["name"], corpus_on_gcs["bucket"]
+    argv = ["--runner=FnApiRunner", f"--artifact={corpus_on_gcs['artifact']}", "--epsilons=5", "--words=6",
+            "--samples=40", "--seed=1", f"--output=gs://{name}/calibration/2026-11-21"]
+    calibrate.build_pipeline(PipelineOptions(argv)).run().wait_until_finish()
+    written = {blob.name for blob in bucket.list_blobs(prefix="calibration/2026-11-21/")}
+    assert "calibration/2026-11-21/summary.json" in written, sorted(written)
+    summary = json.loads(bucket.blob("calibration/2026-11-21/summary.json").download_as_text())
+    assert summary["artifact"]["vocab_size"] == 5000 and summary["epsilons"] == [5.0]
+    assert summary["statistics"]["5"]["n_w"]["mean"] >= 0
+    cached = [e for e in os.listdir(corpus_on_gcs["cache"] / "remote") if not e.endswith(".lock")]
+    assert len(cached) == 1 and cached[0].startswith(f"{name}_artifacts_glove5k-"), cached
