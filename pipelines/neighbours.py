@@ -28,12 +28,29 @@ DEFAULT_K = 100
 DEFAULT_SHARD_ROWS = 8192
 
 
+def _add_once(parser, *flags, **kwargs):
+    """Declare a flag unless another textdp job already did in this (process-wide) parser.
+
+    Beam parses the flags of every PipelineOptions subclass imported in the process with one parser,
+    and the jobs share ``--artifact`` (same meaning everywhere); "resolve" lets a job declared later
+    redeclare it instead of raising.
+    """
+    parser.conflict_handler = "resolve"
+    for group in getattr(parser, "_action_groups", []):
+        group.conflict_handler = "resolve"
+    if any(flag in getattr(parser, "_option_string_actions", {}) for flag in flags):
+        return
+    parser.add_argument(*flags, **kwargs)
+
+
 class NeighbourOptions(PipelineOptions):
     """Flags of ``textdp neighbours`` (the single source of truth, also for template metadata)."""
 
     @classmethod
     def _add_argparse_args(cls, parser):
-        add = parser.add_argument
+        def add(*flags, **kwargs):
+            _add_once(parser, *flags, **kwargs)
+
         add("--artifact", dest="artifact", default=None,
             help="local artifact directory to add the table to; default: the bundled GloVe 50d artifact in "
                  "the textdp cache (TEXTDP_CACHE_DIR). gs:// artifacts: compute on a local copy, then upload it")
