@@ -181,14 +181,14 @@ def run_child(url, mode):
                             stderr=subprocess.PIPE, text=True)
 
 
-def test_killed_download_leaves_no_artifact_and_next_fetch_cleans_up(uploaded, cache):
+def test_killed_download_leaves_no_artifact_and_next_fetch_cleans_up(small_artifact_dir, uploaded, cache):
     child = run_child(uploaded, "hang")
     try:
         assert child.stdout.readline().strip() == "HALFWAY", child.stderr.read() if child.poll() is not None else ""
         staging = [e for e in remote_entries(cache) if ".staging-" in e]
         assert len(staging) == 1
         part = cache / "remote" / staging[0] / "vectors.npy.part"
-        assert 0 < part.stat().st_size < read_manifest(open_artifact_dir_of(uploaded))["files"]["vectors.npy"]["bytes"]
+        assert 0 < part.stat().st_size < read_manifest(small_artifact_dir)["files"][VECTORS_FILE]["bytes"]
         child.send_signal(signal.SIGKILL)  # a machine dying mid-download: no cleanup code runs
     finally:
         child.kill()
@@ -201,18 +201,6 @@ def test_killed_download_leaves_no_artifact_and_next_fetch_cleans_up(uploaded, c
     assert any(m.startswith("removing an interrupted download") for m in log)
     assert [e for e in remote_entries(cache) if not e.endswith(".lock")] == [os.path.basename(local)]
     assert open_artifact(local).file_path("vectors.npy")  # verifies the SHA-256
-
-
-def open_artifact_dir_of(url):
-    """The small artifact's manifest straight from the bucket (written to a temp dir to parse it)."""
-    import tempfile
-
-    from google.cloud import storage
-
-    bucket, prefix = remote.parse_gcs_url(url)
-    directory = tempfile.mkdtemp()
-    storage.Client().bucket(bucket).blob(f"{prefix}/{MANIFEST}").download_to_filename(os.path.join(directory, MANIFEST))
-    return directory
 
 
 def test_two_processes_fetching_at_once_download_once(uploaded, cache, tmp_path):
