@@ -190,3 +190,9 @@ def test_cloud_build_config_passes_the_dockerfiles_build_args():
     assert '"-f", "templates/Dockerfile"' in config
     passed = set(re.findall(r'"--build-arg", "(\w+)=', config))
     assert passed == {"TEXTDP_JOB", "TEXTDP_IMAGE"} and passed <= build_args
+
+
+def test_generator_check_mode_agrees_with_the_committed_files(capsys):
+    from templates import generate_metadata
+
+    assert generate_metadata.main(["--check"]) == 0, capsys.readouterr().err
