@@ -132,12 +132,12 @@ class TEM:
 
     # distances on the fly, in the table's metric -------------------------------------------------
     def _points(self, ids: np.ndarray) -> np.ndarray:
-        rows = np.asarray(self.artifact.vectors[ids], dtype=np.float64)
-        if self.metric == "angular":
-            norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
-            norms[norms == 0] = 1.0
-            rows /= norms[:, None]
-        return rows
+        """The metric's points for ``ids``, computed exactly as the neighbour job computed them
+        (``metric_points`` row by row, float32), then widened to float64 for the differences."""
+        rows = self.artifact.vectors[ids]
+        if self.metric != "euclidean":
+            rows = self._metric_points(rows, self.metric)
+        return np.asarray(rows, dtype=np.float64)
 
     def distances(self, ids: np.ndarray, others: np.ndarray) -> np.ndarray:
         """float64 metric distance between ``ids[i]`` and ``others[i]`` (elementwise)."""
