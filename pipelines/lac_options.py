@@ -92,7 +92,9 @@ def amplification_section(stats: dict, token_eps0: float, *, shuffled: bool, del
     shapes = {tuple(shape): count for shape, count in stats["shape_counts"]}
     report = accounting.amplification_report(
         token_eps0, shapes, shuffled=shuffled, delta=delta, subsample_rate=subsample_rate,
-        k_threshold=k_threshold, per_author=stats["per_author"])
+        k_threshold=k_threshold, per_author=stats["per_author"],
+        exact_word_counts=stats["word_counts"] != "estimated")
+    report["local"]["word_counts"] = stats["word_counts"]
     if diameter is not None:
         report["local"]["vocabulary_diameter"] = diameter
     report["records"] = {"in": stats["records_in"], "out": stats["records_out"],
@@ -118,13 +120,19 @@ def amplification_section(stats: dict, token_eps0: float, *, shuffled: bool, del
 def apply_amplifier(records, options: AmplifierOptions, token_eps0: float,
                     text_fields: Sequence[str] = ("text",), marker: str = DEFAULT_MARKER,
                     records_per_bucket: int = DEFAULT_RECORDS_PER_BUCKET, diameter: Optional[dict] = None,
-                    label: str = "Amplifier"):
-    """Apply ``ShuffleAmplifier`` as the flags say; returns (records, amplification section PCollection)."""
+                    word_count_field: Optional[str] = None, label: str = "Amplifier"):
+    """Apply ``ShuffleAmplifier`` as the flags say; returns (records, amplification section PCollection).
+
+    ``word_count_field``: a field in which the privatizer stored each record's number of privatized
+    words (removed before output). Without it the counts are estimated from the released text and
+    no shuffle amplification is claimed.
+    """
     options.validate_amplifier()
     outputs = records | label >> ShuffleAmplifier(
         user_field=options.user_field, drop_fields=_fields(options.drop_fields),
         subsample_rate=options.subsample, k_threshold=options.k_threshold, text_fields=text_fields,
-        marker=marker, records_per_bucket=records_per_bucket, shuffle=bool(options.shuffle))
+        marker=marker, records_per_bucket=records_per_bucket, shuffle=bool(options.shuffle),
+        word_count_field=word_count_field)
     shuffled, delta, rate, k = bool(options.shuffle), float(options.delta), options.subsample, options.k_threshold
     section = outputs["stats"] | f"{label}Accounting" >> beam.Map(
         lambda stats: amplification_section(stats, token_eps0, shuffled=shuffled, delta=delta,

@@ -154,3 +154,9 @@ def test_report_claims_the_theorem_when_it_applies():
     expected = acc.shuffle_epsilon(0.005, 10 ** 6, 1e-6).epsilon
     assert report["shuffle"]["claimed"] and report["shuffle"]["epsilon"] == pytest.approx(expected)
     assert f"{expected:.6g}" in report["shuffle"]["statement"]
+
+
+def test_estimated_word_counts_withhold_the_shuffle_claim():
+    report = acc.amplification_report(0.001, {(5,): 10 ** 6}, shuffled=True, delta=1e-6, exact_word_counts=False)
+    assert report["shuffle"]["claimed"] is False and report["shuffle"]["epsilon"] is None
+    assert report["shuffle"]["statement"].startswith("no amplification claimed")

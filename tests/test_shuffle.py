@@ -53,6 +53,17 @@ def test_no_author_or_dropped_field_survives(imdb_rows, tmp_path):
     assert stats_["authors"] == len({row["movie_id"] for row in rows})
 
 
+def test_word_count_field_gives_the_shapes_and_is_removed(tmp_path):
+    rows = [{"u": "a", "n": 3, "text": "x y z"}, {"u": "a", "n": 2, "text": "don't ,"},
+            {"u": "b", "n": 2, "text": "p q"}, {"u": "c", "n": 1, "text": "r"}]
+    out, stats_ = run_amplifier(rows, tmp_path, user_field="u", word_count_field="n")
+    assert all(set(r) == {"text"} for r in out)
+    assert stats_["word_counts"] == "exact, from the field 'n'"
+    assert sorted(map(tuple, (tuple(s) for s, _ in stats_["shape_counts"]))) == [(1,), (2,), (2, 3)]
+    _, estimated = run_amplifier(rows, tmp_path / "estimated", user_field="u")
+    assert estimated["word_counts"] == "estimated"
+
+
 def test_missing_author_field_is_an_error_that_shows_no_text(tmp_path):
     secret = "my card number is 4242"
     with pytest.raises(Exception) as info:
@@ -176,6 +187,7 @@ def test_options_validation():
 
 def test_section_from_stats_alone():
     stats_ = {"records_in": 3, "records_out": 3, "authors": 3, "per_author": False, "text_fields": ["text"],
+              "word_counts": "estimated",
               "shape_counts": [[[2], 3]], "removed_fields": [], "remaining_fields": ["text"],
               "rare_word_types": 0, "suppressed_words": 0}
     section = amplification_section(stats_, 0.5, shuffled=True, delta=1e-6, subsample_rate=None, k_threshold=None)

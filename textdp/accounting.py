@@ -251,11 +251,13 @@ def shuffle_by_shape(token_eps0: float, shape_counts: Dict[Tuple[int, ...], int]
 def amplification_report(token_eps0: float, shape_counts: Dict[Tuple[int, ...], int], *,
                          shuffled: bool, delta: float = DEFAULT_DELTA,
                          subsample_rate: Optional[float] = None,
-                         k_threshold: Optional[int] = None, per_author: bool = False) -> dict:
+                         k_threshold: Optional[int] = None, per_author: bool = False,
+                         exact_word_counts: bool = True) -> dict:
     """The honest "amplification" section: local guarantee, then what each Amplifier step adds.
 
     Plain statements accompany every number; no number is claimed unless a theorem gives it for
-    these parameters.
+    these parameters. ``exact_word_counts`` False (counts estimated from the released text) also
+    withholds the shuffle claim: the theorem's epsilon_0 and groups depend on the exact counts.
     """
     max_tokens = max((sum(shape) for shape in shape_counts), default=0)
     local_eps0 = record_epsilon0(token_eps0, max_tokens)
@@ -273,7 +275,14 @@ def amplification_report(token_eps0: float, shape_counts: Dict[Tuple[int, ...], 
     }
     if shuffled:
         shuffle = shuffle_by_shape(token_eps0, shape_counts, delta)
-        if shuffle["claimed"]:
+        if shuffle["claimed"] and not exact_word_counts:
+            shuffle["claimed"] = False
+            shuffle["statement"] = (
+                f"no amplification claimed: with the estimated word counts the theorem would give "
+                f"({shuffle['epsilon']:.6g}, {delta:g})-DP, but its epsilon_0 and groups need the exact number "
+                "of privatized words per record, which this run did not record.")
+            shuffle["epsilon"] = None
+        elif shuffle["claimed"]:
             shuffle["statement"] = (f"shuffling amplifies the guarantee to ({shuffle['epsilon']:.6g}, {delta:g})-DP "
                                     f"for every {unit} ({shuffle['theorem']}).")
         else:

@@ -93,7 +93,18 @@ def text_values(record: dict, text_fields: Sequence[str]) -> Iterable[str]:
             yield value
 
 
-def record_words(record: dict, text_fields: Sequence[str]) -> int:
+def record_words(record: dict, text_fields: Sequence[str], word_count_field: Optional[str] = None) -> int:
+    """Privatized words in a record: the ``word_count_field`` if given (exact), else an estimate.
+
+    The estimate counts words in the released text; it can differ from the number of privatized
+    word slots (a released word may be punctuation, or a clitic glued to the word before), which is
+    why the accounting claims no amplification from estimated counts.
+    """
+    if word_count_field:
+        value = record.get(word_count_field)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"the word-count field {word_count_field!r} must hold a non-negative integer")
+        return value
     return sum(count_words(text) for text in text_values(record, text_fields))
 
 
@@ -228,8 +239,9 @@ def _drop_fields(record: dict, removed: frozenset) -> dict:
 
 
 def _build_stats(_, records_in, records_out, shapes, fields, rare_types, suppressed, removed, per_author,
-                 text_fields):
+                 text_fields, word_count_field):
     return {
+        "word_counts": f"exact, from the field {word_count_field!r}" if word_count_field else "estimated",
         "text_fields": list(text_fields),
         "records_in": int(records_in),
         "records_out": int(records_out),
@@ -258,12 +270,14 @@ class ShuffleAmplifier(beam.PTransform):
                  subsample_rate: Optional[float] = None, k_threshold: Optional[int] = None,
                  text_fields: Sequence[str] = ("text",), marker: str = DEFAULT_MARKER,
                  records_per_bucket: int = DEFAULT_RECORDS_PER_BUCKET, shuffle: bool = True,
-                 label: Optional[str] = None):
+                 word_count_field: Optional[str] = None, label: Optional[str] = None):
         super().__init__(label)
+        self.word_count_field = word_count_field or None
         self.shuffle = bool(shuffle)
         self.user_field = user_field or None
         self.drop_fields = tuple(dict.fromkeys(f for f in drop_fields if f))
-        self.removed = frozenset(self.drop_fields + ((self.user_field,) if self.user_field else ()))
+        self.removed = frozenset(self.drop_fields + ((self.user_field,) if self.user_field else ())
+                                 + ((self.word_count_field,) if self.word_count_field else ()))
         self.text_fields = tuple(text_fields)
         clash = self.removed.intersection(self.text_fields)
         if clash:
@@ -282,18 +296,18 @@ class ShuffleAmplifier(beam.PTransform):
     def expand(self, records):
         from apache_beam.pvalue import AsList, AsSingleton  # pylint: disable=import-outside-toplevel
 
-        text_fields, user_field = self.text_fields, self.user_field
+        text_fields, user_field, count_field = self.text_fields, self.user_field, self.word_count_field
         records_in = records | "CountIn" >> beam.combiners.Count.Globally()
         if self.subsample_rate is not None and self.subsample_rate < 1:
             records = records | "PoissonSubsample" >> beam.ParDo(PoissonSubsample(self.subsample_rate))
 
         if user_field:
             shapes = (records
-                      | "AuthorWords" >> beam.Map(lambda r: (author_key(r, user_field), record_words(r, text_fields)))
+                      | "AuthorWords" >> beam.Map(lambda r: (author_key(r, user_field), record_words(r, text_fields, count_field)))
                       | "GroupByAuthor" >> beam.GroupByKey()
                       | "AuthorShape" >> beam.Map(lambda kv: (tuple(sorted(kv[1])), 1)))
         else:
-            shapes = records | "RecordShape" >> beam.Map(lambda r: ((record_words(r, text_fields),), 1))
+            shapes = records | "RecordShape" >> beam.Map(lambda r: ((record_words(r, text_fields, count_field),), 1))
         shapes = shapes | "CountShapes" >> beam.CombinePerKey(sum)
 
         rare_count = None
@@ -342,5 +356,5 @@ class ShuffleAmplifier(beam.PTransform):
                      _build_stats, AsSingleton(records_in), AsSingleton(records_out), AsList(shapes),
                      AsList(fields), AsSingleton(rare_count if rare_count is not None else zero),
                      AsSingleton(suppressed if suppressed is not None else zero),
-                     sorted(removed), bool(user_field), list(text_fields)))
+                     sorted(removed), bool(user_field), list(text_fields), count_field))
         return {"records": shuffled, "stats": stats}
