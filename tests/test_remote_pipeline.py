@@ -89,3 +89,34 @@ def test_calibrate_reads_the_artifact_and_writes_its_report_on_gcs(corpus_on_gcs
     assert summary["statistics"]["5"]["n_w"]["mean"] >= 0
     cached = [e for e in os.listdir(corpus_on_gcs["cache"] / "remote") if not e.endswith(".lock")]
     assert len(cached) == 1 and cached[0].startswith(f"{name}_artifacts_glove5k-"), cached
+
+
+def test_neighbour_table_added_to_a_gcs_artifact_is_used_by_tem(corpus_on_gcs, tmp_path):
+    """The documented path for a gs:// artifact: working copy -> textdp neighbours -> upload -> TEM reads it.
+
+    epsilon = 1e6: TEM's Gumbel noise (scale 2/epsilon) is far below the gap to any other word, so
+    every known word comes back unchanged; the summary shows the table from the bucket was used.
+    """
+    from pipelines.neighbours import build_pipeline as build_neighbours
+
+    name, bucket, url = corpus_on_gcs["name"], corpus_on_gcs["bucket"], corpus_on_gcs["artifact"]
+    before = remote.fetch_artifact(url)
+    work = remote.checkout_artifact(url, str(tmp_path / "work"))
+    build_neighbours(PipelineOptions(["--runner=FnApiRunner", f"--artifact={work}", "--k=10",
+                                      "--shard-rows=2500"])).run().wait_until_finish()
+    remote.upload_artifact(work, url)
+    assert "neighbours" not in json.loads(open(os.path.join(before, "manifest.json")).read()), "cache untouched"
+
+    output = f"gs://{name}/privatized-tem/reviews"
+    argv = ["--runner=FnApiRunner", f"--input=gs://{name}/corpus/2026-11-21/*.txt", f"--output={output}",
+            f"--artifact={url}", "--mechanism=tem", "--epsilon=1e6", "--oov-policy=keep"]
+    build_pipeline(PipelineOptions(argv)).run().wait_until_finish()
+    summary = json.loads(bucket.blob("privatized-tem/reviews-summary.json").download_as_text())
+    assert summary["mechanism"]["mechanism"] == "tem" and summary["mechanism"]["neighbour_k"] == 10
+    shards = [b.name for b in bucket.list_blobs(prefix="privatized-tem/") if b.name.endswith(".txt")
+              and "-errors-" not in b.name]
+    released = "".join(bucket.blob(n).download_as_text() for n in shards).splitlines()
+    with open(EXAMPLE_TXT, encoding="utf-8") as handle:
+        assert sorted(released) == sorted(handle.read().splitlines())
+    versions = [e for e in os.listdir(corpus_on_gcs["cache"] / "remote") if not e.endswith(".lock")]
+    assert len(versions) == 2, versions  # the table made a new version; the old one was not modified
