@@ -27,7 +27,8 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from textdp.artifact import Artifact, resolve_artifact
+from textdp.artifact import resolve_artifact
+from textdp.compact_vocab import SharedVocabularyArtifact
 from textdp.mechanisms import make_mechanism
 from textdp.text_privatizer import TextPrivatizer
 
@@ -55,12 +56,17 @@ class PerturbConfig:
 
 
 class PrivatizerHolder:
-    """The per-process state: artifact, mechanism and text privatizer. Read-only, thread-safe to share."""
+    """The per-process state: artifact, mechanism and text privatizer. Read-only, thread-safe to share.
+
+    The artifact's vectors and vocabulary are memory-mapped, so a second process on the same
+    machine adds little more than its own small index arrays (see benchmarks/bench_pipeline.py).
+    """
 
     def __init__(self, config: PerturbConfig):
         global _PROCESS_LOADS  # pylint: disable=global-statement
         started = time.perf_counter()
-        self.artifact = Artifact(resolve_artifact(config.artifact))
+        # the vocabulary is memory-mapped like the vectors: shared by every process on the machine
+        self.artifact = SharedVocabularyArtifact(resolve_artifact(config.artifact))
         self.mechanism = make_mechanism(config.mechanism, self.artifact, config.epsilon, nn=config.nn,
                                         search_k=config.search_k, gamma=config.gamma, beta=config.beta)
         self.privatizer = TextPrivatizer(self.mechanism, self.artifact.words, self.artifact.word_to_id,
