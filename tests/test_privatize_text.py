@@ -87,3 +87,20 @@ def test_factory_names_and_unknown_mechanism(small_artifact):
         make_mechanism("laplace", small_artifact, 2.0)
     with pytest.raises(ValueError, match="OOV policy"):
         privatizer(small_artifact, policy="drop")
+
+
+def test_compact_vocabulary_matches_the_artifact_word_list(small_artifact):
+    """The page-cache-shared vocabulary the workers use: same words, same ids, unknowns absent."""
+    from textdp.compact_vocab import SharedVocabularyArtifact  # pylint: disable=import-outside-toplevel
+
+    shared_words = SharedVocabularyArtifact(small_artifact.path)
+    words = shared_words.words
+    assert len(words) == len(small_artifact.words) == 5000
+    assert list(words) == small_artifact.words
+    assert all(words.get(w) == i for i, w in enumerate(small_artifact.words))
+    assert words.get("zzqxwv") is None and "zzqxwv" not in words and "the" in words
+    assert words.private_bytes() < 200_000
+    text = "The film's ending wasn't GOOD, 1999."
+    core = TextPrivatizer(make_mechanism("madlib", shared_words, 4.0), words, shared_words.word_to_id)
+    reference = privatizer(small_artifact, epsilon=4.0)
+    assert core.privatize([text], np.random.default_rng(5)) == reference.privatize([text], np.random.default_rng(5))
