@@ -89,7 +89,7 @@ def amplification_section(stats: dict, token_eps0: float, *, shuffled: bool, del
                           subsample_rate: Optional[float], k_threshold: Optional[int],
                           diameter: Optional[dict] = None) -> dict:
     """The summary's "amplification" section from the stage's ``stats`` and the local epsilon_0."""
-    shapes = {tuple(shape): count for shape, count in stats["shape_counts"]}
+    shapes = [(tuple(shape), count) for shape, count in stats["shape_counts"]]
     report = accounting.amplification_report(
         token_eps0, shapes, shuffled=shuffled, delta=delta, subsample_rate=subsample_rate,
         k_threshold=k_threshold, per_author=stats["per_author"],

@@ -64,6 +64,15 @@ def test_word_count_field_gives_the_shapes_and_is_removed(tmp_path):
     assert estimated["word_counts"] == "estimated"
 
 
+def test_fields_released_as_they_are_split_the_accounting_groups(tmp_path):
+    """Four 2-word records: two labelled 'a', two 'b'. An 'a' record can only hide among 'a' records."""
+    rows = [{"label": label, "text": "one two"} for label in "aabb"]
+    _, stats_ = run_amplifier(rows, tmp_path)
+    assert stats_["shape_counts"] == [[[2], 2], [[2], 2]]
+    _, dropped = run_amplifier(rows, tmp_path / "dropped", drop_fields=["label"])
+    assert dropped["shape_counts"] == [[[2], 4]]
+
+
 def test_missing_author_field_is_an_error_that_shows_no_text(tmp_path):
     secret = "my card number is 4242"
     with pytest.raises(Exception) as info:

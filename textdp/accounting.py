@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Dict, Iterable, Optional, Tuple
+from typing import Dict, Iterable, Optional, Tuple, Union
 
 import numpy as np
 
 DEFAULT_DELTA = 1e-6
+# groups of authors: {word counts: authors}, or a list of (word counts, authors) pairs
+ShapeCounts = Union[Dict[Tuple[int, ...], int], Iterable[Tuple[Tuple[int, ...], int]]]
 
 
 # --- 1 and 2: the local guarantee -----------------------------------------------------------
@@ -213,18 +215,25 @@ def shuffle_epsilon(epsilon0: float, n: int, delta: float = DEFAULT_DELTA) -> Sh
 # --- the summary section ----------------------------------------------------------------------
 
 
-def shuffle_by_shape(token_eps0: float, shape_counts: Dict[Tuple[int, ...], int],
-                     delta: float = DEFAULT_DELTA) -> dict:
+def _groups(shape_counts) -> list:
+    items = shape_counts.items() if isinstance(shape_counts, dict) else shape_counts
+    return [(tuple(shape), int(count)) for shape, count in items]
+
+
+def shuffle_by_shape(token_eps0: float, shape_counts: ShapeCounts, delta: float = DEFAULT_DELTA) -> dict:
     """Apply Thm. 3.1 to each group of authors whose released data has the same shape.
 
-    The word counts of an author's records are released as they are, so an author can only hide
-    among the authors whose records have the same word counts (``shape``: the sorted tuple of their
-    records' word counts; one record per author when there is no author field). Within a group of
-    n_s authors each author's data is (total words * token_eps0)-LDP, and the theorem is applied
-    with that n_s and epsilon_0. The guarantee for everyone is the worst group's.
+    Everything about an author's records except the privatized words is released as it is: the
+    word counts, and the fields that are not privatized. So an author can only hide among the
+    authors whose records look the same in all of that (``shape_counts``: one entry per such group,
+    the sorted word counts of the group's records and the group's number of authors; one record per
+    author when there is no author field; two groups may have the same word counts and differ in
+    other fields). Within a group of n_s authors each author's data is (total words * token_eps0)-LDP,
+    and the theorem is applied with that n_s and epsilon_0. The guarantee for everyone is the worst
+    group's.
     """
     groups = []
-    for shape, count in shape_counts.items():
+    for shape, count in _groups(shape_counts):
         tokens = int(sum(shape))
         bound = shuffle_epsilon(record_epsilon0(token_eps0, tokens), int(count), delta)
         groups.append((shape, count, bound))
@@ -248,7 +257,7 @@ def shuffle_by_shape(token_eps0: float, shape_counts: Dict[Tuple[int, ...], int]
     }
 
 
-def amplification_report(token_eps0: float, shape_counts: Dict[Tuple[int, ...], int], *,
+def amplification_report(token_eps0: float, shape_counts: ShapeCounts, *,
                          shuffled: bool, delta: float = DEFAULT_DELTA,
                          subsample_rate: Optional[float] = None,
                          k_threshold: Optional[int] = None, per_author: bool = False,
@@ -259,7 +268,7 @@ def amplification_report(token_eps0: float, shape_counts: Dict[Tuple[int, ...], 
     these parameters. ``exact_word_counts`` False (counts estimated from the released text) also
     withholds the shuffle claim: the theorem's epsilon_0 and groups depend on the exact counts.
     """
-    max_tokens = max((sum(shape) for shape in shape_counts), default=0)
+    max_tokens = max((sum(shape) for shape, _ in _groups(shape_counts)), default=0)
     local_eps0 = record_epsilon0(token_eps0, max_tokens)
     unit = "author" if per_author else "record"
     report = {

@@ -32,6 +32,7 @@ unified with ``textdp.tokenize``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -234,6 +235,16 @@ class PermuteBucket(beam.DoFn):
         yield from records
 
 
+def released_fingerprint(record: dict, removed: frozenset, text_fields: Sequence[str]) -> str:
+    """A digest of the fields released as they are (all but the removed and the text fields).
+
+    Records that differ in such a field can be told apart whatever their text, so the accounting
+    groups authors by it; only the digest leaves this function, never a value.
+    """
+    kept = {k: v for k, v in record.items() if k not in removed and k not in text_fields}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:16]
+
+
 def _drop_fields(record: dict, removed: frozenset) -> dict:
     return {key: value for key, value in record.items() if key not in removed}
 
@@ -247,7 +258,7 @@ def _build_stats(_, records_in, records_out, shapes, fields, rare_types, suppres
         "records_out": int(records_out),
         "authors": int(sum(count for _, count in shapes)),
         "per_author": per_author,
-        "shape_counts": sorted(([list(shape), int(count)] for shape, count in shapes), key=lambda x: x[0]),
+        "shape_counts": sorted([[w for w, _ in shape], int(count)] for shape, count in shapes),
         "removed_fields": sorted(removed),
         "remaining_fields": sorted(fields),
         "rare_word_types": int(rare_types),
@@ -301,13 +312,18 @@ class ShuffleAmplifier(beam.PTransform):
         if self.subsample_rate is not None and self.subsample_rate < 1:
             records = records | "PoissonSubsample" >> beam.ParDo(PoissonSubsample(self.subsample_rate))
 
+        removed = self.removed
+
+        def record_shape(r):  # what is released about a record besides its privatized words
+            return (record_words(r, text_fields, count_field), released_fingerprint(r, removed, text_fields))
+
         if user_field:
             shapes = (records
-                      | "AuthorWords" >> beam.Map(lambda r: (author_key(r, user_field), record_words(r, text_fields, count_field)))
+                      | "AuthorRecordShapes" >> beam.Map(lambda r: (author_key(r, user_field), record_shape(r)))
                       | "GroupByAuthor" >> beam.GroupByKey()
                       | "AuthorShape" >> beam.Map(lambda kv: (tuple(sorted(kv[1])), 1)))
         else:
-            shapes = records | "RecordShape" >> beam.Map(lambda r: ((record_words(r, text_fields, count_field),), 1))
+            shapes = records | "RecordShape" >> beam.Map(lambda r: ((record_shape(r),), 1))
         shapes = shapes | "CountShapes" >> beam.CombinePerKey(sum)
 
         rare_count = None
@@ -332,7 +348,6 @@ class ShuffleAmplifier(beam.PTransform):
                           | "SumSuppressed" >> beam.CombineGlobally(sum))
             records = replaced | "DropCounts" >> beam.Map(lambda pair: pair[0])
 
-        removed = self.removed
         records = records | "DropFields" >> beam.Map(_drop_fields, removed)
         fields = (records
                   | "FieldNames" >> beam.Map(lambda r: frozenset(r))
