@@ -3,9 +3,9 @@ words with a table computed by the neighbour job (FnApiRunner, K=40 on the 5k ar
 
 Statistical tests: every (word, epsilon, gamma) case runs a G-test of 100,000 draws against the
 exact distribution (cells with expected count < 20 are pooled into one cell) and a binomial z-test of
-the share of draws outside the K-nearest table, each at significance 1e-5. With at most 40 such
-checks in this file the chance that a correct sampler fails any of them is below 40 x 1e-5 = 4e-4
-(Bonferroni). Draws use fixed seeds so a failure reproduces.
+the share of draws outside the K-nearest table; the batch tests z-test each word's P(self). Every
+check is at significance 1e-5; there are 42 checks in this file, so the chance that a correct
+sampler fails any of them is below 42 x 1e-5 = 4.2e-4 (Bonferroni). Draws use fixed seeds so a failure reproduces.
 """
 
 import math
@@ -126,18 +126,22 @@ def test_angular_table_sampler_matches_closed_form(angular_artifact_dir):  # noq
     check_against_closed_form(artifact, tem, "movie", seed=11)
 
 
-def test_mixed_batch_draws_independently_per_token(artifact):
-    """A batch with many words: each token's share of 'unchanged' matches its own P(self)."""
+@pytest.mark.parametrize("rounds_in_memory, per_word", [(None, 20000), (1000, 5000)])
+def test_mixed_batch_draws_independently_per_token(artifact, rounds_in_memory, per_word):
+    """A batch with many words: each token's share of 'unchanged' matches its own P(self); also
+    when only 1,000 rounds fit in memory at once, so most tokens wait for later blocks."""
     words = ["the", "good", "paris", "acting", "however"]
-    ids = np.repeat(artifact.ids_of(words), 20000)
+    ids = np.repeat(artifact.ids_of(words), per_word)
     tem = TEM(artifact, 4.0)
+    if rounds_in_memory:
+        tem.MAX_ROUNDS_TOTAL = rounds_in_memory
     released = tem.privatize_ids(np.random.default_rng(3).permutation(ids), np.random.default_rng(4))
     # order was permuted: compare per word through the permutation
     perm_ids = np.random.default_rng(3).permutation(ids)
     for word_id in artifact.ids_of(words):
         p_self = exact_distribution(artifact, tem, word_id)[word_id]
         share = (released[perm_ids == word_id] == word_id).mean()
-        z = (share - p_self) / math.sqrt(p_self * (1 - p_self) / 20000)
+        z = (share - p_self) / math.sqrt(p_self * (1 - p_self) / per_word)
         assert abs(z) < norm.isf(ALPHA / 2)
 
 

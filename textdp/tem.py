@@ -105,6 +105,7 @@ class TEM:
     name = "tem"
     FIRST_ROUNDS = 4
     MAX_ROUNDS_PER_BLOCK = 256
+    MAX_ROUNDS_TOTAL = 1 << 17  # rounds held in memory at once (about 50 MB of float64 rows)
 
     def __init__(self, artifact, epsilon: float, gamma: Optional[float] = None,
                  beta: float = DEFAULT_BETA, batch: int = 8192):
@@ -186,8 +187,10 @@ class TEM:
         # of the rounds actually needed, E / Z, which is unknown (Z is what we cannot afford).
         rounds_hint = np.minimum(np.ceil(envelope / mass_table), self.FIRST_ROUNDS).astype(np.int64)
         while len(active):
-            reps = rounds_hint[active]
-            token = np.repeat(active, reps)  # token index of every round, grouped by token
+            # bound the memory of one block of rounds; tokens that do not fit wait their turn
+            fits = max(1, int(np.searchsorted(np.cumsum(rounds_hint[active]), self.MAX_ROUNDS_TOTAL, side="right")))
+            waiting, active = active[fits:], active[:fits]
+            token = np.repeat(active, rounds_hint[active])  # token index of every round, grouped by token
             draw = rng.random(len(token)) * envelope[token]
             in_table = draw < mass_table[token]
             outside = ~in_table
@@ -218,8 +221,10 @@ class TEM:
                 accepted[rounds] = ok
                 chosen[rounds] = candidate
             hits = np.flatnonzero(accepted)
-            first_tokens, first_pos = np.unique(token[hits], return_index=True)
-            first = hits[first_pos]
+            hit_tokens = token[hits]  # ascending, since rounds are grouped by token in order
+            leading = np.ones(len(hits), dtype=bool)
+            leading[1:] = hit_tokens[1:] != hit_tokens[:-1]
+            first, first_tokens = hits[leading], hit_tokens[leading]
             # table rounds: find the word whose cumulative weight interval holds the draw
             from_table = first[in_table[first]]
             if len(from_table):
@@ -229,8 +234,9 @@ class TEM:
             out[first_tokens] = chosen[first]
             done = np.zeros(len(ids), dtype=bool)
             done[first_tokens] = True
-            active = active[~done[active]]
-            rounds_hint[active] = np.minimum(rounds_hint[active] * 4, self.MAX_ROUNDS_PER_BLOCK)
+            retry = active[~done[active]]
+            rounds_hint[retry] = np.minimum(rounds_hint[retry] * 4, self.MAX_ROUNDS_PER_BLOCK)
+            active = np.sort(np.concatenate([retry, waiting]))
         return out
 
     # reporting -------------------------------------------------------------------------------------
