@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 
@@ -38,14 +39,15 @@ class GcsEmulator:
         self.data_dir = data_dir
         self.port = port or _free_port()
         self.url = f"http://localhost:{self.port}"
+        self.log_path = os.path.join(os.path.dirname(os.path.abspath(data_dir)), f"emulator-{self.port}.log")
         self.process = None
 
     def start(self) -> "GcsEmulator":
         os.makedirs(self.data_dir, exist_ok=True)
-        self._log = open(os.path.join(self.data_dir, "..", f"emulator-{self.port}.log"), "ab")
+        self._log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gcp_storage_emulator", "--data-dir", self.data_dir, "start",
-             "--host", "localhost", "--port", str(self.port), "--quiet"],
+             "--host", "localhost", "--port", str(self.port)],
             stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while True:
@@ -72,6 +74,13 @@ class GcsEmulator:
         if getattr(self, "_log", None):
             self._log.close()
             self._log = None
+
+    def media_requests(self, bucket: str, object_name: str) -> int:
+        """How many requests for an object's content (whole or a range) the server has logged."""
+        quoted = urllib.parse.quote(object_name, safe="")
+        with open(self.log_path, encoding="utf-8", errors="replace") as handle:
+            return sum(1 for line in handle
+                       if "GET " in line and f"/b/{bucket}/o/{quoted}?" in line and "alt=media" in line)
 
     def client(self):
         from google.cloud import storage  # pylint: disable=import-outside-toplevel

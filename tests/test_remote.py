@@ -203,7 +203,7 @@ def test_killed_download_leaves_no_artifact_and_next_fetch_cleans_up(small_artif
     assert open_artifact(local).file_path("vectors.npy")  # verifies the SHA-256
 
 
-def test_two_processes_fetching_at_once_download_once(uploaded, cache, tmp_path):
+def test_two_processes_fetching_at_once_download_once(uploaded, cache, tmp_path, gcs_emulator):
     go = tmp_path / "go"
     children = [run_child(uploaded, f"wait:{go}") for _ in range(2)]
     time.sleep(1.5)  # both imported and polling for the start signal
@@ -216,6 +216,9 @@ def test_two_processes_fetching_at_once_download_once(uploaded, cache, tmp_path)
     assert results[0]["path"] == results[1]["path"]
     downloads = [m for r in results for m in r["log"] if m.startswith("downloading vectors.npy")]
     assert len(downloads) == 1, [r["log"][:3] for r in results]
+    bucket, prefix = remote.parse_gcs_url(uploaded)
+    one_download = -(-open_artifact(results[0]["path"]).manifest["files"][VECTORS_FILE]["bytes"] // 65536)  # chunks
+    assert gcs_emulator.media_requests(bucket, f"{prefix}/{VECTORS_FILE}") == one_download, "the server's own log"
     assert open_artifact(results[0]["path"]).vocab_size == 5000
 
 

@@ -7,6 +7,7 @@ file system, and the workers fetch the artifact into the local cache.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 
@@ -120,3 +121,33 @@ def test_neighbour_table_added_to_a_gcs_artifact_is_used_by_tem(corpus_on_gcs, t
         assert sorted(released) == sorted(handle.read().splitlines())
     versions = [e for e in os.listdir(corpus_on_gcs["cache"] / "remote") if not e.endswith(".lock")]
     assert len(versions) == 2, versions  # the table made a new version; the old one was not modified
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_two_worker_processes_share_one_download_of_a_gcs_artifact(corpus_on_gcs, imdb_rows, gcs_emulator):
+    """``--direct_running_mode=multi_processing --direct_num_workers=2`` with ``--artifact gs://``.
+
+    Both worker processes (seen by pid in the diagnostics output) load the artifact, and the
+    emulator's own request log shows vectors.npy and index.ann were each sent exactly once: the
+    second process found the first one's copy in the machine's cache (or waited on its lock).
+    """
+    name, bucket = corpus_on_gcs["name"], corpus_on_gcs["bucket"]
+    for part in range(2):
+        text = "".join(row["text"].replace("\n", " ") + "\n" for row in imdb_rows[part * 150:(part + 1) * 150])
+        bucket.blob(f"imdb/reviews-{part}.txt").upload_from_string(text)
+    diagnostics = str(corpus_on_gcs["cache"].parent / "diagnostics")
+    argv = ["--runner=FnApiRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2",
+            f"--input=gs://{name}/imdb/*.txt", f"--output=gs://{name}/imdb-out/reviews",
+            f"--artifact={corpus_on_gcs['artifact']}", "--epsilon=10", "--batch-records=16",
+            f"--diagnostics-output={diagnostics}"]
+    build_pipeline(PipelineOptions(argv)).run().wait_until_finish()
+
+    summary = json.loads(bucket.blob("imdb-out/reviews-summary.json").download_as_text())
+    assert summary["records"]["in"] == summary["records"]["out"] == 300
+    lines = [json.loads(line) for path in glob.glob(f"{diagnostics}-*.jsonl")
+             for line in open(path, encoding="utf-8") if line.strip()]
+    assert len({line["pid"] for line in lines}) == 2, "expected two worker processes"
+    _, prefix = remote.parse_gcs_url(corpus_on_gcs["artifact"])
+    for name_in_artifact in ("vectors.npy", "index.ann", "vocab.txt"):
+        assert gcs_emulator.media_requests(name, f"{prefix}/{name_in_artifact}") == 1, name_in_artifact
