@@ -240,8 +240,7 @@ def run(argv: Optional[List[str]] = None) -> int:
     if "-h" in argv or "--help" in argv:
         help_parser().print_help()
         return 0
-    known, _beam_flags = help_parser().parse_known_args(argv)  # unknown flags are Beam's: they pass through
-    del known
+    help_parser().parse_known_args(argv)  # rejects bad values of our flags early; the rest is Beam's
     options = PipelineOptions(argv)
     try:
         pipeline = build_pipeline(options)

@@ -167,15 +167,14 @@ class ReadFileRecords(beam.DoFn):
                     yield self._row_record(path, position, row)
 
     def _row_record(self, path, position, row):
+        text = None
+        if self.keep_failed_text:
+            text = json.dumps({f: row.get(f) for f in self.text_fields}, ensure_ascii=False, default=str)
         size = sum(len(row[f].encode("utf-8")) for f in self.text_fields if isinstance(row.get(f), str))
         if size > self.max_record_bytes:
             return self._failed(path, position, TOO_LARGE,
-                                f"{size} bytes of text > --max-record-bytes {self.max_record_bytes}",
-                                json.dumps({f: row.get(f) for f in self.text_fields}, ensure_ascii=False))
-        if not self.keep_failed_text:
-            return self._checked_object(path, position, row, None)
-        return self._checked_object(path, position, row,
-                                    json.dumps({f: row.get(f) for f in self.text_fields}, ensure_ascii=False))
+                                f"{size} bytes of text > --max-record-bytes {self.max_record_bytes}", text)
+        return self._checked_object(path, position, row, text)
 
 
 class ReadRecords(beam.PTransform):
