@@ -11,6 +11,7 @@ Integration into a pipeline that holds privatized records (dicts) is three lines
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Sequence
 
 import apache_beam as beam
@@ -76,10 +77,19 @@ def local_token_epsilon0(mechanism, artifact, oov_policy: str = "random") -> tup
     """(token epsilon_0, diameter bounds) for a mechanism over an artifact, computed from the vectors.
 
     ``mechanism`` is any object with ``parameters()`` (Madlib, TEM). Three passes over the vectors
-    (about a second for 400k x 50).
+    (about a second for 400k x 50). The diameter is taken in the mechanism's metric: Madlib's is
+    Euclidean; TEM's may be ``angular`` (Euclidean between unit directions, so at most 2).
     """
     params = mechanism.parameters()
-    bounds = accounting.diameter_bounds(artifact.vectors)
+    metric = params.get("metric", "euclidean")
+    vectors = artifact.vectors
+    if metric != "euclidean":
+        from textdp.neighbours import metric_points  # pylint: disable=import-outside-toplevel
+
+        vectors = metric_points(vectors, metric)
+    bounds = accounting.diameter_bounds(vectors)
+    if metric == "angular" and bounds.upper > 2.0:  # unit vectors: no two are farther apart than 2
+        bounds = dataclasses.replace(bounds, upper=2.0, method=bounds.method + "; 2 for unit directions")
     eps0 = accounting.token_epsilon0(params["mechanism"], params["epsilon"], bounds.upper,
                                      gamma=params.get("gamma"), oov_policy=oov_policy)
     return eps0, bounds

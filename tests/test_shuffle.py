@@ -194,6 +194,24 @@ def test_options_validation():
         ShuffleAmplifier(drop_fields=["text"])
 
 
+class _FakeTEM:  # only parameters() is read; the numbers are the real artifact's
+    def __init__(self, metric):
+        self.metric = metric
+
+    def parameters(self):
+        return {"mechanism": "tem", "epsilon": 1.0, "gamma": 100.0, "metric": self.metric}
+
+
+def test_local_token_epsilon0_uses_the_mechanism_metric(small_artifact):
+    from pipelines.lac_options import local_token_epsilon0
+
+    euclid, bounds = local_token_epsilon0(_FakeTEM("euclidean"), small_artifact)
+    assert euclid == pytest.approx(bounds.upper) and bounds.upper > 5.0
+    angular, bounds = local_token_epsilon0(_FakeTEM("angular"), small_artifact)
+    assert bounds.upper <= 2.0 and angular == pytest.approx(bounds.upper)
+    assert 1.0 < bounds.lower <= bounds.upper
+
+
 def test_section_from_stats_alone():
     stats_ = {"records_in": 3, "records_out": 3, "authors": 3, "per_author": False, "text_fields": ["text"],
               "word_counts": "estimated",
