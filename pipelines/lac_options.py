@@ -1,12 +1,14 @@
 """Flags and wiring for the LAC Amplifier stage of ``textdp privatize`` (see docs/lac.md).
 
-Integration into a pipeline that holds privatized records (dicts) is three lines::
+Into any pipeline that holds privatized records (dicts)::
 
     options = pipeline_options.view_as(AmplifierOptions)
-    token_eps0 = local_token_epsilon0(mechanism, artifact, oov_policy)      # once, at build time
+    token_eps0, diameter = local_token_epsilon0(mechanism, artifact, oov_policy)
     records, amplification = apply_amplifier(records, options, token_eps0, text_fields=[...])
 
-``amplification`` is a PCollection with one dict: the summary's "amplification" section.
+``amplification`` is a PCollection with one dict: the summary's "amplification" section. Into the
+privatize pipeline (payloads: str for text, dict for JSONL/Parquet), ``amplify_privatized`` does
+it all, with epsilon_0 computed on a worker from the mechanism the privatize workers loaded.
 """
 
 from __future__ import annotations
@@ -148,3 +150,64 @@ def apply_amplifier(records, options: AmplifierOptions, token_eps0: float,
         lambda stats: amplification_section(stats, token_eps0, shuffled=shuffled, delta=delta,
                                             subsample_rate=rate, k_threshold=k, diameter=diameter))
     return outputs["records"], section
+
+
+class AmplificationSection(beam.DoFn):
+    """The stage's stats -> the "amplification" section, written to ``path`` as JSON and emitted.
+
+    epsilon_0 comes from the very mechanism and artifact the privatize workers loaded (the same
+    ``Shared`` holder, so nothing is loaded twice in a process).
+    """
+
+    def __init__(self, shared_handle, config, path: Optional[str], *, shuffled: bool, delta: float,
+                 subsample_rate: Optional[float], k_threshold: Optional[int]):
+        super().__init__()
+        self._shared_handle = shared_handle
+        self.config = config
+        self.path = path
+        self.kwargs = dict(shuffled=shuffled, delta=delta, subsample_rate=subsample_rate, k_threshold=k_threshold)
+        self._holder = None
+
+    def setup(self):
+        from transforms.perturb import load_holder  # pylint: disable=import-outside-toplevel
+
+        self._holder = load_holder(self._shared_handle, self.config)
+
+    def process(self, stats):
+        token_eps0, diameter = local_token_epsilon0(self._holder.mechanism, self._holder.artifact,
+                                                    self.config.oov_policy)
+        section = amplification_section(stats, token_eps0, diameter=diameter.to_dict(), **self.kwargs)
+        if self.path:
+            from transforms.io import write_json  # pylint: disable=import-outside-toplevel
+
+            write_json(self.path, section)
+        yield section
+
+
+def amplify_privatized(released, options, config, shared_handle, data_format: str, text_fields: Sequence[str],
+                       section_path: Optional[str] = None, label: str = "Amplifier"):
+    """The Amplifier inside ``textdp privatize``: returns (payloads, records dropped by sub-sampling).
+
+    ``released`` holds privatized payloads (str for text input, dict for JSONL/Parquet); the
+    result holds payloads of the same kind. The section goes to ``section_path`` (JSON). The second
+    PCollection has one number, for the summary's reconciliation of record counts.
+    """
+    amp = options.view_as(AmplifierOptions)
+    amp.validate_amplifier()
+    if data_format == "text":
+        records = released | f"{label}Wrap" >> beam.Map(lambda text: {"text": text})
+        text_fields = ("text",)
+    else:
+        records = released
+    outputs = records | label >> ShuffleAmplifier(
+        user_field=amp.user_field, drop_fields=_fields(amp.drop_fields), subsample_rate=amp.subsample,
+        k_threshold=amp.k_threshold, text_fields=tuple(text_fields), shuffle=bool(amp.shuffle))
+    (outputs["stats"]
+     | f"{label}Section" >> beam.ParDo(AmplificationSection(
+         shared_handle, config, section_path, shuffled=bool(amp.shuffle), delta=float(amp.delta),
+         subsample_rate=amp.subsample, k_threshold=amp.k_threshold)))
+    dropped = outputs["stats"] | f"{label}Dropped" >> beam.Map(lambda s: s["records_in"] - s["records_out"])
+    payloads = outputs["records"]
+    if data_format == "text":
+        payloads = payloads | f"{label}Unwrap" >> beam.Map(lambda record: record["text"])
+    return payloads, dropped

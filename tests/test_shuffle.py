@@ -229,3 +229,30 @@ def _amplifier_actions():
     parser = argparse.ArgumentParser()
     AmplifierOptions._add_argparse_args(parser)  # pylint: disable=protected-access
     return [a for a in parser._actions if a.dest != "help"]  # pylint: disable=protected-access
+
+
+def test_amplify_privatized_for_text_payloads_writes_the_section(small_artifact_dir, imdb_rows, tmp_path):
+    """The privatize wiring: str payloads in and out, the section file written by a worker, with
+    epsilon_0 from the real Madlib on the 5,000-word artifact."""
+    from apache_beam.utils import shared
+
+    from pipelines.lac_options import amplify_privatized
+    from transforms.perturb import PerturbConfig
+
+    texts = [row["text"] for row in imdb_rows[:200]]
+    config = PerturbConfig(artifact=small_artifact_dir, mechanism="madlib", epsilon=5.0, text_fields=())
+    section_path = str(tmp_path / "amplification.json")
+    argv = ["--shuffle", "--subsample", "0.5"]
+    with beam.Pipeline(runner="FnApiRunner", options=PipelineOptions(argv)) as pipeline:
+        payloads, dropped = amplify_privatized(pipeline | beam.Create(texts), PipelineOptions(argv), config,
+                                               shared.Shared(), "text", (), section_path)
+        payloads | "W1" >> beam.io.WriteToText(str(tmp_path / "out"))
+        dropped | beam.Map(str) | "W2" >> beam.io.WriteToText(str(tmp_path / "dropped"))
+    out = [line.rstrip("\n") for path in glob.glob(str(tmp_path / "out*")) for line in open(path, encoding="utf-8")]
+    assert set(out) <= set(texts) and 0 < len(out) < len(texts)
+    assert int(open(glob.glob(str(tmp_path / "dropped*"))[0]).read()) == len(texts) - len(out)
+    section = json.load(open(section_path, encoding="utf-8"))
+    assert section["records"] == {"in": 200, "out": len(out), "dropped_by_subsampling": 200 - len(out)}
+    diameter = section["local"]["vocabulary_diameter"]
+    assert section["local"]["token_epsilon0"] == pytest.approx(5.0 * diameter["upper"])
+    assert section["shuffle"]["claimed"] is False and section["subsample"]["claimed"] is False
