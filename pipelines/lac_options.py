@@ -194,6 +194,8 @@ def amplify_privatized(released, options, config, shared_handle, data_format: st
     """
     amp = options.view_as(AmplifierOptions)
     amp.validate_amplifier()
+    if data_format == "text" and amp.user_field:
+        raise ValueError("--user-field needs JSONL or Parquet input (plain-text lines have no author field)")
     if data_format == "text":
         records = released | f"{label}Wrap" >> beam.Map(lambda text: {"text": text})
         text_fields = ("text",)
