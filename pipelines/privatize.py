@@ -180,13 +180,17 @@ def errors_stage(errors, errors_prefix):
     errors | "WriteErrors" >> WriteErrors(errors_prefix)
 
 
-def summary_stage(counts_in, stats, errors, records_out_count, summary_writer):
+def summary_stage(counts_in, stats, errors, records_out_count, summary_writer, records_dropped=None):
+    """Combine every count into one dict and write the summary. ``records_dropped``: numbers of records
+    a stage between perturbation and writing removed on purpose (sub-sampling); they reconcile too."""
     parts = (
         counts_in | "RecordsIn" >> beam.Map(lambda path_count: {"records_in": path_count[1]}),
         stats | "TokenStats" >> beam.Map(dict),
         errors | "FailedCounts" >> beam.Map(lambda rec: {"records_failed": 1, FAILED_PREFIX + rec["reason"]: 1}),
         records_out_count | "RecordsOut" >> beam.Map(lambda n: {"records_out": n}),
     )
+    if records_dropped is not None:
+        parts += (records_dropped | "RecordsDropped" >> beam.Map(lambda n: {"records_dropped": n}),)
     return (parts
             | "AllCounts" >> beam.Flatten()
             | "SumCounts" >> beam.CombineGlobally(SumCounts())

@@ -64,6 +64,7 @@ def build_summary(counts: Dict[str, int], *, input_pattern: str, output: str, er
     records_in = int(counts.get("records_in", 0))
     records_out = int(counts.get("records_out", 0))
     records_failed = int(counts.get("records_failed", 0))
+    records_dropped = int(counts.get("records_dropped", 0))  # by an amplification stage (sub-sampling)
     tokens = int(counts.get("tokens", 0))
     changed = int(counts.get("changed_tokens", 0))
     unknown = int(counts.get("unknown_tokens", 0))
@@ -82,7 +83,7 @@ def build_summary(counts: Dict[str, int], *, input_pattern: str, output: str, er
             "out": records_out,
             "failed": records_failed,
             "failed_by_reason": failed_by_reason,
-            "reconciled": records_in == records_out + records_failed,
+            "reconciled": records_in == records_out + records_failed + records_dropped,
         },
         "tokens": {
             "total": tokens,
@@ -100,6 +101,8 @@ def build_summary(counts: Dict[str, int], *, input_pattern: str, output: str, er
         "seed": seed,
         "privacy": privacy_section(mechanism_statement, oov_policy, unk_token, unknown, seed is not None),
     }
+    if "records_dropped" in counts:
+        summary["records"]["dropped"] = records_dropped
     if extra:
         summary.update(extra)
     return summary
