@@ -104,3 +104,19 @@ def test_compact_vocabulary_matches_the_artifact_word_list(small_artifact):
     core = TextPrivatizer(make_mechanism("madlib", shared_words, 4.0), words, shared_words.word_to_id)
     reference = privatizer(small_artifact, epsilon=4.0)
     assert core.privatize([text], np.random.default_rng(5)) == reference.privatize([text], np.random.default_rng(5))
+
+
+def test_summary_reconciliation_and_policy_statements():
+    from textdp.summary import build_summary  # pylint: disable=import-outside-toplevel
+
+    common = dict(input_pattern="in.txt", output="out-*", errors_output="out-errors-*", data_format="text",
+                  text_fields=(), mechanism_parameters={"mechanism": "madlib"}, mechanism_statement={"per_token": "x"},
+                  artifact={}, unk_token="<unk>", max_record_bytes=10)
+    ok = build_summary({"records_in": 5, "records_out": 3, "records_failed": 1, "failed:empty": 1,
+                        "records_dropped": 1, "tokens": 10, "changed_tokens": 4}, oov_policy="unk", seed=None, **common)
+    assert ok["records"] == {"in": 5, "out": 3, "failed": 1, "failed_by_reason": {"empty": 1}, "reconciled": True,
+                             "dropped": 1}
+    assert ok["tokens"]["changed_fraction"] == 0.4 and "'<unk>'" in ok["privacy"]["unknown_words"]
+    broken = build_summary({"records_in": 5, "records_out": 3}, oov_policy="random", seed=3, **common)
+    assert broken["records"]["reconciled"] is False
+    assert broken["seed_used"] is True and "NOT" in broken["privacy"]["seed"]
