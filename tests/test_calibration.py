@@ -337,15 +337,19 @@ def test_recommend_picks_largest_epsilon_meeting_the_targets():
     assert recommend(rows, max_nw=0.5, min_sw=50, coverage=1.0)["recommended_epsilon"] == 1.0
     assert recommend(rows, max_nw=0.05, min_sw=None, coverage=0.5)["recommended_epsilon"] is None
     assert recommend(rows, max_nw=None, min_sw=50, coverage=0.9)["recommended_epsilon"] == 20.0
-    assert recommend(rows, max_nw=None, min_sw=50, coverage=0.95)["recommended_epsilon"] == 5.0
+    rec = recommend(rows, max_nw=None, min_sw=50, coverage=0.95)  # 10 fails, 20 meets: 20, and 10 is named
+    assert rec["recommended_epsilon"] == 20.0 and rec["smaller_epsilons_failing"] == [10.0]
 
 
 def test_recommend_flags_non_monotone_results():
-    good, bad = (0.1, 400), (0.9, 400)
-    rows = rows_for({1.0: [good] * 10, 2.0: [bad] * 10, 5.0: [good] * 10})
+    """S_w can be lower at a very small epsilon (hub words) than at a larger one: the largest epsilon
+    meeting the targets is still recommended, and the failing smaller one is named."""
+    good, low_support = (0.0, 400), (0.0, 30)
+    rows = rows_for({1.0: [low_support] * 10, 2.0: [good] * 10, 5.0: [good] * 10, 10.0: [(0.8, 5)] * 10})
     rec = recommend(rows, coverage=0.99)
-    assert rec["recommended_epsilon"] == 1.0
-    assert "non-monotone" in rec["message"]
+    assert rec["recommended_epsilon"] == 5.0
+    assert rec["smaller_epsilons_failing"] == [1.0]
+    assert "hub" in rec["message"] and "1 (share meeting 0.000" in rec["message"]
     with pytest.raises(ValueError):
         recommend(rows, max_nw=None, min_sw=None)
 

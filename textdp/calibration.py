@@ -365,7 +365,8 @@ def knn_distance_percentiles(rows: Sequence[dict], ks: Sequence[int] = K_VALUES,
         for p in percentiles:
             table[str(p)].append(float(np.percentile(values, p)))
     return {"k": kept_k, "percentiles": table, "words": len(per_word),
-            "definition": "Euclidean distance from a sampled word to its k-th nearest other vocabulary word"}
+            "definition": ("distance (the mechanism's metric: Euclidean for Madlib, the neighbour table's for TEM) "
+                           "from a sampled word to its k-th nearest other vocabulary word")}
 
 
 def recommend(rows: Sequence[dict], max_nw: Optional[float] = 0.5, min_sw: Optional[float] = 50,
@@ -373,10 +374,13 @@ def recommend(rows: Sequence[dict], max_nw: Optional[float] = 0.5, min_sw: Optio
     """The largest epsilon whose worst-case targets hold for at least ``coverage`` of the words.
 
     A word meets the targets at epsilon when N_w <= max_nw and S_w >= min_sw (a target set to
-    None is not checked). Larger epsilon means less noise (N_w grows, S_w shrinks), so the
-    epsilons meeting the targets should form a prefix of the sorted list; when sampling noise
-    breaks that, the recommendation stays at the largest epsilon below the first failure and
-    says so. ``use_exact`` judges TEM by its exact values instead of the estimates.
+    None is not checked). Larger epsilon means less noise, so N_w grows with epsilon. S_w usually
+    shrinks, but not always at very small epsilon: when the noise dwarfs every distance in the
+    embedding, the nearest word to a noisy point is one of the "hub" words on the outside of the
+    vocabulary's cloud, whatever the input, and S_w falls again. So a smaller epsilon can fail a
+    S_w target that a larger one meets; the recommendation is still the largest epsilon meeting
+    the targets (the issue's rule) and the message names the smaller epsilons that fail and why.
+    ``use_exact`` judges TEM by its exact values instead of the estimates.
     """
     if not 0 < coverage <= 1:
         raise ValueError("coverage must be in (0, 1]")
@@ -398,12 +402,9 @@ def recommend(rows: Sequence[dict], max_nw: Optional[float] = 0.5, min_sw: Optio
                         "share_nw_ok": float(np.mean(nw_ok)), "share_sw_ok": float(np.mean(sw_ok)),
                         "worst_n_w": float(nw.max()), "worst_s_w": float(sw.min()),
                         "meets": share >= coverage})
-    recommended = None
-    for entry in per_eps:  # ascending epsilon: stop at the first failure
-        if not entry["meets"]:
-            break
-        recommended = entry["epsilon"]
-    later = [e["epsilon"] for e in per_eps if e["meets"] and (recommended is None or e["epsilon"] > recommended)]
+    meeting = [e["epsilon"] for e in per_eps if e["meets"]]
+    recommended = max(meeting) if meeting else None
+    smaller_failing = [e for e in per_eps if recommended is not None and e["epsilon"] < recommended and not e["meets"]]
     targets = []
     if max_nw is not None:
         targets.append(f"N_w <= {max_nw:g}")
@@ -412,17 +413,21 @@ def recommend(rows: Sequence[dict], max_nw: Optional[float] = 0.5, min_sw: Optio
     target_text = " and ".join(targets) + f" for at least {coverage:.4g} of the words"
     basis = "exact TEM values" if use_exact else "estimates from sampling"
     if recommended is None:
-        message = (f"No tested epsilon meets {target_text} (judged on {basis}); the smallest tested, "
-                   f"{per_eps[0]['epsilon']:g}, is already too large: test smaller epsilons or relax the targets.")
+        message = (f"No tested epsilon meets {target_text} (judged on {basis}): test other epsilons "
+                   "(usually smaller ones) or relax the targets.")
     else:
         message = f"Recommended epsilon: {recommended:g}, the largest tested epsilon meeting {target_text} (judged on {basis})."
         if recommended == per_eps[-1]["epsilon"]:
             message += " It is the largest epsilon tested: larger ones may meet the targets too."
-    if later:
-        message += (" Note: larger epsilon(s) " + ", ".join(f"{e:g}" for e in later) + " also meet the targets "
-                    "after a failure; this non-monotone pattern is sampling noise near the threshold.")
+    if smaller_failing:
+        detail = ", ".join(f"{e['epsilon']:g} (share meeting {e['share_meeting']:.3f}; N_w ok {e['share_nw_ok']:.3f}, "
+                           f"S_w ok {e['share_sw_ok']:.3f})" for e in smaller_failing)
+        message += (f" Note: smaller epsilon(s) {detail} fail. At very small epsilon the noise dwarfs the embedding's "
+                    "distances and outputs concentrate on a few 'hub' words, which lowers S_w; near a threshold it "
+                    "can also be sampling noise.")
     return {"recommended_epsilon": recommended, "targets": {"max_nw": max_nw, "min_sw": min_sw, "coverage": coverage},
-            "basis": basis, "per_epsilon": per_eps, "message": message}
+            "basis": basis, "per_epsilon": per_eps, "smaller_epsilons_failing": [e["epsilon"] for e in smaller_failing],
+            "message": message}
 
 
 DEFINITIONS = {
@@ -435,7 +440,8 @@ DEFINITIONS = {
                        "sum_i 1 - (1 - P(i))^samples: the exact expectation of the S_w estimate.",
     "coverage": "the share of sampled words for which both targets must hold; the sampled words stand for "
                 "the vocabulary (stratified by frequency rank) or for the given word list.",
-    "k-NN distance": "Euclidean distance from a sampled word to its k-th nearest other vocabulary word (Fig. 1).",
+    "k-NN distance": "distance from a sampled word to its k-th nearest other vocabulary word (Fig. 1), in the "
+                     "mechanism's metric (Euclidean for Madlib).",
 }
 
 

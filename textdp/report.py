@@ -207,7 +207,7 @@ def render_html(summary: dict, plot_files: Sequence[str] = PLOT_FILES) -> str:
 <table><tr><th>epsilon</th><th>words</th><th>share meeting both</th><th>share N_w ok</th><th>share S_w ok</th>
 <th>worst N_w</th><th>worst S_w</th><th>verdict</th></tr>{''.join(rows)}</table>
 <p>A word meets the targets when both hold for it. With {summary['words']['count']} sampled words a coverage
-of {_fmt(targets.get('coverage'), 4)} allows {int((1 - float(targets.get('coverage'))) * summary['words']['count'])}
+of {_fmt(targets.get('coverage'), 4)} allows {int((1 - float(targets.get('coverage'))) * summary['words']['count'] + 1e-9)}
 failing word(s). Estimates from {summary['samples']} draws have sampling error (N_w: standard error
 at most {0.5 / max(summary['samples'], 1) ** 0.5:.3f}); read results near a target with that in mind.</p>
 <h2>Distributions over words (Fig. 2)</h2>

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import apache_beam as beam
@@ -39,7 +39,7 @@ TABLE_FILE = f"{TABLE_PREFIX}.parquet"
 
 @dataclass(frozen=True)
 class CalibrationConfig:
-    """Everything a worker needs; also the Shared cache tag of the artifact."""
+    """Everything a worker needs to compute the statistics (picklable, small)."""
 
     artifact: Optional[str]
     mechanism: str
@@ -50,6 +50,10 @@ class CalibrationConfig:
     beta: float = 0.001
     prune: bool = True
     seed: Optional[int] = None
+
+    def artifact_tag(self) -> str:
+        """Shared cache key: the artifact alone (every calibration of it shares one loaded copy)."""
+        return f"textdp-calibrate-artifact:{self.artifact or '<default>'}"
 
     def build_mechanisms(self, artifact) -> dict:
         return {eps: make_mechanism(self.mechanism, artifact, eps, nn=self.nn, search_k=self.search_k, beta=self.beta)
@@ -99,7 +103,7 @@ class CalibrateWordFn(beam.DoFn):
 
     def setup(self):
         config = self.config
-        self._holder = self._shared_handle.acquire(lambda: ArtifactHolder(config.artifact), tag=astuple(config))
+        self._holder = self._shared_handle.acquire(lambda: ArtifactHolder(config.artifact), tag=config.artifact_tag())
         self._calibrator = WordCalibrator(self._holder.artifact, config.mechanism,
                                           config.build_mechanisms(self._holder.artifact),
                                           samples=config.samples, prune=config.prune)
@@ -160,7 +164,7 @@ class WriteCalibrationOutputs(beam.DoFn):
 
     def setup(self):
         config = self.config
-        self._holder = self._shared_handle.acquire(lambda: ArtifactHolder(config.artifact), tag=astuple(config))
+        self._holder = self._shared_handle.acquire(lambda: ArtifactHolder(config.artifact), tag=config.artifact_tag())
 
     def process(self, element, unknown_lines):
         rows = sorted(element, key=lambda r: (r["word_id"], r["epsilon"]))
