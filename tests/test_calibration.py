@@ -253,6 +253,7 @@ def test_pruned_search_equals_plain_exact_search_on_glove(small_artifact):
     assert all(0 < s <= 1 for s in scanned.values())
 
 
+@pytest.mark.slow
 def test_pruned_search_equals_plain_exact_search_on_full_glove(default_artifact):
     """The 400k vocabulary of the benchmark, at the benchmark's epsilons."""
     rng = np.random.default_rng(11)

@@ -218,16 +218,20 @@ class CandidatePrunedSearch:
             prefix_vectors = np.ascontiguousarray(self.vectors[prefix_ids])
             prefix_sqnorms = np.ascontiguousarray(self.sqnorms[prefix_ids])
         out = np.empty(len(points), dtype=np.int64)
+        unpruned = []
         for start in range(0, len(points), self.group_size):
             group = by_radius[start:start + self.group_size]
             needed = int(counts[group].max())
             if needed > limit:
-                out[group] = full_search.query(points[group])
-                self.searched_rows += n_vocab * len(group)
+                unpruned.append(group)
             else:
                 local = ExactNearest(prefix_vectors[:needed], prefix_sqnorms[:needed]).query(points[group])
                 out[group] = prefix_ids[local]
                 self.searched_rows += needed * len(group)
+        if unpruned:  # one full search for all of them: large batches keep BLAS efficient
+            rest = np.concatenate(unpruned)
+            out[rest] = full_search.query(points[rest])
+            self.searched_rows += n_vocab * len(rest)
         self.queries += len(points)
         return out
 
