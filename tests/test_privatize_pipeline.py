@@ -250,3 +250,13 @@ def test_cli_privatizes_and_prints_where_the_output_is(tmp_path, small_artifact_
     assert "records: 30 in, 30 out, 0 failed" in printed
     assert run(["--input=/nowhere/*.txt", f"--output={output}", "--epsilon=1"]) == 2
     assert run(["--help"]) == 0 and "--oov-policy" in capsys.readouterr().out
+
+
+def test_annoy_search_through_the_pipeline(tmp_path, small_artifact_dir):
+    _, output = privatize(tmp_path, small_artifact_dir, f"--input={EXAMPLE_JSONL}", "--epsilon=5", "--nn=annoy",
+                          "--search-k=200")
+    records = [json.loads(line) for line in read_lines(f"{output}-*-of-*.jsonl")]
+    assert sorted(r["id"] for r in records) == [f"r{i:03d}" for i in range(1, 31)]
+    summary = summary_of(output)
+    assert summary["mechanism"] == {"mechanism": "madlib", "epsilon": 5.0, "nn": "annoy", "search_k": 200}
+    assert "Annoy-approximate" in summary["privacy"]["nearest_neighbour"]
