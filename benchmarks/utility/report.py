@@ -1,0 +1,122 @@
+"""Markdown table and plot (accuracy against epsilon, one line per mechanism) of a utility run."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=wrong-import-position
+
+SETTINGS = (("training_time", "training time: train on privatized, test on original"),
+            ("test_time", "test time: train on original, test on privatized"))
+COLOURS = {"madlib": "tab:blue", "tem": "tab:orange"}
+
+
+def _interval(acc: dict) -> str:
+    if acc["low"] is None:
+        return f"{acc['mean']:.3f}"
+    return f"{acc['mean']:.3f} [{acc['low']:.3f}, {acc['high']:.3f}]"
+
+
+def markdown(payload: dict, plot_name: str) -> str:
+    cfg, m, base = payload["config"], payload["machine"], payload["baseline"]
+    lines = [
+        "# Utility on IMDb sentiment: Madlib and TEM against the baseline", "",
+        f"**Configuration:** {cfg['train_reviews']} train / {cfg['test_reviews']} test reviews (balanced, "
+        f"data seed {cfg['data_seed']}), privatizations per epsilon: Madlib {cfg['repeats']['madlib']}, TEM "
+        f"{cfg['repeats']['tem']}, "
+        f"Madlib nearest-word search `{cfg['madlib_nn']}`, TEM gamma from Thm. 4.2 (beta = 0.001), "
+        f"artifact: {cfg['artifact']}, OOV policy {cfg['oov_policy']}, "
+        f"{'seeded (base seed ' + str(cfg['base_seed']) + ')' if cfg['seeded'] else 'OS entropy'}. "
+        f"Classifier: {cfg['classifier']['library']} logistic regression on {cfg['classifier']['features']} "
+        "(fixed hyper-parameters, see the JSON).", "",
+        f"Machine: {m['cpu']}, {m['cores']} cores (nproc), load average at start "
+        f"{tuple(round(x, 2) for x in m['loadavg_at_start'])}, at end {tuple(round(x, 2) for x in m['loadavg_at_end'])} "
+        f"({m['date_utc']}); total wall time {payload['wall_seconds']:.0f} s. Command: `{cfg['command']}`", "",
+        f"**Baseline** (original train, original test): accuracy **{base['accuracy']:.3f}** "
+        f"(Wilson 95% interval over the {base['n']} test reviews [{base['low']:.3f}, {base['high']:.3f}]).", "",
+        "Accuracy: mean over repeats [Student-t 95% interval over repeats]. Delta: mean accuracy minus the "
+        "baseline's, [paired bootstrap 95% interval over test reviews]. 'Within 2 pts' compares the mean with "
+        "baseline - 0.02; with a few hundred test reviews the test-set uncertainty alone is several points, "
+        "so read it together with the intervals.", "",
+        "| mechanism | epsilon | changed tokens | training time acc. | delta | within 2 pts | "
+        "test time acc. | delta | within 2 pts |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in payload["results"]:
+        cells = [r["mechanism"], f"{r['epsilon']:g}", f"{r['changed_fraction']['mean']:.3f}"]
+        for setting, _ in SETTINGS:
+            s = r[setting]
+            d = s["delta_to_baseline"]
+            cells += [_interval(s["accuracy"]), f"{d['delta']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]",
+                      "yes" if s["within_2_points"] else "no"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", f"![accuracy against epsilon]({plot_name})", ""]
+    calib = payload.get("calibration") or {}
+    if calib:
+        lines += ["## Plausible deniability at these epsilons (textdp calibrate)", "",
+                  "| mechanism | epsilon | words x draws | N_w median | N_w p95 | N_w max | S_w min | S_w p5 | S_w median |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for mech, c in calib.items():
+            for eps, st in c["statistics"].items():
+                nw = st.get("n_w_exact", st["n_w"])
+                sw = st.get("s_w_exact", st["s_w"])
+                kind = " (exact)" if "n_w_exact" in st else ""
+                lines.append(f"| {mech}{kind} | {eps} | {c['words'].get('count', c['words']) if isinstance(c['words'], dict) else c['words']} x "
+                             f"{c['samples']} | {nw['p50']:.3f} | {nw['p95']:.3f} | {nw['max']:.3f} | {sw['min']:.0f} | "
+                             f"{sw['p5']:.0f} | {sw['p50']:.0f} |")
+        lines.append("")
+    lines += ["## Runs", "", "| mechanism | epsilon | repeat | seed | training time acc. | test time acc. | changed | "
+              "unknown | tokens | pipeline s |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in payload["results"]:
+        for run in r["runs"]:
+            secs = f"{run['pipeline_seconds']:.0f}" if run["pipeline_seconds"] is not None else "reused"
+            lines.append(f"| {r['mechanism']} | {r['epsilon']:g} | {run['repeat']} | {run['seed']} | "
+                         f"{run['training_time_accuracy']:.3f} | {run['test_time_accuracy']:.3f} | "
+                         f"{run['changed_fraction']:.3f} | {run['unknown_fraction']:.3f} | {run['tokens']:,} | {secs} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def plot(payload: dict, path: str) -> None:
+    base = payload["baseline"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for ax, (setting, title) in zip(axes, SETTINGS):
+        ax.axhspan(base["low"], base["high"], color="0.85", label="baseline (95% test-set interval)")
+        ax.axhline(base["accuracy"], color="0.3", lw=1)
+        ax.axhline(base["accuracy"] - 0.02, color="0.3", lw=1, ls="--", label="baseline - 2 points")
+        for mech in ("madlib", "tem"):
+            rows = sorted((r for r in payload["results"] if r["mechanism"] == mech), key=lambda r: r["epsilon"])
+            if not rows:
+                continue
+            eps = [r["epsilon"] for r in rows]
+            mean = [r[setting]["accuracy"]["mean"] for r in rows]
+            low = [r[setting]["accuracy"]["low"] if r[setting]["accuracy"]["low"] is not None else m
+                   for r, m in zip(rows, mean)]
+            high = [r[setting]["accuracy"]["high"] if r[setting]["accuracy"]["high"] is not None else m
+                    for r, m in zip(rows, mean)]
+            ax.errorbar(eps, mean, yerr=[[m - lo for m, lo in zip(mean, low)], [hi - m for m, hi in zip(mean, high)]],
+                        marker="o", capsize=3, color=COLOURS[mech], label=f"{mech} (95% interval over repeats)")
+        ax.set_xscale("log")
+        ticks = sorted({r["epsilon"] for r in payload["results"]})
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([f"{t:g}" for t in ticks])
+        ax.minorticks_off()
+        ax.set_xlabel("epsilon")
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("test accuracy")
+    axes[0].set_ylim(0.45, 1.0)
+    axes[1].legend(fontsize=8, loc="best")
+    cfg = payload["config"]
+    fig.suptitle(f"IMDb sentiment, TF-IDF logistic regression: {cfg['train_reviews']} train / {cfg['test_reviews']} "
+                 f"test reviews, repeats: Madlib {cfg['repeats']['madlib']}, TEM {cfg['repeats']['tem']}", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(payload: dict, stem: str) -> None:
+    plot(payload, stem + ".png")
+    with open(stem + ".md", "w", encoding="utf-8") as handle:
+        handle.write(markdown(payload, stem.rsplit("/", 1)[-1] + ".png"))

@@ -1,0 +1,237 @@
+"""Utility of privatized text on IMDb sentiment: Madlib and TEM at several epsilon against the baseline.
+
+The papers' experiment (Feyisetan et al. WSDM 2020 Sec. 5.2; Carvalho et al. Sec. 5), with a
+logistic-regression classifier on word n-gram TF-IDF instead of their neural models:
+
+* baseline: train on original train reviews, test on original test reviews;
+* training time: train on privatized train reviews, test on the original test reviews;
+* test time: train on the original train reviews, test on privatized test reviews.
+
+Every privatization is one run of the project's own pipeline (``textdp privatize``, the local
+FnApiRunner, in a subprocess) over one JSONL file holding the train and test subsets; each
+(mechanism, epsilon, repeat) is an independent privatization with its own seed (recorded; a
+seeded output is not private, which is fine for an evaluation). The changed-token fraction comes
+from each run's summary. Runs are kept in ``--workdir`` and reused with ``--resume``, so a long
+full-size run can be stopped and continued.
+
+    nice -n 19 python -m benchmarks.utility.run --train 400 --test 400 --repeats 2 \
+        --tem-epsilons 1,2,3,4,6 --madlib-epsilons 5,10 --artifact DIR_WITH_NEIGHBOUR_TABLE
+
+Results: benchmarks/results/<name>.json, <name>.md and <name>.png (accuracy against epsilon).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional
+
+import numpy as np
+
+from benchmarks.common import RESULTS, machine
+from benchmarks.utility import classify, data, stats
+
+REPO = data.REPO
+SINGLE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+ACCURACY_MARGIN = 0.02  # "within 2 points of the baseline"
+
+
+def parse_epsilons(text: str) -> List[float]:
+    return [float(x) for x in text.split(",") if x.strip()] if text else []
+
+
+def pipeline_command(args, input_path: str, prefix: str, mechanism: str, epsilon: float, seed: Optional[int]) -> list:
+    cmd = [sys.executable, "-m", "pipelines.cli", "privatize", "--input", input_path, "--output", prefix,
+           "--format", "jsonl", "--mechanism", mechanism, "--epsilon", f"{epsilon:g}", "--runner", "FnApiRunner"]
+    if args.artifact:
+        cmd += ["--artifact", args.artifact]
+    if seed is not None:
+        cmd += ["--seed", str(seed)]
+    if mechanism == "madlib":
+        cmd += ["--nn", args.nn]
+    if args.workers > 1:
+        cmd += ["--direct_num_workers", str(args.workers), "--direct_running_mode", "multi_processing"]
+    return cmd
+
+
+def privatize(args, input_path: str, mechanism: str, epsilon: float, repeat: int) -> dict:
+    """One privatize pipeline run (or the one kept from before with --resume): records and summary."""
+    prefix = os.path.join(args.workdir, "runs", f"{mechanism}-eps{epsilon:g}-r{repeat}", "reviews")
+    summary_path = prefix + "-summary.json"
+    seed = None if args.fresh_entropy else args.seed * 1000 + repeat * 100 + int(round(epsilon * 7)) + (
+        1 if mechanism == "tem" else 0)
+    seconds = None
+    if not (args.resume and os.path.exists(summary_path)):
+        os.makedirs(os.path.dirname(prefix), exist_ok=True)
+        for stale in glob.glob(prefix + "-*"):
+            os.remove(stale)
+        started = time.perf_counter()
+        subprocess.run(pipeline_command(args, input_path, prefix, mechanism, epsilon, seed), check=True, cwd=REPO,
+                       env=dict(os.environ, **SINGLE_THREAD), stdout=subprocess.DEVNULL)
+        seconds = time.perf_counter() - started
+    with open(summary_path, encoding="utf-8") as handle:
+        summary = json.load(handle)
+    records = data.read_jsonl(sorted(glob.glob(prefix + "-*-of-*.jsonl")))
+    return {"records": records, "summary": summary, "seconds": seconds, "seed": seed}
+
+
+def split_records(records: List[dict], order: Dict[str, List[str]]) -> Dict[str, tuple]:
+    """(texts, labels) per split, in the original order of ids (pipeline output order is not kept)."""
+    by_id = {r["id"]: r for r in records}
+    out = {}
+    for split, ids in order.items():
+        missing = [i for i in ids if i not in by_id]
+        if missing:
+            raise RuntimeError(f"{len(missing)} {split} records missing from a privatized output")
+        out[split] = ([by_id[i]["text"] for i in ids], [by_id[i]["label"] for i in ids])
+    return out
+
+
+def calibration(args, mechanism: str, epsilons: List[float]) -> Optional[dict]:
+    """N_w / S_w percentiles per epsilon from a small ``textdp calibrate`` run (if asked for)."""
+    if args.calibrate_words <= 0 or not epsilons:
+        return None
+    out_dir = os.path.join(args.workdir, f"calibrate-{mechanism}")
+    summary_path = os.path.join(out_dir, "summary.json")
+    if not (args.resume and os.path.exists(summary_path)):
+        cmd = [sys.executable, "-m", "pipelines.cli", "calibrate", "--mechanism", mechanism,
+               "--epsilons", ",".join(f"{e:g}" for e in epsilons), "--words", str(args.calibrate_words),
+               "--samples", str(args.calibrate_samples), "--output", out_dir, "--seed", str(args.seed),
+               "--runner", "FnApiRunner"]
+        if args.artifact:
+            cmd += ["--artifact", args.artifact]
+        if args.workers > 1:
+            cmd += ["--direct_num_workers", str(args.workers), "--direct_running_mode", "multi_processing"]
+        subprocess.run(cmd, check=True, cwd=REPO, env=dict(os.environ, **SINGLE_THREAD), stdout=subprocess.DEVNULL)
+    with open(summary_path, encoding="utf-8") as handle:
+        summary = json.load(handle)
+    keep = ("min", "p1", "p5", "p50", "p95", "p99", "max", "mean")
+    per_eps = {}
+    for eps, entry in summary["statistics"].items():
+        per_eps[eps] = {key: {k: v for k, v in entry[key].items() if k in keep}
+                        for key in ("n_w", "s_w", "n_w_exact", "s_w_exact") if key in entry}
+    return {"words": summary["words"], "samples": summary["samples"], "statistics": per_eps,
+            "recommendation": summary.get("recommendation", {}).get("message")}
+
+
+def evaluate(args) -> dict:
+    input_path = os.path.join(args.workdir, "reviews.jsonl")
+    if not (args.resume and os.path.exists(input_path)):
+        data.prepare(args.train, args.test, args.data_seed, input_path)
+    original = data.read_jsonl([input_path])
+    order = {split: [r["id"] for r in original if r["split"] == split] for split in ("train", "test")}
+    plain = split_records(original, order)
+    train_texts, train_labels = plain["train"]
+    test_texts, test_labels = plain["test"]
+
+    baseline_model = classify.fit(train_texts, train_labels)
+    baseline_correct = classify.correct(baseline_model, test_texts, test_labels)
+    baseline = stats.wilson_interval(int(baseline_correct.sum()), len(baseline_correct))
+    print(f"baseline accuracy {baseline['accuracy']:.4f}", flush=True)
+    boot_rng = np.random.default_rng(args.seed)
+
+    grid = [("madlib", e) for e in parse_epsilons(args.madlib_epsilons)] + \
+           [("tem", e) for e in parse_epsilons(args.tem_epsilons)]
+    results = []
+    for mechanism, epsilon in grid:
+        runs, correct_train_time, correct_test_time = [], [], []
+        repeats = {"madlib": args.madlib_repeats, "tem": args.tem_repeats}[mechanism] or args.repeats
+        for repeat in range(repeats):
+            run = privatize(args, input_path, mechanism, epsilon, repeat)
+            private = split_records(run["records"], order)
+            model = classify.fit(*private["train"])
+            c_train_time = classify.correct(model, test_texts, test_labels)
+            c_test_time = classify.correct(baseline_model, *private["test"])
+            correct_train_time.append(c_train_time)
+            correct_test_time.append(c_test_time)
+            summary = run["summary"]
+            runs.append({"repeat": repeat, "seed": run["seed"], "pipeline_seconds": run["seconds"],
+                         "training_time_accuracy": float(c_train_time.mean()),
+                         "test_time_accuracy": float(c_test_time.mean()),
+                         "changed_fraction": summary["tokens"]["changed_fraction"],
+                         "unknown_fraction": summary["tokens"]["unknown_fraction"],
+                         "tokens": summary["tokens"]["total"], "records_reconciled": summary["records"]["reconciled"],
+                         "records_failed": summary["records"]["failed"]})
+            print(f"{mechanism} eps={epsilon:g} repeat {repeat}: train-time {runs[-1]['training_time_accuracy']:.4f} "
+                  f"test-time {runs[-1]['test_time_accuracy']:.4f} changed {runs[-1]['changed_fraction']:.3f} "
+                  f"({run['seconds'] or 0:.0f} s)", flush=True)
+        entry = {"mechanism": mechanism, "epsilon": epsilon, "parameters": summary["mechanism"], "runs": runs,
+                 "changed_fraction": stats.mean_interval([r["changed_fraction"] for r in runs])}
+        for setting, correct in (("training_time", correct_train_time), ("test_time", correct_test_time)):
+            interval = stats.mean_interval([c.mean() for c in correct])
+            delta = stats.paired_bootstrap_delta(correct, baseline_correct, boot_rng)
+            entry[setting] = {"accuracy": interval, "delta_to_baseline": delta,
+                              "within_2_points": bool(interval["mean"] >= baseline["accuracy"] - ACCURACY_MARGIN)}
+        results.append(entry)
+
+    calib = {m: calibration(args, m, sorted({e for mm, e in grid if mm == m})) for m in ("madlib", "tem")}
+    return {"baseline": baseline, "results": results, "calibration": {m: c for m, c in calib.items() if c},
+            "reviews": {"train": len(train_texts), "test": len(test_texts)}}
+
+
+def config_of(args) -> dict:
+    return {"train_reviews": args.train, "test_reviews": args.test, "data_seed": args.data_seed,
+            "repeats": {"madlib": args.madlib_repeats or args.repeats, "tem": args.tem_repeats or args.repeats},
+            "madlib_epsilons": parse_epsilons(args.madlib_epsilons),
+            "tem_epsilons": parse_epsilons(args.tem_epsilons), "madlib_nn": args.nn,
+            "artifact": args.artifact or "default bundled GloVe 6B 50d (400k words)", "workers": args.workers,
+            "seeded": not args.fresh_entropy, "base_seed": None if args.fresh_entropy else args.seed,
+            "oov_policy": "random (the pipeline default)", "runner": "FnApiRunner (local)",
+            "classifier": classify.describe(),
+            "data": "IMDb (Maas et al. 2011), ../shared/data/imdb_50k.csv.gz; balanced subsets of the train and test "
+                    "splits; <br /> turned into newlines", "command": " ".join(sys.argv)}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add = parser.add_argument
+    add("--train", type=int, default=400, help="train-split reviews, half per label (paper: 12,500); default 400")
+    add("--test", type=int, default=400, help="test-split reviews, half per label (paper: 12,500); default 400")
+    add("--repeats", type=int, default=2, help="independent privatizations per mechanism and epsilon (paper: 5)")
+    add("--madlib-repeats", type=int, default=None, help="repeats for Madlib only (default: --repeats)")
+    add("--tem-repeats", type=int, default=None, help="repeats for TEM only (default: --repeats)")
+    add("--madlib-epsilons", default="5,10", help="comma-separated Madlib epsilons (empty: none); default 5,10")
+    add("--tem-epsilons", default="1,2,3,4,6",
+        help="comma-separated TEM epsilons (empty: none); default 1,2,3,4,6 (on GloVe 400k 50d, TEM goes from "
+             "changing every word at 2 to almost none at 6)")
+    add("--nn", choices=("exact", "annoy"), default="exact", help="Madlib nearest-word search; default exact")
+    add("--artifact", default=None,
+        help="vocabulary artifact directory; TEM needs one with a neighbour table (textdp neighbours). "
+             "Default: the bundled GloVe 6B 50d artifact in the cache")
+    add("--workers", type=int, default=2, help="local Beam worker processes per privatize run; default 2")
+    add("--seed", type=int, default=8, help="base seed of the privatize runs and the bootstrap; default 8")
+    add("--fresh-entropy", action="store_true", help="privatize with OS entropy instead of seeds (not reproducible)")
+    add("--data-seed", type=int, default=8, help="seed of the review subset draw; default 8")
+    add("--workdir", default="/tmp/textdp-utility", help="scratch directory for data, runs and calibration")
+    add("--resume", action="store_true", help="reuse the data file, runs and calibrations already in --workdir")
+    add("--calibrate-words", type=int, default=0,
+        help="also run textdp calibrate on this many words per mechanism at the same epsilons (0: skip)")
+    add("--calibrate-samples", type=int, default=1000, help="draws per word for --calibrate-words; default 1000")
+    add("--name", default="utility", help="results file name (without extension); default utility")
+    add("--results-dir", default=RESULTS, help="where to write <name>.json/.md/.png; default benchmarks/results")
+    args = parser.parse_args(argv)
+
+    info = machine()
+    started = time.perf_counter()
+    payload = {"benchmark": "utility", "machine": info, "config": config_of(args)}
+    payload.update(evaluate(args))
+    payload["wall_seconds"] = round(time.perf_counter() - started, 1)
+    payload["machine"]["loadavg_at_end"] = os.getloadavg()
+    os.makedirs(args.results_dir, exist_ok=True)
+    stem = os.path.join(args.results_dir, args.name)
+    with open(stem + ".json", "w", encoding="utf-8") as handle:
+        json.dump(payload, handle, indent=2)
+        handle.write("\n")
+    from benchmarks.utility import report  # pylint: disable=import-outside-toplevel
+
+    report.write(payload, stem)
+    print(f"results: {stem}.{{json,md,png}}")
+
+
+if __name__ == "__main__":
+    main()
