@@ -85,7 +85,8 @@ class PrivatizeOptions(PipelineOptions):
             help=f"maximum records per perturbation batch (one mechanism call); default {DEFAULT_BATCH_RECORDS}")
         add("--diagnostics-output", "--diagnostics_output", dest="diagnostics_output", default=None,
             help="for tests and operations: write one JSON line per bundle with the worker's pid, how often "
-                 "its process loaded the artifact and the first noise draws of its generator (no input text) "
+                 "its process loaded the artifact and a SHA-256 fingerprint of its generator's first noise draws "
+                 "(no input text, no noise values) "
                  "to this prefix")
 
 

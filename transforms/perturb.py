@@ -15,6 +15,7 @@ of workers and still never repeats a stream between records.
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
 import threading
 import time
@@ -91,13 +92,15 @@ def load_holder(shared_handle, config: PerturbConfig) -> PrivatizerHolder:
     return shared_handle.acquire(lambda: PrivatizerHolder(config), tag=astuple(config))
 
 
-def first_draws(rng: np.random.Generator, count: int = 4) -> list:
-    """The first standard-normal draws ``rng`` will produce, without consuming them.
+def stream_fingerprint(rng: np.random.Generator, count: int = 8) -> str:
+    """SHA-256 of the first ``count`` standard-normal draws ``rng`` will produce (not consumed).
 
-    Madlib's first use of a generator is ``standard_normal`` for the noise directions, so these are
-    the first noise values the worker will use; two workers with equal values share a stream.
+    Madlib's first use of a generator is ``standard_normal`` for the noise directions, so two
+    workers with equal fingerprints would add the same noise. A hash, not the draws themselves:
+    the draws are the noise of the first released words and must not be published.
     """
-    return np.random.Generator(copy.deepcopy(rng.bit_generator)).standard_normal(count).tolist()
+    draws = np.random.Generator(copy.deepcopy(rng.bit_generator)).standard_normal(count)
+    return hashlib.sha256(draws.tobytes()).hexdigest()
 
 
 class PerturbTokens(beam.DoFn):
@@ -123,14 +126,14 @@ class PerturbTokens(beam.DoFn):
         self._holder = None
         self._rng = None
         self._instance = None
-        self._first_draws = None
+        self._stream_fingerprint = None
         self._bundle_reported = False
 
     def setup(self):
         self._holder = load_holder(self._shared_handle, self.config)
         self._rng = np.random.default_rng()  # OS entropy, fresh in every worker and DoFn instance
         self._instance = uuid.uuid4().hex
-        self._first_draws = first_draws(self._rng)
+        self._stream_fingerprint = stream_fingerprint(self._rng)
 
     def start_bundle(self):
         self._bundle_reported = False
@@ -188,7 +191,7 @@ class PerturbTokens(beam.DoFn):
             "process_loads": _PROCESS_LOADS,
             "load_ms": holder.load_ms,
             "seeded": self.config.seed is not None,
-            "first_noise_draws": None if self.config.seed is not None else self._first_draws,
+            "noise_stream_sha256": None if self.config.seed is not None else self._stream_fingerprint,
         }
 
 
