@@ -36,9 +36,9 @@ def markdown(payload: dict, plot_name: str) -> str:
         f"**Baseline** (original train, original test): accuracy **{base['accuracy']:.3f}** "
         f"(Wilson 95% interval over the {base['n']} test reviews [{base['low']:.3f}, {base['high']:.3f}]).", "",
         "Accuracy: mean over repeats [Student-t 95% interval over repeats]. Delta: mean accuracy minus the "
-        "baseline's, [paired bootstrap 95% interval over test reviews]. 'Within 2 pts' compares the mean with "
-        "baseline - 0.02; with a few hundred test reviews the test-set uncertainty alone is several points, "
-        "so read it together with the intervals.", "",
+        "baseline's [paired bootstrap 95% interval over test reviews, per review the share of repeats that got it "
+        "right]. 'Within 2 pts': *yes* when the whole delta interval is above -0.02, *no* when it is wholly below, "
+        "*unclear* otherwise (a few hundred test reviews cannot settle it; the mean's side is given).", "",
         "| mechanism | epsilon | changed tokens | training time acc. | delta | within 2 pts | "
         "test time acc. | delta | within 2 pts |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -49,7 +49,7 @@ def markdown(payload: dict, plot_name: str) -> str:
             s = r[setting]
             d = s["delta_to_baseline"]
             cells += [_interval(s["accuracy"]), f"{d['delta']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]",
-                      "yes" if s["within_2_points"] else "no"]
+                      s["within_2_points"]]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", f"![accuracy against epsilon]({plot_name})", ""]
     calib = payload.get("calibration") or {}
