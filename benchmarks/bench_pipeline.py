@@ -111,7 +111,7 @@ def run_bare(mechanism, known_ids: np.ndarray) -> float:
     return time.perf_counter() - started
 
 
-def throughput(reviews: int) -> dict:
+def throughput(reviews: int, repeats: int = 2) -> dict:
     from textdp.artifact import open_artifact  # pylint: disable=import-outside-toplevel
     from textdp.madlib import Madlib  # pylint: disable=import-outside-toplevel
     from textdp.text_privatizer import word_ids  # pylint: disable=import-outside-toplevel
@@ -127,7 +127,7 @@ def throughput(reviews: int) -> dict:
         corpus = os.path.join(tmp, "reviews.txt")
         with open(corpus, "w", encoding="utf-8") as handle:
             handle.write("\n".join(texts) + "\n")
-        for _ in range(2):
+        for _ in range(repeats):
             bare = run_bare(mechanism, known)
             pipe = run_pipeline(corpus, tmp)
             assert pipe["tokens"] == len(ids) and pipe["tokens"] - pipe["unknown"] == len(known)
@@ -222,6 +222,7 @@ def memory() -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reviews", type=int, default=400, help="IMDb reviews to privatize (default 400)")
+    parser.add_argument("--repeats", type=int, default=2, help="bare/pipeline run pairs (default 2)")
     parser.add_argument("--skip-throughput", action="store_true", help="only measure memory")
     parser.add_argument("--output", default=RESULTS, help=f"results file (default {RESULTS})")
     parser.add_argument("--memory-worker", nargs=4, metavar=("SYNC_DIR", "INDEX", "COUNT", "ARTIFACT"),
@@ -237,7 +238,7 @@ def main() -> int:
                "machine_before": machine(), "epsilon": EPSILON, "notes": NOTES}
     with threadpool_limits(1):
         if not args.skip_throughput:
-            results["throughput"] = throughput(args.reviews)
+            results["throughput"] = throughput(args.reviews, args.repeats)
         results["memory"] = memory()
     results["machine_after"] = machine()
     os.makedirs(os.path.dirname(args.output), exist_ok=True)

@@ -233,7 +233,7 @@ def build_pipeline(options: PipelineOptions) -> beam.Pipeline:
 
 def help_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="textdp privatize", description=__doc__.split("\n\n")[0].strip("`"),
+        prog="textdp privatize", description=__doc__.split("\n\n")[0].replace("``", ""),
         epilog="Beam flags (--runner, --direct_num_workers, --direct_running_mode, --project, --region, "
                "--temp_location, --setup_file, ...) pass through unchanged.")
     PrivatizeOptions._add_argparse_args(parser)  # pylint: disable=protected-access
