@@ -4,8 +4,8 @@ words with a table computed by the neighbour job (FnApiRunner, K=40 on the 5k ar
 Statistical tests: every (word, epsilon, gamma) case runs a G-test of 100,000 draws against the
 exact distribution (cells with expected count < 20 are pooled into one cell) and a binomial z-test of
 the share of draws outside the K-nearest table; the batch tests z-test each word's P(self). Every
-check is at significance 1e-5; there are 42 checks in this file, so the chance that a correct
-sampler fails any of them is below 42 x 1e-5 = 4.2e-4 (Bonferroni). Draws use fixed seeds so a failure reproduces.
+check is at significance 1e-5; there are 48 checks in this file, so the chance that a correct
+sampler fails any of them is below 48 x 1e-5 = 4.8e-4 (Bonferroni). Draws use fixed seeds so a failure reproduces.
 """
 
 import math
@@ -106,6 +106,18 @@ def test_sampler_matches_closed_form(artifact, word, epsilon, gamma):
     check_against_closed_form(artifact, tem, word, seed)
 
 
+@pytest.mark.parametrize("word, epsilon, gamma", [("good", 3.0, None), ("the", 1.0, None), ("paris", 2.0, 2.5)])
+def test_dense_rows_for_frequent_words_match_closed_form(artifact, word, epsilon, gamma):
+    """A word that has cost enough on-the-fly distances gets a dense row (proposal from float32
+    bounds, exact acceptance); its draws must follow the same closed form."""
+    tem = TEM(artifact, epsilon, gamma=gamma)
+    tem.DENSE_AFTER_CANDIDATES = 0  # build at the first chance
+    word_id = artifact.word_to_id[word]
+    tem.privatize_ids(np.full(50, word_id), np.random.default_rng(0))
+    assert word_id in tem._dense_rows  # pylint: disable=protected-access
+    check_against_closed_form(artifact, tem, word, seed=hash((word, epsilon, "dense")) % 2**32)
+
+
 def test_bottom_element_carries_real_mass_in_the_checked_cases(artifact):
     """Guard for the test above: the cases do exercise the part of the distribution outside the table."""
     shares = {}
@@ -135,6 +147,8 @@ def test_mixed_batch_draws_independently_per_token(artifact, rounds_in_memory, p
     tem = TEM(artifact, 4.0)
     if rounds_in_memory:
         tem.MAX_ROUNDS_TOTAL = rounds_in_memory
+    else:  # frequent words switch to dense rows part way through the batches
+        tem.DENSE_AFTER_CANDIDATES = 20000
     released = tem.privatize_ids(np.random.default_rng(3).permutation(ids), np.random.default_rng(4))
     # order was permuted: compare per word through the permutation
     perm_ids = np.random.default_rng(3).permutation(ids)
@@ -143,6 +157,7 @@ def test_mixed_batch_draws_independently_per_token(artifact, rounds_in_memory, p
         share = (released[perm_ids == word_id] == word_id).mean()
         z = (share - p_self) / math.sqrt(p_self * (1 - p_self) / per_word)
         assert abs(z) < norm.isf(ALPHA / 2)
+    assert bool(tem._dense_rows) == (rounds_in_memory is None)  # pylint: disable=protected-access
 
 
 def test_parameters_and_privacy_statement(artifact):
