@@ -163,7 +163,7 @@ def memory_worker(sync_dir: str, index: int, count: int, artifact: str) -> None:
 
     before = pss_kib()
     holder = PrivatizerHolder(PerturbConfig(artifact=artifact, mechanism="madlib", epsilon=EPSILON))
-    holder.privatizer.privatize(read_reviews(20), np.random.default_rng())
+    holder.make_privatizer().privatize(read_reviews(20), np.random.default_rng())
     loaded = pss_kib()  # alone or not: the others may still be loading
     open(os.path.join(sync_dir, f"ready-{index}"), "w").close()
     while len(glob.glob(os.path.join(sync_dir, "ready-*"))) < count:

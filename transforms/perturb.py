@@ -57,27 +57,38 @@ class PerturbConfig:
 
 
 class PrivatizerHolder:
-    """The per-process state: artifact, mechanism and text privatizer. Read-only, thread-safe to share.
+    """The per-process state: the artifact (and a reference mechanism for the summary's statement).
 
     The artifact's vectors and vocabulary are memory-mapped, so a second process on the same
     machine adds little more than its own small index arrays (see benchmarks/bench_pipeline.py).
+    It is read-only and shared by every DoFn instance (thread) of the process. Mechanisms are not
+    shared: the exact search keeps a scratch buffer, so each DoFn instance gets its own mechanism
+    from ``make_privatizer()`` (cheap: it only references the artifact's arrays).
     """
 
     def __init__(self, config: PerturbConfig):
         global _PROCESS_LOADS  # pylint: disable=global-statement
         started = time.perf_counter()
+        self.config = config
         # the vocabulary is memory-mapped like the vectors: shared by every process on the machine
         self.artifact = SharedVocabularyArtifact(resolve_artifact(config.artifact))
-        self.mechanism = make_mechanism(config.mechanism, self.artifact, config.epsilon, nn=config.nn,
-                                        search_k=config.search_k, gamma=config.gamma, beta=config.beta)
-        self.privatizer = TextPrivatizer(self.mechanism, self.artifact.words, self.artifact.word_to_id,
-                                         config.oov_policy, config.unk_token)
+        self.mechanism = self._make_mechanism()  # fails early on bad parameters; describes the run
         self.load_ms = (time.perf_counter() - started) * 1000.0
         with _PROCESS_LOADS_LOCK:
             _PROCESS_LOADS += 1
             self.load_number = _PROCESS_LOADS
         self._reported = False
         self._report_lock = threading.Lock()
+
+    def _make_mechanism(self):
+        config = self.config
+        return make_mechanism(config.mechanism, self.artifact, config.epsilon, nn=config.nn,
+                              search_k=config.search_k, gamma=config.gamma, beta=config.beta)
+
+    def make_privatizer(self) -> TextPrivatizer:
+        """A TextPrivatizer with its own mechanism instance, for one DoFn instance (one thread)."""
+        return TextPrivatizer(self._make_mechanism(), self.artifact.words, self.artifact.word_to_id,
+                              self.config.oov_policy, self.config.unk_token)
 
     def claim_load_report(self) -> bool:
         """True exactly once per holder: the first bundle that sees it reports the load metrics."""
@@ -124,6 +135,7 @@ class PerturbTokens(beam.DoFn):
         self._loads = Metrics.counter(NAMESPACE, "artifact_loads")
         self._load_ms = Metrics.distribution(NAMESPACE, "artifact_load_ms")
         self._holder = None
+        self._privatizer = None
         self._rng = None
         self._instance = None
         self._stream_fingerprint = None
@@ -131,6 +143,7 @@ class PerturbTokens(beam.DoFn):
 
     def setup(self):
         self._holder = load_holder(self._shared_handle, self.config)
+        self._privatizer = self._holder.make_privatizer()
         self._rng = np.random.default_rng()  # OS entropy, fresh in every worker and DoFn instance
         self._instance = uuid.uuid4().hex
         self._stream_fingerprint = stream_fingerprint(self._rng)
@@ -157,7 +170,7 @@ class PerturbTokens(beam.DoFn):
             else:
                 texts.append(payload)
                 seeds.append((source, position, 0))
-        released, stats = holder.privatizer.privatize(texts, self._generators(seeds))
+        released, stats = self._privatizer.privatize(texts, self._generators(seeds))
 
         at = 0
         for _source, _position, payload in batch:
