@@ -260,3 +260,33 @@ def test_annoy_search_through_the_pipeline(tmp_path, small_artifact_dir):
     summary = summary_of(output)
     assert summary["mechanism"] == {"mechanism": "madlib", "epsilon": 5.0, "nn": "annoy", "search_k": 200}
     assert "Annoy-approximate" in summary["privacy"]["nearest_neighbour"]
+
+
+def test_threads_of_one_process_share_the_artifact_but_not_the_search_buffer(small_artifact_dir, imdb_rows):
+    """Beam runs several DoFn instances (threads) per process: they share the holder's artifact, but
+    each gets its own mechanism, because the exact search writes into a scratch buffer. Running two
+    threads at once must give exactly the sequential results (seeded per text)."""
+    import threading  # pylint: disable=import-outside-toplevel
+
+    import numpy as np  # pylint: disable=import-outside-toplevel
+
+    from transforms.perturb import PerturbConfig, PrivatizerHolder  # pylint: disable=import-outside-toplevel
+
+    holder = PrivatizerHolder(PerturbConfig(artifact=small_artifact_dir, mechanism="madlib", epsilon=8.0))
+    first, second = holder.make_privatizer(), holder.make_privatizer()
+    assert first.mechanism.artifact is second.mechanism.artifact is holder.artifact
+    assert first.mechanism.nearest is not second.mechanism.nearest
+    texts = [row["text"] for row in imdb_rows[:40]]
+
+    def generators(offset):
+        return [np.random.default_rng([offset, i]) for i in range(len(texts))]
+
+    expected = {k: first.privatize(texts, generators(k))[0] for k in (1, 2)}
+    got = {}
+    workers = [threading.Thread(target=lambda k=k, p=p: got.__setitem__(k, p.privatize(texts, generators(k))[0]))
+               for k, p in ((1, first), (2, second))]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert got == expected
