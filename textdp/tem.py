@@ -95,8 +95,8 @@ class TEM:
 
     Work is vectorised over the batch: each token gets a block of independent rounds at once
     (a few at first, four times more for each retry, capped), the first accepted round per token
-    is taken, and tokens with none repeat with a fresh block. Discarding rounds after the first acceptance does not bias
-    anything, because the choice of round depends only on earlier rounds' outcomes.
+    is taken, and tokens with none repeat with a fresh block. Discarding the rounds after the first
+    acceptance does not bias anything: which round is used depends only on earlier rounds.
 
     Frequent words ("the", "and", ...) dominate real text and, at middle epsilons, need the most
     rounds (their tables are dense, so u is loose). Once a word has cost more on-the-fly distances
@@ -107,7 +107,7 @@ class TEM:
     A draw proposes i with probability g(i) / sum(g) by binary search and accepts it with
     probability f(i) / g(i) (f from the float32 distance when the decision is clear, else from
     float64): exact rejection sampling again, with acceptance 1 - O(1e-5). At most
-    ``DENSE_MAX_WORDS`` rows are kept (12 bytes per vocabulary word each).
+    ``DENSE_MAX_WORDS`` rows are kept (16 bytes per vocabulary word each: 6.4 MB for 400k words).
 
     Candidate distances are computed in float32 and a decision is taken from them only when the
     float32 rounding bound cannot change it; otherwise the float64 distance decides. Exactness
@@ -121,7 +121,7 @@ class TEM:
     MAX_ROUNDS_PER_BLOCK = 256
     FLOAT32_DISTANCE_ERROR = 1e-5  # relative bound on |float32 - float64| distance over 50-300 dimensions
     MAX_ROUNDS_TOTAL = 1 << 17  # rounds held in memory at once (about 50 MB of float64 rows)
-    DENSE_MAX_WORDS = 16  # frequent input words given a dense row (12 bytes x vocabulary each)
+    DENSE_MAX_WORDS = 16  # frequent input words given a dense row (16 bytes x vocabulary each)
     DENSE_AFTER_CANDIDATES = 1_000_000  # about the cost of building one dense row, in candidates
 
     def __init__(self, artifact, epsilon: float, gamma: Optional[float] = None,
