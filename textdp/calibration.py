@@ -172,7 +172,8 @@ class CandidatePrunedSearch:
     Why it helps: one distance row per word (already needed for Fig. 1) sorts the vocabulary by
     d(w, .) once; at large epsilon (small noise) the ball holds a tiny share of the vocabulary.
     At small epsilon the ball covers most of it and the plain full search is used instead
-    (``full_fraction``), so the pruning never costs more than a sort and a few small products.
+    (``full_fraction``): one pass over the distance row detects that before anything is sorted,
+    so the pruning costs next to nothing where it cannot help.
     """
 
     def __init__(self, vectors: np.ndarray, sqnorms: np.ndarray, word_id: int, row: np.ndarray,
@@ -181,11 +182,13 @@ class CandidatePrunedSearch:
         self.vectors = vectors
         self.sqnorms = sqnorms
         self.word_id = int(word_id)
-        self.order = np.argsort(row, kind="stable")
-        self.sorted_distances = row[self.order]
+        self.row = row
+        self.order = None  # the vocabulary sorted by distance to w, made on first use (large noise never needs it)
+        self.sorted_distances = None
         self.base = np.asarray(vectors[word_id], dtype=np.float64)
-        seed_ids = self.order[:max(1, seeds)]
-        if self.word_id not in seed_ids:  # only when more than `seeds` words sit exactly on w
+        seeds = max(1, min(seeds, len(row)))
+        seed_ids = np.argpartition(row, seeds - 1)[:seeds] if seeds < len(row) else np.arange(len(row))
+        if self.word_id not in seed_ids:  # only when `seeds` or more other words sit exactly on w
             seed_ids = np.concatenate([[self.word_id], seed_ids[:-1]])
         self.seed_vectors = np.asarray(vectors[seed_ids], dtype=np.float64)
         self.group_size = int(group_size)
@@ -209,9 +212,16 @@ class CandidatePrunedSearch:
         points = np.asarray(points, dtype=np.float32)
         n_vocab = len(self.vectors)
         radius = self.candidate_radius(points)
+        limit = int(self.full_fraction * n_vocab)
+        if np.count_nonzero(self.row <= radius.min()) > limit:  # large noise: no group can be pruned
+            self.searched_rows += n_vocab * len(points)
+            self.queries += len(points)
+            return full_search.query(points)
+        if self.order is None:
+            self.order = np.argsort(self.row, kind="stable")
+            self.sorted_distances = self.row[self.order]
         by_radius = np.argsort(radius)
         counts = np.searchsorted(self.sorted_distances, radius, side="right")
-        limit = int(self.full_fraction * n_vocab)
         pruned_max = int(counts[counts <= limit].max()) if (counts <= limit).any() else 0
         if pruned_max:
             prefix_ids = self.order[:pruned_max]
