@@ -73,6 +73,19 @@ def test_word_itself_first_at_exactly_zero(neighbour_artifact_dir):
     assert (np.diff(d, axis=1) >= 0).all() and (d[:, 1:] > 0).mean() > 0.999
 
 
+def test_job_metrics_count_every_row(small_artifact_dir, tmp_path):
+    """The job's counters: every vocabulary row once, no float64 fallback on real GloVe rows."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    path = copy_artifact(small_artifact_dir, tmp_path / "metrics")
+    result = run_neighbours(path, "--k=10", "--shard-rows=2000")
+    found = result.metrics().query(MetricsFilter().with_namespace("textdp"))
+    counters = {c.key.metric.name: c.committed for c in found["counters"]}
+    distributions = {d.key.metric.name: d.committed for d in found["distributions"]}
+    assert counters["neighbour_rows"] == 5000 and counters["neighbour_fallback_rows"] == 0
+    assert distributions["vectors_load_ms"].count >= 1 and distributions["neighbour_block_ms"].count == 5
+
+
 def test_duplicate_vectors_keep_the_word_itself_first(tmp_path):
     """Three words share one vector: each lists itself first, then its twins, all at distance 0."""
     rng = np.random.default_rng(3)

@@ -56,13 +56,17 @@ class ComputeNeighbourBlocks(beam.DoFn):
         self._load_ms = Metrics.distribution(NAMESPACE, "vectors_load_ms")
         self._block_ms = Metrics.distribution(NAMESPACE, "neighbour_block_ms")
         self._holder = None
+        self._load_reported = False
 
     def setup(self):
         key = (self.artifact_dir, self.metric)
         self._holder = self._shared_handle.acquire(lambda: VocabularyPoints(*key), tag=f"{key}")
-        self._load_ms.update(int(round(self._holder.load_ms)))
+        self._load_reported = False
 
     def process(self, row_range: Tuple[int, int]):
+        if not self._load_reported:  # metrics are only recorded inside a bundle
+            self._load_reported = True
+            self._load_ms.update(int(round(self._holder.load_ms)))
         start, stop = row_range
         for lo in range(start, stop, self.query_rows):
             hi = min(lo + self.query_rows, stop)
