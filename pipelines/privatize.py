@@ -27,6 +27,7 @@ from textdp.text_privatizer import OOV_POLICIES
 from transforms.io import (FORMATS, OUTPUT_SUFFIX, ReadRecords, WriteErrors, WriteRecords, infer_format,
                            matched_paths, parquet_schema)
 from transforms.perturb import PerturbConfig, PerturbTokens, WriteSummary
+from pipelines.lac_options import AmplifierOptions, amplify_privatized
 
 DEFAULT_MAX_RECORD_BYTES = 1_000_000
 DEFAULT_BATCH_RECORDS = 64
@@ -221,9 +222,14 @@ def build_pipeline(options: PipelineOptions) -> beam.Pipeline:
     read = read_stage(pipeline, opts, data_format, text_fields)
     perturbed = perturb_stage(read["records"], config, shared_handle, opts.batch_records,
                               diagnostics=bool(opts.diagnostics_output))
-    records_out = write_stage(perturbed.released, opts, data_format, schema)
+    released, records_dropped = perturbed.released, None
+    if options.view_as(AmplifierOptions).amplifier_requested():  # LAC Amplifier (docs/lac.md)
+        released, records_dropped = amplify_privatized(released, options, config, shared_handle, data_format,
+                                                       text_fields, f"{opts.output}-amplification.json")
+    records_out = write_stage(released, opts, data_format, schema)
     errors_stage(read["errors"], paths["errors_prefix"])
-    summary_stage(read["counts"], perturbed[PerturbTokens.STATS], read["errors"], records_out, summary_writer)
+    summary_stage(read["counts"], perturbed[PerturbTokens.STATS], read["errors"], records_out, summary_writer,
+                  records_dropped)
     if opts.diagnostics_output:
         (perturbed[PerturbTokens.DIAGNOSTICS]
          | "DiagnosticsJson" >> beam.Map(lambda rec: json.dumps(rec, sort_keys=True))
@@ -237,6 +243,7 @@ def help_parser() -> argparse.ArgumentParser:
         epilog="Beam flags (--runner, --direct_num_workers, --direct_running_mode, --project, --region, "
                "--temp_location, --setup_file, ...) pass through unchanged.")
     PrivatizeOptions._add_argparse_args(parser)  # pylint: disable=protected-access
+    AmplifierOptions._add_argparse_args(parser)  # pylint: disable=protected-access
     return parser
 
 
