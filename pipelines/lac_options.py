@@ -36,8 +36,8 @@ class AmplifierOptions(PipelineOptions):
             "--shuffle", action="store_true", default=False,
             help="de-link records from their authors before release: drop the author field and the "
                  "--drop-fields, then output the records in a uniformly random order (keys from the OS "
-                 "CSPRNG, not Python's random). The summary reports whether any amplification theorem "
-                 "applies (usually not at these epsilons: it says so)")
+                 "CSPRNG, not Python's random). <output>-amplification.json reports whether any amplification "
+                 "theorem applies (usually not at these epsilons: it says so)")
         parser.add_argument(
             "--user-field", default=None,
             help="name of the field that identifies a record's author (JSONL/Parquet input). It is used to "
@@ -46,7 +46,7 @@ class AmplifierOptions(PipelineOptions):
         parser.add_argument(
             "--drop-fields", default="",
             help="comma-separated fields to remove from every output record (ids, timestamps, anything "
-                 "that links a record to a person). Every other field is kept and listed in the summary")
+                 "that links a record to a person). Every other field is kept and listed in <output>-amplification.json")
         parser.add_argument(
             "--subsample", type=float, default=None, metavar="Q",
             help="Poisson sub-sampling: keep each record independently with probability Q in (0, 1] "
