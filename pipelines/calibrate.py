@@ -169,6 +169,9 @@ def build_pipeline(options: PipelineOptions) -> beam.Pipeline:
     epsilons = parse_epsilons(opts.epsilons)
     manifest = artifact_manifest(opts.artifact)
     vocab_size = int(manifest["vocab_size"])
+    if opts.mechanism == "tem" and not manifest.get("neighbours"):
+        raise TextdpError("--mechanism tem needs the artifact's neighbour table: run "
+                          f"`textdp neighbours --artifact {opts.artifact or '<default artifact>'}` first")
     if opts.word_list:
         elements = read_word_list(opts.word_list)
         if not elements:

@@ -150,6 +150,27 @@ def test_cli_errors_and_help(capsys, tmp_path):
     assert cli_main(["calibrate", "--output", str(tmp_path), "--words", "3", "--word-list", "w.txt"] + RUNNER) == 2
 
 
+def test_tem_without_neighbour_table_is_refused_before_running(small_artifact_dir, tmp_path, capsys):
+    assert cli_main(["calibrate", "--artifact", small_artifact_dir, "--mechanism", "tem", "--output",
+                     str(tmp_path / "x")] + RUNNER) == 2
+    assert "textdp neighbours" in capsys.readouterr().err
+
+
+def test_annoy_statistics_and_statement(small_artifact):
+    """--nn annoy runs Madlib with the artifact's Annoy index (no pruning, searched_fraction None),
+    and the report's statement says the statistics hold for Annoy."""
+    from textdp.calibration import WordCalibrator
+    from textdp.madlib import Madlib
+
+    calibrator = WordCalibrator(small_artifact, "madlib", {50.0: Madlib(small_artifact, 50.0, nn="annoy")}, samples=200)
+    (row,) = calibrator.calibrate(10, np.random.default_rng(1))
+    assert row["searched_fraction"] is None and 1 <= row["s_w"] <= 200
+    assert row["n_w"] > 0.5  # tiny noise: Annoy finds the word itself (its recall is high at large epsilon)
+    opts = PipelineOptions(["--nn", "annoy", "--search-k", "500"]).view_as(calibrate.CalibrateOptions)
+    statement = calibrate.nn_statement(opts, small_artifact.manifest)
+    assert "Annoy" in statement and "search_k=500" in statement and "10 trees" in statement
+
+
 def test_options_coexist_with_the_other_jobs():
     """Beam parses every PipelineOptions subclass in one parser; shared flags must not clash."""
     import pipelines.privatize  # noqa: F401  pylint: disable=unused-import,import-outside-toplevel
