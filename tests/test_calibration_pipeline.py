@@ -110,8 +110,11 @@ def test_plots_are_valid_png_and_the_report_shows_them(madlib_run):
 def test_same_seed_same_results(madlib_run, small_artifact_dir, tmp_path):
     """With --seed every word has its own generator, so a rerun (any sharding) gives the same table."""
     out = str(tmp_path / "again")
-    run_pipeline(["--artifact", small_artifact_dir, "--epsilons", "2,8,20", "--words", "12", "--samples", "150",
-                  "--seed", "3", "--output", out, "--direct_num_workers", "2"])
+    result = run_pipeline(["--artifact", small_artifact_dir, "--epsilons", "2,8,20", "--words", "12", "--samples",
+                           "150", "--seed", "3", "--output", out, "--direct_num_workers", "2"])
+    counters = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]
+                if c.key.metric.namespace == "textdp.calibrate"}
+    assert counters["words"] == 12 and counters["draws"] == 12 * 3 * 150 and counters.get("unknown_words", 0) == 0
     key = lambda r: (r["word_id"], r["epsilon"])  # noqa: E731
     first = sorted(pq.read_table(os.path.join(madlib_run, "per_word.parquet")).to_pylist(), key=key)
     second = sorted(pq.read_table(os.path.join(out, "per_word.parquet")).to_pylist(), key=key)

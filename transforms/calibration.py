@@ -100,6 +100,7 @@ class CalibrateWordFn(beam.DoFn):
         self._calibrator = None
         self._rng = None
         self._holder = None
+        self._load_reported = False
 
     def setup(self):
         config = self.config
@@ -108,9 +109,12 @@ class CalibrateWordFn(beam.DoFn):
                                           config.build_mechanisms(self._holder.artifact),
                                           samples=config.samples, prune=config.prune)
         self._rng = np.random.default_rng()  # OS entropy, fresh in every worker and DoFn instance
+        self._load_reported = False
 
     def start_bundle(self):
-        self._load_ms.update(int(self._holder.load_ms))
+        if not self._load_reported:  # once per DoFn instance: how long its process took to load the artifact
+            self._load_ms.update(int(self._holder.load_ms))
+            self._load_reported = True
 
     def process(self, element):
         key, stratum = element
