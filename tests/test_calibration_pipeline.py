@@ -221,3 +221,21 @@ def test_tem_run_reports_exact_values(tem_artifact_dir, tmp_path):
     assert "TEM closed form" in report
     for name in PLOT_FILES:
         assert_valid_png(os.path.join(out, name))
+
+
+def test_without_seed_runs_use_fresh_randomness(small_artifact_dir, tmp_path):
+    """Two unseeded runs on the same words must not repeat each other's draws. Identical
+    (N_w count, S_w) pairs for all 6 words x 2 epsilons by chance have probability far below 1e-9
+    (S_w alone, from 300 draws at epsilon 3, varies over tens of values)."""
+    words = tmp_path / "w.txt"
+    words.write_text("film\nactor\nplot\nbad\nsix\nlater\n", encoding="utf-8")
+    tables = []
+    for name in ("a", "b"):
+        out = str(tmp_path / name)
+        run_pipeline(["--artifact", small_artifact_dir, "--word-list", str(words), "--epsilons", "3,8",
+                      "--samples", "300", "--output", out])
+        rows = sorted(pq.read_table(os.path.join(out, "per_word.parquet")).to_pylist(),
+                      key=lambda r: (r["word_id"], r["epsilon"]))
+        tables.append([(r["n_w_count"], r["s_w"]) for r in rows])
+        assert "fresh OS entropy" in json.load(open(os.path.join(out, "summary.json")))["randomness"]
+    assert len(tables[0]) == 12 and tables[0] != tables[1]
