@@ -25,7 +25,7 @@ from scipy import integrate, stats
 from textdp.artifact import build_artifact, open_artifact
 from textdp.calibration import (
     CandidatePrunedSearch, WordCalibrator, describe_values, distance_row, distinct_count_deviation,
-    empirical_statistics, expected_distinct, knn_distances, recommend, stratified_word_sample,
+    expected_distinct, knn_distances, recommend, stratified_word_sample,
     summarise_statistics, knn_distance_percentiles)
 from textdp.embeddings import EmbeddingSource
 from textdp.madlib import Madlib
