@@ -1,10 +1,13 @@
 """Overhead of the LAC Amplifier stage (ShuffleAmplifier) on IMDb-sized records, local FnApiRunner.
 
-The same pipeline (Create -> [stage] -> JSON -> WriteToText) runs without the stage and with it in
-two configurations; the overhead is the difference of median wall times. The row on the full
-privatize benchmark is pending until the stage is wired into privatize.
+1. Stage alone: the same pipeline (Create -> [stage] -> JSON -> WriteToText) runs without the stage
+   and with it in two configurations; the overhead is the difference of medians.
+2. Privatize rows: the whole ``textdp privatize`` pipeline as in benchmarks/bench_pipeline.py
+   (Madlib, epsilon 10, exact search, default 400k artifact, FnApiRunner, one worker) on IMDb
+   reviews as JSONL with all their fields, without and with ``--shuffle --user-field movie_id
+   --drop-fields id``, interleaved.
 
-    python benchmarks/bench_shuffle.py [--records 2000] [--repeats 3]
+    python benchmarks/bench_shuffle.py [--records 2000] [--repeats 5] [--privatize-reviews 200]
 
 Writes benchmarks/results/shuffle.json and shuffle.md (with the machine and its load average,
 since other work shares the machine).
@@ -12,11 +15,16 @@ since other work shares the machine).
 
 from __future__ import annotations
 
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
+    os.environ[_var] = "1"  # before numpy loads: spinning BLAS threads on a busy machine inflate CPU time
+
+# pylint: disable=wrong-import-position
 import argparse
 import csv
 import gzip
 import json
-import os
 import platform
 import statistics
 import tempfile
@@ -73,11 +81,49 @@ def run_once(rows: list, stage_kwargs, out_dir: str) -> tuple:
     return time.perf_counter() - started, time.process_time() - cpu_started
 
 
+PRIVATIZE_VARIANTS = {
+    "privatize": [],
+    "privatize --shuffle --user-field movie_id --drop-fields id": ["--shuffle", "--user-field=movie_id",
+                                                                   "--drop-fields=id"],
+}
+
+
+def privatize_benchmark(reviews: int, repeats: int) -> list:
+    """Median CPU and wall seconds of the privatize pipeline without and with the Amplifier."""
+    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=import-outside-toplevel
+
+    from pipelines.privatize import build_pipeline  # pylint: disable=import-outside-toplevel
+
+    work = tempfile.mkdtemp(prefix="bench-shuffle-")
+    corpus = os.path.join(work, "reviews.jsonl")
+    with open(corpus, "w", encoding="utf-8") as handle:
+        for row in imdb_rows(reviews):
+            handle.write(json.dumps(row) + "\n")
+    walls = {name: [] for name in PRIVATIZE_VARIANTS}
+    cpus = {name: [] for name in PRIVATIZE_VARIANTS}
+    for repeat in range(repeats):
+        for index, (name, flags) in enumerate(PRIVATIZE_VARIANTS.items()):
+            output = os.path.join(work, f"out-{repeat}-{index}")
+            started, cpu_started = time.perf_counter(), time.process_time()
+            pipeline = build_pipeline(PipelineOptions([
+                f"--input={corpus}", f"--output={output}", "--text-field=text", "--epsilon=10", "--nn=exact",
+                "--runner=FnApiRunner", "--direct_num_workers=1", *flags]))
+            pipeline.run().wait_until_finish()
+            walls[name].append(time.perf_counter() - started)
+            cpus[name].append(time.process_time() - cpu_started)
+    return [{"variant": name, "wall_s": walls[name], "cpu_s": cpus[name],
+             "median_wall_s": statistics.median(walls[name]), "median_cpu_s": statistics.median(cpus[name])}
+            for name in PRIVATIZE_VARIANTS]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=2000, help="IMDb records per run (default 2000)")
     parser.add_argument("--repeats", type=int, default=5,
                         help="runs per variant, interleaved across variants; medians are reported (default 5)")
+    parser.add_argument("--privatize-reviews", type=int, default=200,
+                        help="IMDb reviews for the privatize rows (0 skips them; default 200)")
+    parser.add_argument("--privatize-repeats", type=int, default=2, help="runs per privatize variant (default 2)")
     args = parser.parse_args(argv)
     info = machine()
     rows = imdb_rows(args.records)
@@ -99,6 +145,9 @@ def main(argv=None) -> int:
         row["wall_overhead_s"] = row["median_wall_s"] - base["median_wall_s"]
         row["cpu_overhead_ms_per_record"] = 1000.0 * row["cpu_overhead_s"] / args.records
 
+    privatize_rows = privatize_benchmark(args.privatize_reviews, args.privatize_repeats) \
+        if args.privatize_reviews else []
+
     from textdp.artifact import open_artifact  # pylint: disable=import-outside-toplevel
 
     artifact = open_artifact(None)
@@ -109,7 +158,7 @@ def main(argv=None) -> int:
     report = {"benchmark": "shuffle amplifier overhead", "records": args.records, "repeats": args.repeats,
               "runner": "FnApiRunner (one process)", "machine": info, "results": results,
               "diameter_bounds_400k": {"seconds": diameter_s, **bounds.to_dict()},
-              "privatize_integration_row": "pending: the stage is not yet wired into the privatize benchmark"}
+              "privatize_rows": privatize_rows}
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "shuffle.json"), "w", encoding="utf-8") as handle:
         json.dump(report, handle, indent=2)
@@ -134,8 +183,20 @@ def main(argv=None) -> int:
               f"Vocabulary diameter bounds for the accounting (400k x 50 GloVe): {diameter_s:.2f} s, "
               f"[{bounds.lower:.3f}, {bounds.upper:.3f}].",
               "",
-              "Row on the privatize benchmark: pending (the stage is not yet wired into privatize).",
-              ""]
+              ]
+    if privatize_rows:
+        lines += ["## On the privatize pipeline",
+                  "",
+                  f"{args.privatize_reviews} IMDb reviews (JSONL, all fields), Madlib epsilon 10, exact search, default "
+                  f"400k artifact, FnApiRunner with one worker, {args.privatize_repeats} interleaved runs per variant.",
+                  "",
+                  "| variant | median CPU (s) | median wall (s) | CPU overhead vs plain |",
+                  "| --- | ---: | ---: | ---: |"]
+        base_cpu = privatize_rows[0]["median_cpu_s"]
+        for row in privatize_rows:
+            lines.append(f"| {row['variant']} | {row['median_cpu_s']:.1f} | {row['median_wall_s']:.1f} | "
+                         f"{100.0 * (row['median_cpu_s'] - base_cpu) / base_cpu:+.1f}% |")
+    lines.append("")
     with open(os.path.join(RESULTS, "shuffle.md"), "w", encoding="utf-8") as handle:
         handle.write("\n".join(lines))
     print("\n".join(lines))
