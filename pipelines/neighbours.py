@@ -95,7 +95,7 @@ def build_pipeline(options: PipelineOptions) -> beam.Pipeline:
 
 def help_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="textdp neighbours", description=__doc__.splitlines()[0].strip("`"),
+        prog="textdp neighbours", description=__doc__.splitlines()[0].replace("``", ""),
         epilog="Beam flags (--runner, --direct_num_workers, --direct_running_mode, ...) are passed to Beam.")
     NeighbourOptions._add_argparse_args(parser)  # pylint: disable=protected-access
     return parser
