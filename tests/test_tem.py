@@ -4,8 +4,8 @@ words with a table computed by the neighbour job (FnApiRunner, K=40 on the 5k ar
 Statistical tests: every (word, epsilon, gamma) case runs a G-test of 100,000 draws against the
 exact distribution (cells with expected count < 20 are pooled into one cell) and a binomial z-test of
 the share of draws outside the K-nearest table; the batch tests z-test each word's P(self). Every
-check is at significance 1e-5; there are 48 checks in this file, so the chance that a correct
-sampler fails any of them is below 48 x 1e-5 = 4.8e-4 (Bonferroni). Draws use fixed seeds so a failure reproduces.
+check is at significance 1e-5; there are 54 checks in this file, so the chance that a correct
+sampler fails any of them is below 54 x 1e-5 = 5.4e-4 (Bonferroni). Draws use fixed seeds so a failure reproduces.
 """
 
 import math
@@ -99,6 +99,7 @@ def test_output_distribution_closed_form():
     (6.0, None),   # gamma 2.8: mostly the table; tails still visible
     (2.0, 2.5),    # given gamma near d_K: the uniform floor (bottom element) carries real mass
     (20.0, None),  # gamma below d_K: table plus a flat floor, no rejection
+    (2.0, 0.0),    # gamma 0: every word equally likely (uniform output)
 ])
 def test_sampler_matches_closed_form(artifact, word, epsilon, gamma):
     tem = TEM(artifact, epsilon, gamma=gamma)
