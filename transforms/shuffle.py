@@ -17,9 +17,9 @@ Why the order of the output carries no information about the input order: the bu
 record is uniform and independent of everything else, and inside a bucket the order is a uniform
 permutation. The number of buckets is ceil(records / records_per_bucket), so a corpus of up to
 ``records_per_bucket`` records gets one bucket and a single uniform permutation. With several
-buckets, the order in which the runner emits them is the runner's (Dataflow sorts keys; a local
-runner may emit them in order of first arrival), so the coarse position of a bucket's first-read
-record could follow input order; raise ``records_per_bucket`` if that matters.
+buckets, the order in which they are emitted is decided by the runner (a local runner may emit
+them in order of first arrival), so the coarse position of a bucket's first-read record could
+follow input order; raise ``records_per_bucket`` if that matters.
 
 The stage also computes what the accounting needs (``stats``: records in and out, how many
 authors share each "shape", the word counts of their records, and the remaining fields) without
