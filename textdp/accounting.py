@@ -17,7 +17,8 @@ function that returns an amplified epsilon also says whether that result's hypot
 3. Poisson sub-sampling: an epsilon-DP mechanism (neighbours: one record added or removed) run on
    a sample that keeps each record independently with probability q is
    ``ln(1 + q (e^epsilon - 1))``-DP (Li, Qardaji and Su 2012, Thm. 1; Balle, Barthe and Gaboardi
-   2018). See ``poisson_subsampling_epsilon`` for why the pipeline does not claim it.
+   2018). Its hypothesis does not hold for released locally privatized records, so
+   ``amplification_report`` reports the number but does not claim it (see docs/lac.md).
 4. Shuffling: Feldman, McMillan and Talwar, "Hiding Among the Clones" (FOCS 2021), Thm. 3.1.
    See ``shuffle_epsilon``.
 """
