@@ -116,8 +116,9 @@ def amplification_section(stats: dict, token_eps0: float, *, shuffled: bool, del
         "removed": stats["removed_fields"], "remaining": stats["remaining_fields"],
         "released_unprivatized": unprotected,
         "statement": ("the privacy statements cover the privatized text fields only; "
-                      + (f"the fields {', '.join(unprotected)} are released as they are, with no guarantee, and "
-                         "they can link records to people or split them into smaller groups"
+                      + (f"the field{'s' if len(unprotected) > 1 else ''} {', '.join(unprotected)} "
+                         f"{'are' if len(unprotected) > 1 else 'is'} released as it stands, with no guarantee, "
+                         "and can link records to people or split them into smaller groups"
                          if unprotected else "no other field remains")),
     }
     if k_threshold is not None:
