@@ -163,6 +163,20 @@ def test_parquet_keeps_its_schema_and_passes_other_columns_through(tmp_path, sma
                                              "failed_by_reason": {"not_a_string": 1}, "reconciled": True}
 
 
+def test_an_unreadable_file_becomes_an_error_record(tmp_path, small_artifact_dir):
+    """A corrupt Parquet file among good ones: the job finishes, the file is one error record."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    pq.write_table(pa.table({"text": ["A good film.", "Bad."]}), str(folder / "a.parquet"))
+    (folder / "b.parquet").write_bytes(b"PAR1 this is not a parquet file")
+    _, output = privatize(tmp_path, small_artifact_dir, f"--input={folder}/*.parquet", "--epsilon=3")
+    errors = [json.loads(line) for line in read_lines(f"{output}-errors-*.jsonl")]
+    assert [(os.path.basename(e["source"]), e["position"], e["reason"]) for e in errors] == \
+        [("b.parquet", 1, "unreadable_file")]
+    assert summary_of(output)["records"] == {"in": 3, "out": 2, "failed": 1,
+                                             "failed_by_reason": {"unreadable_file": 1}, "reconciled": True}
+
+
 def test_gzipped_text_and_seeded_runs_are_reproducible(tmp_path, small_artifact_dir):
     source = str(tmp_path / "reviews.txt.gz")
     with open(EXAMPLE_TXT, "rb") as raw, gzip.open(source, "wb") as packed:
