@@ -30,27 +30,13 @@ import numpy as np
 
 from textdp.artifact import MANIFEST, ensure_default_artifact
 from textdp.calibration import DEFAULT_SAMPLES, MECHANISMS, stratified_word_sample
+from pipelines.options import add_flag as _add
 from textdp.errors import TextdpError
 from transforms.calibration import (TABLE_PREFIX, CalibrateWords, CalibrationConfig, WriteCalibrationOutputs,
                                     parquet_schema)
 
 DEFAULT_EPSILONS = "1,2,5,10,20"
 DEFAULT_WORDS = 1000
-
-
-def _add(parser, *flags, **kwargs):
-    """Add a flag unless another textdp job's options already declared it in this shared parser.
-
-    Beam parses every PipelineOptions subclass of the process into one parser; jobs share some
-    flags (--artifact, --output, --nn, --seed, ...) with the same meaning, so a second
-    declaration would raise. 'resolve' also lets a job imported later redeclare ours.
-    """
-    parser.conflict_handler = "resolve"
-    for group in getattr(parser, "_action_groups", []):
-        group.conflict_handler = "resolve"
-    if any(flag in getattr(parser, "_option_string_actions", {}) for flag in flags):
-        return
-    parser.add_argument(*flags, **kwargs)
 
 
 class CalibrateOptions(PipelineOptions):

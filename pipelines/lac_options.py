@@ -19,6 +19,7 @@ from typing import Optional, Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines.options import flag_adder
 from textdp import accounting
 from transforms.shuffle import DEFAULT_MARKER, DEFAULT_RECORDS_PER_BUCKET, ShuffleAmplifier
 
@@ -32,30 +33,31 @@ class AmplifierOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser):
-        parser.add_argument(
+        add = flag_adder(parser)
+        add(
             "--shuffle", action="store_true", default=False,
             help="de-link records from their authors before release: drop the author field and the "
                  "--drop-fields, then output the records in a uniformly random order (keys from the OS "
                  "CSPRNG, not Python's random). <output>-amplification.json reports whether any amplification "
                  "theorem applies (usually not at these epsilons: it says so)")
-        parser.add_argument(
+        add(
             "--user-field", default=None,
             help="name of the field that identifies a record's author (JSONL/Parquet input). It is used to "
                  "count distinct authors for --k-threshold and to account per author, then removed from "
                  "the output. Without it every record is treated as written by a different person")
-        parser.add_argument(
+        add(
             "--drop-fields", default="",
             help="comma-separated fields to remove from every output record (ids, timestamps, anything "
                  "that links a record to a person). Every other field is kept and listed in <output>-amplification.json")
-        parser.add_argument(
+        add(
             "--subsample", type=float, default=None, metavar="Q",
             help="Poisson sub-sampling: keep each record independently with probability Q in (0, 1] "
                  "(OS CSPRNG). Reduces what is released; no amplification is claimed for it (see docs/lac.md)")
-        parser.add_argument(
+        add(
             "--k-threshold", type=int, default=None, metavar="K",
             help="replace every released word used by fewer than K distinct authors (records, without "
                  "--user-field) by a marker. A heuristic: no formal amplification is claimed")
-        parser.add_argument(
+        add(
             "--delta", type=float, default=accounting.DEFAULT_DELTA,
             help=f"delta of the (epsilon, delta) shuffle-amplification bound (default {accounting.DEFAULT_DELTA:g}); "
                  "the bound is only reported where its theorem's condition holds")

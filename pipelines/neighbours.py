@@ -19,6 +19,7 @@ from typing import List, Optional
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines.options import flag_adder
 from textdp.artifact import read_manifest, resolve_artifact
 from textdp.errors import TextdpError
 from textdp.neighbours import METRICS, table_files_exist
@@ -28,28 +29,12 @@ DEFAULT_K = 100
 DEFAULT_SHARD_ROWS = 8192
 
 
-def _add_once(parser, *flags, **kwargs):
-    """Declare a flag unless another textdp job already did in this (process-wide) parser.
-
-    Beam parses the flags of every PipelineOptions subclass imported in the process with one parser,
-    and the jobs share ``--artifact`` (same meaning everywhere); "resolve" lets a job declared later
-    redeclare it instead of raising.
-    """
-    parser.conflict_handler = "resolve"
-    for group in getattr(parser, "_action_groups", []):
-        group.conflict_handler = "resolve"
-    if any(flag in getattr(parser, "_option_string_actions", {}) for flag in flags):
-        return
-    parser.add_argument(*flags, **kwargs)
-
-
 class NeighbourOptions(PipelineOptions):
     """Flags of ``textdp neighbours`` (the single source of truth, also for template metadata)."""
 
     @classmethod
     def _add_argparse_args(cls, parser):
-        def add(*flags, **kwargs):
-            _add_once(parser, *flags, **kwargs)
+        add = flag_adder(parser)
 
         add("--artifact", dest="artifact", default=None,
             help="local artifact directory to add the table to; default: the bundled GloVe 50d artifact in "

@@ -28,6 +28,7 @@ from transforms.io import (FORMATS, OUTPUT_SUFFIX, ReadRecords, WriteErrors, Wri
                            matched_paths, parquet_schema)
 from transforms.perturb import PerturbConfig, PerturbTokens, WriteSummary
 from pipelines.lac_options import AmplifierOptions, amplify_privatized
+from pipelines.options import flag_adder
 
 DEFAULT_MAX_RECORD_BYTES = 1_000_000
 DEFAULT_BATCH_RECORDS = 64
@@ -38,7 +39,7 @@ class PrivatizeOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser):
-        add = parser.add_argument
+        add = flag_adder(parser)
         add("--input", dest="input",
             help="input file pattern, local or gs:// (e.g. 'data/*.jsonl', 'gs://bucket/corpus-*.txt.gz'); required")
         add("--output", dest="output",
