@@ -20,7 +20,9 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils import shared
 
+from textdp.artifact import MANIFEST, default_artifact_path, read_manifest
 from textdp.errors import TextdpError
+from textdp.neighbours import SECTION as NEIGHBOURS_SECTION
 from textdp.mechanisms import MECHANISMS
 from textdp.summary import FAILED_PREFIX
 from textdp.text_privatizer import OOV_POLICIES
@@ -123,9 +125,20 @@ def validate(opts: PrivatizeOptions) -> str:
             raise TextdpError(f"--mechanism tem is not available (textdp.tem cannot be imported: {exc})") from None
     if opts.artifact and not opts.artifact.startswith("gs://") and not os.path.isdir(opts.artifact):
         raise TextdpError(f"--artifact {opts.artifact!r} is not a directory")
+    if opts.mechanism == "tem" and not (opts.artifact or "").startswith("gs://"):
+        _require_neighbour_table(opts.artifact or default_artifact_path())
     if not matched_paths(opts.input):
         raise TextdpError(f"no file matches --input {opts.input!r}")
     return data_format
+
+
+def _require_neighbour_table(artifact_dir: str) -> None:
+    """TEM samples from the artifact's K-nearest table: refuse before any worker starts if it is missing.
+    (A gs:// artifact is checked by the workers when they fetch it.)"""
+    has_table = os.path.exists(os.path.join(artifact_dir, MANIFEST)) and NEIGHBOURS_SECTION in read_manifest(artifact_dir)
+    if not has_table:
+        raise TextdpError(f"--mechanism tem needs a neighbour table in the artifact {artifact_dir}; run "
+                          f"`textdp neighbours --artifact {artifact_dir}` first (docs/tem.md)")
 
 
 def output_paths(output: str, data_format: str) -> dict:
@@ -134,6 +147,7 @@ def output_paths(output: str, data_format: str) -> dict:
         "errors_prefix": f"{output}-errors",
         "errors": f"{output}-errors-*.jsonl",
         "summary": f"{output}-summary.json",
+        "amplification": f"{output}-amplification.json",
         "diagnostics": None,
     }
 
@@ -211,22 +225,24 @@ def build_pipeline(options: PipelineOptions) -> beam.Pipeline:
             if schema.get_field_index(field) < 0:
                 raise TextdpError(f"--text-field {field!r} is not a column of the Parquet input")
     paths = output_paths(opts.output, data_format)
+    amplify = options.view_as(AmplifierOptions).amplifier_requested()
     config = PerturbConfig(artifact=opts.artifact, mechanism=opts.mechanism, epsilon=opts.epsilon, nn=opts.nn,
                            search_k=opts.search_k, gamma=opts.gamma, beta=opts.beta, oov_policy=opts.oov_policy,
                            unk_token=opts.unk_token, seed=opts.seed, text_fields=text_fields)
     shared_handle = shared.Shared()
     summary_writer = WriteSummary(shared_handle, config, paths["summary"], context={
         "input_pattern": opts.input, "output": paths["output"], "errors_output": paths["errors"],
-        "data_format": data_format, "text_fields": text_fields, "max_record_bytes": opts.max_record_bytes})
+        "data_format": data_format, "text_fields": text_fields, "max_record_bytes": opts.max_record_bytes,
+        "amplification_report": paths["amplification"] if amplify else None})
 
     pipeline = beam.Pipeline(options=options)
     read = read_stage(pipeline, opts, data_format, text_fields)
     perturbed = perturb_stage(read["records"], config, shared_handle, opts.batch_records,
                               diagnostics=bool(opts.diagnostics_output))
     released, records_dropped = perturbed.released, None
-    if options.view_as(AmplifierOptions).amplifier_requested():  # LAC Amplifier (docs/lac.md)
+    if amplify:  # LAC Amplifier (docs/lac.md)
         released, records_dropped = amplify_privatized(released, options, config, shared_handle, data_format,
-                                                       text_fields, f"{opts.output}-amplification.json")
+                                                       text_fields, paths["amplification"])
     records_out = write_stage(released, opts, data_format, schema)
     errors_stage(read["errors"], paths["errors_prefix"])
     summary_stage(read["counts"], perturbed[PerturbTokens.STATS], read["errors"], records_out, summary_writer,
@@ -267,6 +283,8 @@ def run(argv: Optional[List[str]] = None) -> int:
     print(f"output:  {paths['output']}")
     print(f"errors:  {paths['errors']}")
     print(f"summary: {paths['summary']}")
+    if options.view_as(AmplifierOptions).amplifier_requested():
+        print(f"amplification: {paths['amplification']}")
     _print_headline(paths["summary"])
     return 0
 

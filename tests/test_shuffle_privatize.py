@@ -33,6 +33,8 @@ def test_privatize_with_shuffle_drops_fields_and_reconciles(imdb_rows, small_art
     assert summary["records"]["out"] == len(out) == section["records"]["out"]
     assert summary["records"]["dropped"] == section["records"]["dropped_by_subsampling"] == 300 - len(out)
     assert summary["records"]["reconciled"] is True
+    assert summary["amplification_report"] == output + "-amplification.json"
+    assert "random order" in summary["privacy"]["records"] and "one for one" not in summary["privacy"]["records"]
     assert section["fields"]["remaining"] == ["label", "split", "text"]
     assert section["shuffle"]["claimed"] is False
     assert Counter(r["label"] for r in out).keys() <= {"pos", "neg"}

@@ -9,6 +9,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.privatize import build_pipeline
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
+from textdp.errors import TextdpError
 from textdp.tem import gamma_from_beta
 
 
@@ -58,6 +59,6 @@ def test_tem_with_given_gamma_and_missing_table(tmp_path, imdb_rows, neighbour_a
     corpus = write_jsonl(imdb_rows[:20], tmp_path / "imdb.jsonl")
     summary, released = privatize(tmp_path, neighbour_artifact_dir, corpus, "--epsilon=2", "--gamma=1.5")
     assert summary["mechanism"]["gamma"] == 1.5 and len(released) == 20
-    # the worker's ArtifactError reaches the caller wrapped by the runner, its message intact
-    with pytest.raises(Exception, match="textdp neighbours --artifact"):
+    # refused when the pipeline is built, before any worker starts
+    with pytest.raises(TextdpError, match="needs a neighbour table.*textdp neighbours --artifact"):
         privatize(tmp_path / "x", small_artifact_dir, corpus, "--epsilon=2")

@@ -33,9 +33,18 @@ def oov_statement(policy: str, unk_token: str, unknown_tokens: int) -> str:
 STRUCTURE_STATEMENT = (
     "Only word identity is protected. Whitespace, line breaks, punctuation and symbols are released "
     "unchanged, and so are each record's number of words, their positions and their case pattern "
-    "(lower, Capitalized, UPPER); numbers count as words and are privatized. Records are released one "
-    "for one (the output has as many records as were privatized); other fields of JSONL/Parquet records "
-    "pass through unchanged and are not protected.")
+    "(lower, Capitalized, UPPER); numbers count as words and are privatized. Other fields of "
+    "JSONL/Parquet records pass through unchanged and are not protected.")
+
+ONE_FOR_ONE_STATEMENT = (
+    "Records are released one for one (the output has as many records as were privatized), in no "
+    "particular order but with every field they had.")
+
+
+def amplifier_statement(report_path: str) -> str:
+    return ("An Amplifier stage ran: the author field and the --drop-fields were removed, records were "
+            "released in a uniformly random order and, with --subsample, only a random subset of them. "
+            f"Which fields remain and what amplification (if any) a published theorem gives are in {report_path}.")
 
 ERRORS_STATEMENT = (
     "Records that could not be processed are not privatized and are absent from the output; the error "
@@ -44,10 +53,12 @@ ERRORS_STATEMENT = (
 
 
 def privacy_section(mechanism_statement: dict, oov_policy: str, unk_token: str, unknown_tokens: int,
-                    seed_used: bool) -> dict:
+                    seed_used: bool, amplification_report: Optional[str] = None) -> dict:
     statement = dict(mechanism_statement)
     statement["unknown_words"] = oov_statement(oov_policy, unk_token, unknown_tokens)
     statement["structure"] = STRUCTURE_STATEMENT
+    statement["records"] = (amplifier_statement(amplification_report) if amplification_report
+                            else ONE_FOR_ONE_STATEMENT)
     statement["failed_records"] = ERRORS_STATEMENT
     statement["covered_by_guarantee"] = oov_policy != "keep" or unknown_tokens == 0
     if seed_used:
@@ -59,7 +70,8 @@ def privacy_section(mechanism_statement: dict, oov_policy: str, unk_token: str, 
 def build_summary(counts: Dict[str, int], *, input_pattern: str, output: str, errors_output: str,
                   data_format: str, text_fields, mechanism_parameters: dict, mechanism_statement: dict,
                   artifact: dict, oov_policy: str, unk_token: str, seed: Optional[int],
-                  max_record_bytes: int, extra: Optional[dict] = None) -> dict:
+                  max_record_bytes: int, amplification_report: Optional[str] = None,
+                  extra: Optional[dict] = None) -> dict:
     """The summary document for one run, from the counters combined in the pipeline."""
     records_in = int(counts.get("records_in", 0))
     records_out = int(counts.get("records_out", 0))
@@ -99,10 +111,13 @@ def build_summary(counts: Dict[str, int], *, input_pattern: str, output: str, er
         "max_record_bytes": max_record_bytes,
         "seed_used": seed is not None,
         "seed": seed,
-        "privacy": privacy_section(mechanism_statement, oov_policy, unk_token, unknown, seed is not None),
+        "privacy": privacy_section(mechanism_statement, oov_policy, unk_token, unknown, seed is not None,
+                                   amplification_report),
     }
     if "records_dropped" in counts:
         summary["records"]["dropped"] = records_dropped
+    if amplification_report:
+        summary["amplification_report"] = amplification_report
     if extra:
         summary.update(extra)
     return summary

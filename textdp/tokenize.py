@@ -36,7 +36,7 @@ import numpy as np
 LOWER, CAPITALIZED, UPPER = 0, 1, 2
 UNKNOWN_ID = -1
 
-_WORD = re.compile(r"[^\W_]+(?:(?:['\u2019\-]|(?<=\d)[.,](?=\d))[^\W_]+)*")
+WORD_PATTERN = re.compile(r"[^\W_]+(?:(?:['\u2019\-]|(?<=\d)[.,](?=\d))[^\W_]+)*")
 _JOINER = re.compile(r"(['\u2019\-]|(?<=\d)[.,](?=\d))")
 _CLITICS = ("'s", "'re", "'ll", "'ve", "'d", "'m")
 
@@ -107,7 +107,7 @@ class Tokenizer:
         ids: List[int] = []
         glued: List[bool] = []
         last = 0
-        for match in _WORD.finditer(text):
+        for match in WORD_PATTERN.finditer(text):
             pieces.append(text[last:match.start()])
             last = match.end()
             word = match.group()

@@ -37,16 +37,16 @@ import json
 import math
 import os
 import random
-import re
 from collections import Counter
 from typing import Iterable, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from textdp.tokenize import WORD_PATTERN  # the privatizer's notion of a word
+
 DEFAULT_MARKER = "<rare>"
 DEFAULT_RECORDS_PER_BUCKET = 50_000
-_WORD = re.compile(r"[^\W_]+(?:['\u2019\-][^\W_]+)*")
 _NAMESPACE = "textdp.shuffle"
 
 
@@ -55,11 +55,11 @@ _NAMESPACE = "textdp.shuffle"
 
 def word_types(text: str) -> set:
     """Distinct lowercased words of a released text."""
-    return {match.group().lower() for match in _WORD.finditer(text)}
+    return {match.group().lower() for match in WORD_PATTERN.finditer(text)}
 
 
 def count_words(text: str) -> int:
-    return sum(1 for _ in _WORD.finditer(text))
+    return sum(1 for _ in WORD_PATTERN.finditer(text))
 
 
 def replace_rare_words(text: str, rare, marker: str) -> tuple:
@@ -73,7 +73,7 @@ def replace_rare_words(text: str, rare, marker: str) -> tuple:
             return marker
         return match.group()
 
-    return _WORD.sub(swap, text), replaced
+    return WORD_PATTERN.sub(swap, text), replaced
 
 
 def author_key(record: dict, user_field: str):
