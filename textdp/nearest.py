@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-DEFAULT_BLOCK_ROWS = 1024
+DEFAULT_BLOCK_ROWS = 512  # (batch x block) scores stay in L2; measured best on 2 EPYC cores
 DEFAULT_BATCH = 1024
 
 
