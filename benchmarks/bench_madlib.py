@@ -88,10 +88,15 @@ def bench_vocabulary(art, ids, label):
     for eps in EPSILONS:
         mech = Madlib(art, eps)
         rng = np.random.default_rng(eps)
-        start = time.perf_counter()
-        noisy = mech.noisy_vectors(ids, rng)
-        reference = exact.query(noisy)
-        exact_tps = len(ids) / (time.perf_counter() - start)
+        if eps == EPSILONS[0]:
+            exact.query(mech.noisy_vectors(ids[:DEFAULT_BATCH], rng))  # warm-up: page in the mapped vectors
+        seconds = []
+        for _ in range(2):  # best of two, as the ceiling is a best-of
+            start = time.perf_counter()
+            noisy = mech.noisy_vectors(ids, rng)
+            reference = exact.query(noisy)
+            seconds.append(time.perf_counter() - start)
+        exact_tps = len(ids) / min(seconds)
         row = {"vocab": label, "epsilon": eps, "tokens": len(ids), "matmul_ceiling_tps": mm,
                "exact_tps": exact_tps, "exact_fraction_of_ceiling": exact_tps / mm,
                "changed_fraction": float((reference != ids).mean()), "annoy": []}
@@ -148,7 +153,8 @@ def main():
     lines = ["# Madlib benchmark", "",
              f"Machine: {info['cpu']}, {info['cores']} cores, load average at start {info['loadavg_at_start']}, "
              f"at end {info['loadavg_at_end']} ({info['date_utc']}). BLAS limited to 1 thread; {args.tokens} real "
-             "IMDb tokens per row; tokens/s include noise generation.", "",
+             "IMDb tokens per row; tokens/s include noise generation (best of two runs after a warm-up batch; "
+             "the ceiling is the best of three runs over 10 GEMM shapes).", "",
              f"Default artifact: built in {build_seconds:.1f}s (all cores), {size / 1e6:.0f} MB on disk. "
              f"A loaded artifact (vocabulary dict, norms, both searches used) adds {memory_kb / 1024:.0f} MB of "
              "anonymous memory beyond its memory-mapped files.", "",
