@@ -16,7 +16,7 @@ are alive. Shared pages (the memory-mapped vectors in the page cache) are split 
 processes by PSS, private pages are not. Target: two processes < 1.3x the memory of one.
 
     python benchmarks/bench_pipeline.py     # 2,000 reviews, one pair -> benchmarks/results/pipeline.json
-    python benchmarks/bench_pipeline.py --reviews 400 --repeats 2 --output benchmarks/results/pipeline-400.json
+    python benchmarks/bench_pipeline.py --reviews 400 --repeats 2 --output /tmp/pipeline-400.json   # quicker check
 """
 
 from __future__ import annotations
