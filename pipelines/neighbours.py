@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import sys
+import tempfile
 import time
 from typing import List, Optional
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from pipelines.options import flag_adder
 from textdp.artifact import read_manifest, resolve_artifact
@@ -37,8 +40,9 @@ class NeighbourOptions(PipelineOptions):
         add = flag_adder(parser)
 
         add("--artifact", dest="artifact", default=None,
-            help="local artifact directory to add the table to; default: the bundled GloVe 50d artifact in "
-                 "the textdp cache (TEXTDP_CACHE_DIR). gs:// artifacts: compute on a local copy, then upload it")
+            help="artifact directory to add the table to; default: the bundled GloVe 50d artifact in the textdp "
+                 "cache (TEXTDP_CACHE_DIR). A gs:// artifact is checked out to this machine, the table computed "
+                 "here (local runner) and the new files and manifest uploaded back")
         add("--k", dest="k", type=int, default=DEFAULT_K,
             help=f"neighbours stored per word, the word itself included (default {DEFAULT_K}); larger K makes TEM "
                  "faster at middle epsilons and the table bigger: N x K x 8 bytes")
@@ -52,7 +56,8 @@ class NeighbourOptions(PipelineOptions):
 def validate(opts: NeighbourOptions) -> str:
     """Resolve the artifact and check the flags; returns the local artifact directory."""
     if opts.artifact and opts.artifact.startswith("gs://"):
-        raise TextdpError("--artifact must be a local directory: compute the table on a local copy, then upload it")
+        raise TextdpError("build_pipeline needs a local artifact directory; `textdp neighbours` (run) checks a "
+                          "gs:// artifact out, computes the table locally and uploads it")
     if opts.metric not in METRICS:
         raise TextdpError(f"--metric must be one of {', '.join(METRICS)}")
     if opts.shard_rows is None or opts.shard_rows < 1:
@@ -93,22 +98,54 @@ def run(argv: Optional[List[str]] = None) -> int:
         return 0
     help_parser().parse_known_args(argv)  # reject malformed values of our own flags early
     options = PipelineOptions(argv)
+    opts = options.view_as(NeighbourOptions)
     started = time.perf_counter()
     try:
-        pipeline = build_pipeline(options)
-        result = pipeline.run()
-        result.wait_until_finish()
+        if (opts.artifact or "").startswith("gs://"):
+            section, artifact = _run_on_gcs_artifact(options, opts)
+        else:
+            build_pipeline(options).run().wait_until_finish()
+            artifact = resolve_artifact(opts.artifact)
+            section = read_manifest(artifact)["neighbours"]
     except TextdpError as exc:
         print(f"textdp neighbours: error: {exc}", file=sys.stderr)
         return 1
-    artifact_dir = resolve_artifact(options.view_as(NeighbourOptions).artifact)
-    section = read_manifest(artifact_dir)["neighbours"]
-    report = {"artifact": artifact_dir, "seconds": round(time.perf_counter() - started, 1),
+    report = {"artifact": artifact, "seconds": round(time.perf_counter() - started, 1),
               "k": section["k"], "metric": section["metric"], "kth_distance": section["kth_distance"],
               "fallback_rows": section["fallback_rows"]}
     print(json.dumps(report, indent=2))
     return 0
 
+
+LOCAL_RUNNERS = (None, "DirectRunner", "FnApiRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
+
+
+def _run_on_gcs_artifact(options: PipelineOptions, opts: NeighbourOptions):
+    """gs:// artifact: check out a working copy here, compute the table into it, upload the new files.
+
+    The workers write the table into the working copy, so they must run on this machine (a local
+    runner; ``--direct_num_workers`` still spreads the work over its cores). The upload sends only
+    the new files and then the manifest; the cached copy other jobs map is never modified.
+    """
+    from textdp import remote  # pylint: disable=import-outside-toplevel
+    from textdp.artifact import stderr_progress  # pylint: disable=import-outside-toplevel
+
+    runner = options.view_as(StandardOptions).runner
+    if runner not in LOCAL_RUNNERS:
+        raise TextdpError(f"a gs:// --artifact is processed on this machine, not with --runner {runner}: "
+                          "run with the local runner (e.g. --direct_num_workers 2 --direct_running_mode "
+                          "multi_processing); the table is uploaded when it is complete")
+    url = opts.artifact
+    workdir = tempfile.mkdtemp(prefix="textdp-neighbours-")
+    try:
+        local = remote.checkout_artifact(url, os.path.join(workdir, "artifact"), progress=stderr_progress)
+        opts.artifact = local
+        build_pipeline(options).run().wait_until_finish()
+        remote.upload_artifact(local, url, progress=stderr_progress)
+        return read_manifest(local)["neighbours"], url
+    finally:
+        opts.artifact = url
+        shutil.rmtree(workdir, ignore_errors=True)
 
 if __name__ == "__main__":
     sys.exit(run())

@@ -92,20 +92,22 @@ def test_calibrate_reads_the_artifact_and_writes_its_report_on_gcs(corpus_on_gcs
     assert len(cached) == 1 and cached[0].startswith(f"{name}_artifacts_glove5k-"), cached
 
 
-def test_neighbour_table_added_to_a_gcs_artifact_is_used_by_tem(corpus_on_gcs, tmp_path):
-    """The documented path for a gs:// artifact: working copy -> textdp neighbours -> upload -> TEM reads it.
+def test_neighbour_table_added_to_a_gcs_artifact_is_used_by_tem(corpus_on_gcs, tmp_path, capsys):
+    """`textdp neighbours --artifact gs://...` (working copy -> table -> upload), then TEM reads it.
 
     epsilon = 1e6: TEM's Gumbel noise (scale 2/epsilon) is far below the gap to any other word, so
     every known word comes back unchanged; the summary shows the table from the bucket was used.
     """
-    from pipelines.neighbours import build_pipeline as build_neighbours
+    from pipelines import neighbours
 
     name, bucket, url = corpus_on_gcs["name"], corpus_on_gcs["bucket"], corpus_on_gcs["artifact"]
     before = remote.fetch_artifact(url)
-    work = remote.checkout_artifact(url, str(tmp_path / "work"))
-    build_neighbours(PipelineOptions(["--runner=FnApiRunner", f"--artifact={work}", "--k=10",
-                                      "--shard-rows=2500"])).run().wait_until_finish()
-    remote.upload_artifact(work, url)
+    assert neighbours.run([f"--artifact={url}", "--k=10", "--shard-rows=2500", "--runner=Dataflow"]) == 1
+    assert "processed on this machine" in capsys.readouterr().err
+    assert neighbours.run(["--runner=FnApiRunner", f"--artifact={url}", "--k=10", "--shard-rows=2500"]) == 0
+    assert json.loads(capsys.readouterr().out)["artifact"] == url
+    uploaded = bucket.blob(remote.parse_gcs_url(url)[1] + "/manifest.json").download_as_text()
+    assert json.loads(uploaded)["neighbours"]["k"] == 10
     assert "neighbours" not in json.loads(open(os.path.join(before, "manifest.json")).read()), "cache untouched"
 
     output = f"gs://{name}/privatized-tem/reviews"
