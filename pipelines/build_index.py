@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+help_parser = build_parser  # the same name as the Beam jobs' --help parsers (templates read it)
+
+
 def run(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:

@@ -203,14 +203,20 @@ def build_pipeline(options: PipelineOptions) -> beam.Pipeline:
     return pipeline
 
 
+def help_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="textdp calibrate", description=__doc__.split("\n\n")[0],
+        epilog="Beam's own flags (--runner, --direct_num_workers, ...) are accepted too.")
+    CalibrateOptions._add_argparse_args(parser)  # pylint: disable=protected-access
+    return parser
+
+
 def run(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:
-        parser = argparse.ArgumentParser(prog="textdp calibrate", description=__doc__.split("\n\n")[0])
-        CalibrateOptions._add_argparse_args(parser)  # pylint: disable=protected-access
-        parser.print_help()
-        print("\nBeam's own flags (--runner, --direct_num_workers, ...) are accepted too.")
+        help_parser().print_help()
         return 0
+    help_parser().parse_known_args(argv)  # reject malformed values of our own flags early
     options = PipelineOptions(argv)
     try:
         pipeline = build_pipeline(options)
