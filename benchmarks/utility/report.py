@@ -22,6 +22,8 @@ def markdown(payload: dict, plot_name: str) -> str:
     cfg, m, base = payload["config"], payload["machine"], payload["baseline"]
     lines = [
         "# Utility on IMDb sentiment: Madlib and TEM against the baseline", "",
+        *([] if payload.get("complete", True) else
+          ["**Partial results: the run was still going (or was stopped) when this was written.**", ""]),
         f"**Configuration:** {cfg['train_reviews']} train / {cfg['test_reviews']} test reviews (balanced, "
         f"data seed {cfg['data_seed']}), privatizations per epsilon: Madlib {cfg['repeats']['madlib']}, TEM "
         f"{cfg['repeats']['tem']}, "
@@ -43,7 +45,8 @@ def markdown(payload: dict, plot_name: str) -> str:
         "test time acc. | delta | within 2 pts |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in payload["results"]:
+    ordered = sorted(payload["results"], key=lambda r: (r["mechanism"], r["epsilon"]))
+    for r in ordered:
         cells = [r["mechanism"], f"{r['epsilon']:g}", f"{r['changed_fraction']['mean']:.3f}"]
         for setting, _ in SETTINGS:
             s = r[setting]
@@ -68,7 +71,7 @@ def markdown(payload: dict, plot_name: str) -> str:
         lines.append("")
     lines += ["## Runs", "", "| mechanism | epsilon | repeat | seed | training time acc. | test time acc. | changed | "
               "unknown | tokens | pipeline s |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in payload["results"]:
+    for r in ordered:
         for run in r["runs"]:
             secs = f"{run['pipeline_seconds']:.0f}" if run["pipeline_seconds"] is not None else "reused"
             lines.append(f"| {r['mechanism']} | {r['epsilon']:g} | {run['repeat']} | {run['seed']} | "

@@ -131,7 +131,7 @@ def calibration(args, mechanism: str, epsilons: List[float]) -> Optional[dict]:
             "recommendation": summary.get("recommendation", {}).get("message")}
 
 
-def evaluate(args) -> dict:
+def evaluate(args, checkpoint=None) -> dict:
     input_path = os.path.join(args.workdir, "reviews.jsonl")
     if not (args.resume and os.path.exists(input_path)):
         data.prepare(args.train, args.test, args.data_seed, input_path)
@@ -147,8 +147,9 @@ def evaluate(args) -> dict:
     print(f"baseline accuracy {baseline['accuracy']:.4f}", flush=True)
     boot_rng = np.random.default_rng(args.seed)
 
-    grid = [("madlib", e) for e in parse_epsilons(args.madlib_epsilons)] + \
-           [("tem", e) for e in parse_epsilons(args.tem_epsilons)]
+    # TEM first: it is cheap, so an interrupted run still has its whole curve
+    grid = [("tem", e) for e in parse_epsilons(args.tem_epsilons)] + \
+           [("madlib", e) for e in parse_epsilons(args.madlib_epsilons)]
     results = []
     for mechanism, epsilon in grid:
         runs, correct_train_time, correct_test_time = [], [], []
@@ -180,10 +181,13 @@ def evaluate(args) -> dict:
             entry[setting] = {"accuracy": interval, "delta_to_baseline": delta,
                               "within_2_points": within_margin(delta)}
         results.append(entry)
+        if checkpoint:  # partial results after every point, so an interrupted run still leaves numbers
+            checkpoint({"baseline": baseline, "results": results, "calibration": {}, "complete": False,
+                        "reviews": {"train": len(train_texts), "test": len(test_texts)}})
 
     calib = {m: calibration(args, m, sorted({e for mm, e in grid if mm == m})) for m in ("madlib", "tem")}
     return {"baseline": baseline, "results": results, "calibration": {m: c for m, c in calib.items() if c},
-            "reviews": {"train": len(train_texts), "test": len(test_texts)}}
+            "complete": True, "reviews": {"train": len(train_texts), "test": len(test_texts)}}
 
 
 def config_of(args) -> dict:
@@ -238,16 +242,19 @@ def main(argv=None) -> None:
 
     info = machine()
     started = time.perf_counter()
-    payload = {"benchmark": "utility", "machine": info, "config": config_of(args)}
-    payload.update(evaluate(args))
-    payload["wall_seconds"] = round(time.perf_counter() - started, 1)
-    payload["machine"]["loadavg_at_end"] = os.getloadavg()
     os.makedirs(args.results_dir, exist_ok=True)
     stem = os.path.join(args.results_dir, args.name)
-    with open(stem + ".json", "w", encoding="utf-8") as handle:
-        json.dump(payload, handle, indent=2)
-        handle.write("\n")
-    report.write(payload, stem)
+
+    def save(part: dict) -> None:
+        payload = {"benchmark": "utility", "machine": dict(info), "config": config_of(args), **part,
+                   "wall_seconds": round(time.perf_counter() - started, 1)}
+        payload["machine"]["loadavg_at_end"] = os.getloadavg()
+        with open(stem + ".json", "w", encoding="utf-8") as handle:
+            json.dump(payload, handle, indent=2)
+            handle.write("\n")
+        report.write(payload, stem)
+
+    save(evaluate(args, checkpoint=save))
     print(f"results: {stem}.{{json,md,png}}")
 
 
