@@ -58,6 +58,7 @@ def markdown(payload: dict, plot_name: str) -> str:
     calib = payload.get("calibration") or {}
     if calib:
         lines += ["## Plausible deniability at these epsilons (textdp calibrate)", "",
+                  *([payload["calibration_note"], ""] if payload.get("calibration_note") else []),
                   "| mechanism | epsilon | words x draws | N_w median | N_w p95 | N_w max | S_w min | S_w p5 | S_w median |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for mech, c in calib.items():
