@@ -30,7 +30,7 @@ import numpy as np
 
 from textdp.artifact import MANIFEST, ensure_default_artifact
 from textdp.calibration import DEFAULT_SAMPLES, MECHANISMS, stratified_word_sample
-from pipelines.options import add_flag as _add
+from pipelines.options import add_flag as _add, job_options
 from textdp.errors import TextdpError
 from transforms.calibration import (TABLE_PREFIX, CalibrateWords, CalibrationConfig, WriteCalibrationOutputs,
                                     parquet_schema)
@@ -213,11 +213,9 @@ def help_parser() -> argparse.ArgumentParser:
 
 def run(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "-h" in argv or "--help" in argv:
-        help_parser().print_help()
+    options = job_options(argv, help_parser)
+    if options is None:
         return 0
-    help_parser().parse_known_args(argv)  # reject malformed values of our own flags early
-    options = PipelineOptions(argv)
     try:
         pipeline = build_pipeline(options)
     except (TextdpError, ValueError) as exc:

@@ -22,7 +22,7 @@ from typing import List, Optional
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines.options import flag_adder
+from pipelines.options import flag_adder, job_options
 from textdp.artifact import read_manifest, resolve_artifact
 from textdp.errors import TextdpError
 from textdp.neighbours import METRICS, table_files_exist
@@ -93,11 +93,9 @@ def help_parser() -> argparse.ArgumentParser:
 
 def run(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "-h" in argv or "--help" in argv:
-        help_parser().print_help()
+    options = job_options(argv, help_parser)
+    if options is None:
         return 0
-    help_parser().parse_known_args(argv)  # reject malformed values of our own flags early
-    options = PipelineOptions(argv)
     opts = options.view_as(NeighbourOptions)
     started = time.perf_counter()
     try:

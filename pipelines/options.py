@@ -23,3 +23,18 @@ def add_flag(parser, *flags, **kwargs):
 def flag_adder(parser):
     """``add(*flags, **kwargs)`` bound to ``parser``, for use inside ``_add_argparse_args``."""
     return lambda *flags, **kwargs: add_flag(parser, *flags, **kwargs)
+
+
+def job_options(argv, help_parser):
+    """The ``PipelineOptions`` of a job's command line, or None after printing ``--help``.
+
+    Values of the job's own flags are checked first by its ``--help`` parser (a clear argparse
+    error); every other flag is Beam's and passes through unchanged.
+    """
+    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=import-outside-toplevel
+
+    if "-h" in argv or "--help" in argv:
+        help_parser().print_help()
+        return None
+    help_parser().parse_known_args(argv)
+    return PipelineOptions(argv)

@@ -30,7 +30,7 @@ from transforms.io import (FORMATS, OUTPUT_SUFFIX, ReadRecords, WriteErrors, Wri
                            matched_paths, parquet_schema)
 from transforms.perturb import PerturbConfig, PerturbTokens, WriteSummary
 from pipelines.lac_options import AmplifierOptions, amplify_privatized
-from pipelines.options import flag_adder
+from pipelines.options import flag_adder, job_options
 
 DEFAULT_MAX_RECORD_BYTES = 1_000_000
 DEFAULT_BATCH_RECORDS = 64
@@ -266,11 +266,9 @@ def help_parser() -> argparse.ArgumentParser:
 
 def run(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "-h" in argv or "--help" in argv:
-        help_parser().print_help()
+    options = job_options(argv, help_parser)
+    if options is None:
         return 0
-    help_parser().parse_known_args(argv)  # rejects bad values of our flags early; the rest is Beam's
-    options = PipelineOptions(argv)
     try:
         pipeline = build_pipeline(options)
     except (TextdpError, ValueError) as exc:

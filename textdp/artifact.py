@@ -24,6 +24,7 @@ every file it uses and refuses a mismatch with a message that names the file.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -89,14 +90,11 @@ def build_artifact(
     output = os.path.abspath(output)
     if os.path.exists(output):
         raise ArtifactError(f"{output} already exists; artifacts are never overwritten, choose a new directory")
-    parent = os.path.dirname(output)
-    os.makedirs(parent, exist_ok=True)
+    os.makedirs(os.path.dirname(output), exist_ok=True)
     started = time.perf_counter()
     words, vectors = load_embeddings(source, vocab_size, progress=say)
     n, dim = vectors.shape
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(output)}.tmp-", dir=parent)
-    try:
-        os.chmod(staging, 0o755)  # mkdtemp makes it private; an artifact is shared read-only
+    with staged_directory(output, prefix=f".{os.path.basename(output)}.tmp-") as staging:
         say(f"writing {n:,} words x {dim} dimensions")
         with open(os.path.join(staging, VOCAB_FILE), "w", encoding="utf-8", newline="\n") as handle:
             handle.write("\n".join(words))
@@ -127,12 +125,22 @@ def build_artifact(
             "files": {name: file_entry(os.path.join(staging, name)) for name in (VOCAB_FILE, VECTORS_FILE, ANNOY_FILE)},
         }
         _write_json(os.path.join(staging, MANIFEST), manifest)
-        os.rename(staging, output)
+    say(f"artifact ready at {output} in {time.perf_counter() - started:.1f}s")
+    return output
+
+
+@contextlib.contextmanager
+def staged_directory(final: str, prefix: str):
+    """A new sibling directory of ``final`` to fill; renamed to ``final`` in one step if the block
+    succeeds, removed if it fails. Readers therefore see a complete directory or none."""
+    staging = tempfile.mkdtemp(prefix=prefix, dir=os.path.dirname(final))
+    try:
+        os.chmod(staging, 0o755)  # mkdtemp makes it private; an artifact is shared read-only
+        yield staging
+        os.rename(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    say(f"artifact ready at {output} in {time.perf_counter() - started:.1f}s")
-    return output
 
 
 def add_files(artifact_dir: str, files: Dict[str, str], section: str, content: dict) -> dict:

@@ -40,7 +40,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
-from textdp.artifact import MANIFEST, Progress, build_artifact, cache_dir, read_manifest, sha256_file
+from textdp.artifact import (MANIFEST, Progress, build_artifact, cache_dir, read_manifest, sha256_file,
+                             staged_directory)
 from textdp.errors import ArtifactError
 
 GS_SCHEME = "gs://"
@@ -197,14 +198,8 @@ def fetch_artifact(gs_url: str, progress: Optional[Progress] = None, *, retry: R
                 f"{final} exists but does not match {manifest_url}: cached artifacts are read-only and "
                 "must not be modified; remove that directory (when no job uses it) and fetch again")
         _remove_stale_staging(root, os.path.basename(final), say)
-        staging = tempfile.mkdtemp(prefix=os.path.basename(final) + _STAGING_MARK, dir=root)
-        try:
-            os.chmod(staging, 0o755)
+        with staged_directory(final, prefix=os.path.basename(final) + _STAGING_MARK) as staging:
             _download_into(bucket, prefix, gs_url, manifest_bytes, staging, retry, chunk_bytes, say)
-            os.rename(staging, final)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
         say(f"fetched {gs_url} into {final}")
         return final
     finally:
