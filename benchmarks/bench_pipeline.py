@@ -32,7 +32,6 @@ import csv
 import glob
 import gzip
 import json
-import platform
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,8 @@ import time
 
 import numpy as np
 from threadpoolctl import threadpool_limits
+
+from benchmarks.common import machine
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -58,17 +59,6 @@ NOTES = [
     "16 MB block buffer. The interpreter and Beam themselves (~105 MB per process) are not shared, so the "
     "whole-process ratio is well above 1.3 and cannot reach it by sharing the artifact.",
 ]
-
-
-def machine() -> dict:
-    model = "unknown"
-    with open("/proc/cpuinfo", encoding="utf-8") as handle:
-        for line in handle:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return {"nproc": os.cpu_count(), "cpu_model": model, "loadavg": list(os.getloadavg()),
-            "python": platform.python_version(), "blas_threads": 1}
 
 
 def read_reviews(count: int) -> list:

@@ -25,13 +25,13 @@ import argparse
 import csv
 import gzip
 import json
-import platform
 import statistics
 import tempfile
 import time
 
 import apache_beam as beam
 
+from benchmarks.common import machine
 from textdp.accounting import diameter_bounds
 from transforms.shuffle import ShuffleAmplifier
 
@@ -45,18 +45,6 @@ VARIANTS = {
     "shuffle + --k-threshold 5 + --subsample 0.5": dict(user_field="movie_id", drop_fields=["id"],
                                                         k_threshold=5, subsample_rate=0.5),
 }
-
-
-def machine() -> dict:
-    model = "unknown"
-    with open("/proc/cpuinfo", encoding="utf-8") as handle:
-        for line in handle:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return {"cpu": model, "nproc": os.cpu_count(), "python": platform.python_version(),
-            "beam": beam.__version__, "loadavg_at_start": os.getloadavg(),
-            "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
 def imdb_rows(limit: int) -> list:
@@ -125,7 +113,7 @@ def main(argv=None) -> int:
                         help="IMDb reviews for the privatize rows (0 skips them; default 200)")
     parser.add_argument("--privatize-repeats", type=int, default=2, help="runs per privatize variant (default 2)")
     args = parser.parse_args(argv)
-    info = machine()
+    info = dict(machine(), beam=beam.__version__)
     rows = imdb_rows(args.records)
     walls = {name: [] for name in VARIANTS}
     cpus = {name: [] for name in VARIANTS}
@@ -167,7 +155,7 @@ def main(argv=None) -> int:
         "",
         f"{args.records} IMDb records (all fields), local FnApiRunner in one process, median of {args.repeats} "
         "interleaved runs after one warm-up run.",
-        f"Machine: {info['cpu']}, nproc {info['nproc']}, load average {info['loadavg_at_start'][0]:.2f} at start, "
+        f"Machine: {info['cpu']}, nproc {info['cores']}, load average {info['loadavg_at_start'][0]:.2f} at start, "
         f"{info['loadavg_at_end'][0]:.2f} at end (shared machine), {info['date_utc']}.",
         "",
         "CPU time (this process: FnApiRunner runs in it) is the headline; wall time moves with the other work",
