@@ -23,6 +23,9 @@ from pipelines.options import flag_adder
 from textdp import accounting
 from transforms.shuffle import DEFAULT_MARKER, DEFAULT_RECORDS_PER_BUCKET, ShuffleAmplifier
 
+# the field in which textdp privatize's workers hand each record's word count and layout digest to the
+# Amplifier's accounting; it never reaches the output (an input field of that name is overwritten)
+SHAPE_FIELD = "__textdp_shape__"
 
 def _fields(text: str) -> list:
     return [name.strip() for name in (text or "").split(",") if name.strip()]
@@ -135,19 +138,21 @@ def amplification_section(stats: dict, token_eps0: float, *, shuffled: bool, del
 def apply_amplifier(records, options: AmplifierOptions, token_eps0: float,
                     text_fields: Sequence[str] = ("text",), marker: str = DEFAULT_MARKER,
                     records_per_bucket: int = DEFAULT_RECORDS_PER_BUCKET, diameter: Optional[dict] = None,
-                    word_count_field: Optional[str] = None, label: str = "Amplifier"):
+                    shape_field: Optional[str] = None, label: str = "Amplifier"):
     """Apply ``ShuffleAmplifier`` as the flags say; returns (records, amplification section PCollection).
 
-    ``word_count_field``: a field in which the privatizer stored each record's number of privatized
-    words (removed before output). Without it the counts are estimated from the released text and
-    no shuffle amplification is claimed.
+    ``shape_field``: a field in which the privatizer stored each record's shape,
+    ``{"words": number of privatized words, "layout": digest of everything else the text releases}``
+    (``PerturbTokens`` with ``PerturbConfig(shape_field=...)`` writes it; removed before output).
+    Without it the counts are estimated from the released text, the layouts are unknown, and no
+    shuffle amplification is claimed.
     """
     options.validate_amplifier()
     outputs = records | label >> ShuffleAmplifier(
         user_field=options.user_field, drop_fields=_fields(options.drop_fields),
         subsample_rate=options.subsample, k_threshold=options.k_threshold, text_fields=text_fields,
         marker=marker, records_per_bucket=records_per_bucket, shuffle=bool(options.shuffle),
-        word_count_field=word_count_field)
+        shape_field=shape_field)
     shuffled, delta, rate, k = bool(options.shuffle), float(options.delta), options.subsample, options.k_threshold
     section = outputs["stats"] | f"{label}Accounting" >> beam.Map(
         lambda stats: amplification_section(stats, token_eps0, shuffled=shuffled, delta=delta,
@@ -199,14 +204,17 @@ def amplify_privatized(released, options, config, shared_handle, data_format: st
     amp.validate_amplifier()
     if data_format == "text" and amp.user_field:
         raise ValueError("--user-field needs JSONL or Parquet input (plain-text lines have no author field)")
+    shape_field = config.shape_field
     if data_format == "text":
-        records = released | f"{label}Wrap" >> beam.Map(lambda text: {"text": text})
         text_fields = ("text",)
-    else:
+    if data_format == "text" and not shape_field:
+        records = released | f"{label}Wrap" >> beam.Map(lambda text: {"text": text})
+    else:  # PerturbTokens with a shape field already emits {"text": ..., shape_field: ...} for text input
         records = released
     outputs = records | label >> ShuffleAmplifier(
         user_field=amp.user_field, drop_fields=_fields(amp.drop_fields), subsample_rate=amp.subsample,
-        k_threshold=amp.k_threshold, text_fields=tuple(text_fields), shuffle=bool(amp.shuffle))
+        k_threshold=amp.k_threshold, text_fields=tuple(text_fields), shuffle=bool(amp.shuffle),
+        shape_field=shape_field)
     (outputs["stats"]
      | f"{label}Section" >> beam.ParDo(AmplificationSection(
          shared_handle, config, section_path, shuffled=bool(amp.shuffle), delta=float(amp.delta),

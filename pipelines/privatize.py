@@ -29,7 +29,7 @@ from textdp.text_privatizer import OOV_POLICIES
 from transforms.io import (FORMATS, OUTPUT_SUFFIX, ReadRecords, WriteErrors, WriteRecords, infer_format,
                            matched_paths, parquet_schema)
 from transforms.perturb import PerturbConfig, PerturbTokens, WriteSummary
-from pipelines.lac_options import AmplifierOptions, amplify_privatized
+from pipelines.lac_options import SHAPE_FIELD, AmplifierOptions, amplify_privatized
 from pipelines.options import flag_adder, job_options
 
 DEFAULT_MAX_RECORD_BYTES = 1_000_000
@@ -228,7 +228,8 @@ def build_pipeline(options: PipelineOptions) -> beam.Pipeline:
     amplify = options.view_as(AmplifierOptions).amplifier_requested()
     config = PerturbConfig(artifact=opts.artifact, mechanism=opts.mechanism, epsilon=opts.epsilon, nn=opts.nn,
                            search_k=opts.search_k, gamma=opts.gamma, beta=opts.beta, oov_policy=opts.oov_policy,
-                           unk_token=opts.unk_token, seed=opts.seed, text_fields=text_fields)
+                           unk_token=opts.unk_token, seed=opts.seed, text_fields=text_fields,
+                           shape_field=SHAPE_FIELD if amplify else None)
     shared_handle = shared.Shared()
     summary_writer = WriteSummary(shared_handle, config, paths["summary"], context={
         "input_pattern": opts.input, "output": paths["output"], "errors_output": paths["errors"],

@@ -53,15 +53,24 @@ def test_no_author_or_dropped_field_survives(imdb_rows, tmp_path):
     assert stats_["authors"] == len({row["movie_id"] for row in rows})
 
 
-def test_word_count_field_gives_the_shapes_and_is_removed(tmp_path):
-    rows = [{"u": "a", "n": 3, "text": "x y z"}, {"u": "a", "n": 2, "text": "don't ,"},
-            {"u": "b", "n": 2, "text": "p q"}, {"u": "c", "n": 1, "text": "r"}]
-    out, stats_ = run_amplifier(rows, tmp_path, user_field="u", word_count_field="n")
+def test_shape_field_gives_the_shapes_and_is_removed(tmp_path):
+    """The privatizer's word counts and layouts make the shapes; different layouts never share a group."""
+    def shape(words, layout="L"):
+        return {"words": words, "layout": layout}
+
+    rows = [{"u": "a", "n": shape(3), "text": "x y z"}, {"u": "a", "n": shape(2), "text": "don't ,"},
+            {"u": "b", "n": shape(2), "text": "p q"}, {"u": "c", "n": shape(1), "text": "r"},
+            {"u": "d", "n": shape(1, "other"), "text": "s"}]
+    out, stats_ = run_amplifier(rows, tmp_path, user_field="u", shape_field="n")
     assert all(set(r) == {"text"} for r in out)
-    assert stats_["word_counts"] == "exact, from the field 'n'"
-    assert sorted(map(tuple, (tuple(s) for s, _ in stats_["shape_counts"]))) == [(1,), (2,), (2, 3)]
-    _, estimated = run_amplifier(rows, tmp_path / "estimated", user_field="u")
+    assert stats_["word_counts"] == "exact, with the layouts, from the privatizer"
+    assert stats_["removed_fields"] == ["u"]  # the internal shape field is not reported as a user field
+    assert sorted(tuple(s) for s, _ in stats_["shape_counts"]) == [(1,), (1,), (2,), (2, 3)]
+    assert sorted(c for _, c in stats_["shape_counts"]) == [1, 1, 1, 1]  # 'c' and 'd' differ in layout
+    _, estimated = run_amplifier(rows, tmp_path / "estimated", user_field="u", drop_fields=["n"])
     assert estimated["word_counts"] == "estimated"
+    with pytest.raises(Exception, match="shape field 'n' must hold"):
+        run_amplifier([{"n": 3, "text": "x y z"}], tmp_path / "bad", shape_field="n")
 
 
 def test_fields_released_as_they_are_split_the_accounting_groups(tmp_path):

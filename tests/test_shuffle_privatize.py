@@ -51,3 +51,37 @@ def test_user_field_with_plain_text_is_a_clear_error(small_artifact_dir, tmp_pat
     input_path.write_text("a line\n", encoding="utf-8")
     with pytest.raises(ValueError, match="--user-field needs JSONL or Parquet"):
         _privatize(tmp_path, small_artifact_dir, input_path, "--shuffle", "--user-field=u")
+
+
+def test_privatize_claims_shuffle_amplification_where_the_theorem_applies(small_artifact, small_artifact_dir,
+                                                                           tmp_path):
+    """textdp privatize hands the Amplifier each record's exact word count and layout, so the accounting
+    can claim Thm. 3.1 when its condition holds: 3,000 one-word lines at epsilon 0.05. Lines whose
+    layout differs ("Word." vs "word") are separate groups, and the worst group's bound is the claim."""
+    from textdp import accounting  # pylint: disable=import-outside-toplevel
+
+    words = [w for w in small_artifact.words[200:4900] if w.isalpha()][:3000]
+    assert len(words) == 3000
+    for name, lines, groups in (("same", [w for w in words[:3000]], [3000]),
+                                ("mixed", [w if i % 2 else w.capitalize() + "." for i, w in enumerate(words[:3000])],
+                                 [1500, 1500])):
+        input_path = tmp_path / f"{name}.txt"
+        input_path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        output = _privatize(tmp_path / name, small_artifact_dir, input_path, "--epsilon=0.05", "--shuffle",
+                            "--mechanism=madlib")
+        out = [line.rstrip("\n") for path in glob.glob(output + "-*-of-*.txt") for line in open(path, encoding="utf-8")]
+        section = json.load(open(output + "-amplification.json", encoding="utf-8"))
+        summary = json.load(open(output + "-summary.json", encoding="utf-8"))
+        assert len(out) == 3000 and summary["records"]["reconciled"] and "__textdp_shape__" not in "".join(out)
+        assert section["local"]["word_counts"] == "exact, with the layouts, from the privatizer"
+        assert section["fields"]["removed"] == []
+        shuffle = section["shuffle"]
+        assert (shuffle["authors"], shuffle["shape_groups"], shuffle["largest_group_authors"]) == (
+            3000, len(groups), max(groups))
+        expected = accounting.shuffle_epsilon(section["local"]["token_epsilon0"], min(groups), 1e-6)
+        assert shuffle["claimed"] is True and expected.amplified
+        assert shuffle["epsilon"] == pytest.approx(expected.epsilon) and shuffle["epsilon"] < section["local"]["token_epsilon0"]
+        assert "amplifies the guarantee" in shuffle["statement"]
+    # the same corpus at a useful epsilon: the condition fails and nothing is claimed
+    output = _privatize(tmp_path / "useful", small_artifact_dir, tmp_path / "same.txt", "--epsilon=10", "--shuffle")
+    assert json.load(open(output + "-amplification.json", encoding="utf-8"))["shuffle"]["claimed"] is False

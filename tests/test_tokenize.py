@@ -87,3 +87,35 @@ def test_empty_and_structure_only_text():
     for text in ["", "   ", "...!?", "\n"]:
         tokenized = tokenizer.tokenize(text)
         assert tokenized.words == [] and tokenized.render([]) == text
+
+
+def test_layout_is_everything_but_the_words(small_artifact):
+    """Texts with the same layout differ in the output only through their words; any other difference
+    (case pattern, punctuation, spacing, a clitic split because a word is unknown) changes the layout."""
+    tokenizer = Tokenizer(small_artifact.word_to_id)
+
+    def layout(text):
+        return tokenizer.tokenize(text).layout()
+
+    same = layout("Good movie, really.\n")
+    assert same == layout("Bad film, truly.\n") == layout("Zzqx qqq, ww.\n")  # unknown words too
+    for other in ("good movie, really.\n", "Good movie really.\n", "Good  movie, really.\n",
+                  "Good movie, really!\n", "Good movie, really.", "Good movie, REALLY.\n", "Good movie, it's.\n"):
+        assert layout(other) != same, other
+    assert len(same) == 32 and "movie" not in same
+
+
+def test_layout_of_a_released_review_template_equals_the_input_layout(imdb_rows, small_artifact):
+    """Re-rendering a real review with other in-vocabulary lowercase words keeps its layout."""
+    tokenizer = Tokenizer(small_artifact.word_to_id)
+    words = [w for w in small_artifact.words[100:400] if w.isalpha()]
+    rng = np.random.default_rng(3)
+    checked = 0
+    for row in imdb_rows[:1000]:
+        tokenized = tokenizer.tokenize(row["text"])
+        if any(tokenized.glued):  # a glued clitic slot filled by a non-clitic gets a space: a different text
+            continue
+        other = tokenized.render([words[i] for i in rng.integers(0, len(words), len(tokenized.slots))])
+        assert tokenizer.tokenize(other).layout() == tokenized.layout()
+        checked += 1
+    assert checked > 100

@@ -20,7 +20,7 @@ Out-of-vocabulary (OOV) policy, for words the vocabulary does not have:
 
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -44,15 +44,20 @@ class TextPrivatizer:
         self.unk_token = unk_token
 
     def privatize(self, texts: Sequence[str],
-                  rng: Union[np.random.Generator, Sequence[np.random.Generator]]) -> tuple:
+                  rng: Union[np.random.Generator, Sequence[np.random.Generator]],
+                  shapes: Optional[List[Tuple[int, str]]] = None) -> tuple:
         """Return (released texts, stats) for ``texts``.
 
         ``rng`` is one generator for the whole batch (one mechanism call), or one generator per
         text (seeded, reproducible runs: each text then gets its own call and its own stream).
         ``stats`` counts ``tokens`` (words released), ``changed_tokens`` (released word differs
         from the input word, compared lowercase), ``unknown_tokens`` (words not in the vocabulary).
+        ``shapes``: a list to which (number of privatized words, ``Tokenized.layout()``) is appended
+        per text, what the text releases besides its words (for the shuffle accounting).
         """
         tokenized = [self.tokenizer.tokenize(text) for text in texts]
+        if shapes is not None:
+            shapes.extend((len(one.slots), one.layout()) for one in tokenized)
         if isinstance(rng, np.random.Generator):
             return self._release(tokenized, rng)
         outputs: List[str] = []

@@ -27,6 +27,8 @@ only marks it (id -1).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass
 from typing import Dict, List, Sequence
@@ -77,6 +79,19 @@ class Tokenized:
     @property
     def words(self) -> List[str]:
         return [self.pieces[s] for s in self.slots]
+
+    def layout(self) -> str:
+        """A digest of everything this text releases besides the identities of its words.
+
+        The structure pieces, where the word slots are, each word's case pattern and which words are
+        clitics glued to the word before: two texts with the same layout differ in the output only
+        through the privatized words (the shuffle accounting groups records by it). A SHA-256 digest
+        (32 hex characters), so no text leaves the privatizer in it.
+        """
+        slot_set = set(self.slots)
+        structure = [None if i in slot_set else piece for i, piece in enumerate(self.pieces)]
+        payload = json.dumps([structure, list(self.cases), [bool(g) for g in self.glued]], ensure_ascii=False)
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32]
 
     def render(self, released: Sequence[str], verbatim: Sequence[bool] = ()) -> str:
         """The text with word k replaced by ``released[k]``.

@@ -54,6 +54,9 @@ class PerturbConfig:
     unk_token: str = "<unk>"
     seed: Optional[int] = None
     text_fields: Tuple[str, ...] = ()
+    # when set, every released record is a dict carrying {"words": n, "layout": digest} in this field
+    # (text input: {"text": released, field: ...}), for the shuffle accounting (transforms/shuffle.py)
+    shape_field: Optional[str] = None
 
 
 class PrivatizerHolder:
@@ -101,6 +104,13 @@ class PrivatizerHolder:
 
 def load_holder(shared_handle, config: PerturbConfig) -> PrivatizerHolder:
     return shared_handle.acquire(lambda: PrivatizerHolder(config), tag=astuple(config))
+
+
+def record_shape(text_shapes) -> dict:
+    """One record's shape from its text fields' (words, layout) pairs, in field order."""
+    layouts = "/".join(layout for _, layout in text_shapes)
+    layout = layouts if len(text_shapes) == 1 else hashlib.sha256(layouts.encode("ascii")).hexdigest()[:32]
+    return {"words": int(sum(words for words, _ in text_shapes)), "layout": layout}
 
 
 def stream_fingerprint(rng: np.random.Generator, count: int = 8) -> str:
@@ -170,7 +180,9 @@ class PerturbTokens(beam.DoFn):
             else:
                 texts.append(payload)
                 seeds.append((source, position, 0))
-        released, stats = self._privatizer.privatize(texts, self._generators(seeds))
+        shape_field = self.config.shape_field
+        shapes = [] if shape_field else None
+        released, stats = self._privatizer.privatize(texts, self._generators(seeds), shapes)
 
         at = 0
         for _source, _position, payload in batch:
@@ -179,7 +191,12 @@ class PerturbTokens(beam.DoFn):
                 for field in fields:
                     out[field] = released[at]
                     at += 1
+                if shape_field:
+                    out[shape_field] = record_shape(shapes[at - len(fields):at])
                 yield out
+            elif shape_field:
+                yield {"text": released[at], shape_field: record_shape(shapes[at:at + 1])}
+                at += 1
             else:
                 yield released[at]
                 at += 1

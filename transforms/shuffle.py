@@ -23,7 +23,9 @@ follow input order; raise ``records_per_bucket`` if that matters.
 
 The stage also computes what the accounting needs (``stats``: records in and out, how many
 authors share each "shape", the word counts of their records, and the remaining fields) without
-any raw text.
+any raw text. A shape is everything released about a record besides its privatized words: the
+word count, the layout (known only from the privatizer's ``shape_field``: without it the counts are
+estimated and nothing is claimed) and the fields left unprivatized.
 
 Tokenization of the released text for the k-threshold and the word counts is a minimal reversible
 one defined here (runs of letters/digits with inner apostrophes or hyphens, lowercased), to be
@@ -94,19 +96,27 @@ def text_values(record: dict, text_fields: Sequence[str]) -> Iterable[str]:
             yield value
 
 
-def record_words(record: dict, text_fields: Sequence[str], word_count_field: Optional[str] = None) -> int:
-    """Privatized words in a record: the ``word_count_field`` if given (exact), else an estimate.
+def record_words(record: dict, text_fields: Sequence[str], shape_field: Optional[str] = None) -> int:
+    """Privatized words in a record: from the privatizer's ``shape_field`` if given (exact), else an estimate.
 
     The estimate counts words in the released text; it can differ from the number of privatized
     word slots (a released word may be punctuation, or a clitic glued to the word before), which is
     why the accounting claims no amplification from estimated counts.
     """
-    if word_count_field:
-        value = record.get(word_count_field)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"the word-count field {word_count_field!r} must hold a non-negative integer")
-        return value
+    if shape_field:
+        return int(record_shape_value(record, shape_field)["words"])
     return sum(count_words(text) for text in text_values(record, text_fields))
+
+
+def record_shape_value(record: dict, shape_field: str) -> dict:
+    """The privatizer's ``{"words": n, "layout": digest}`` for a record (see textdp.tokenize.Tokenized.layout)."""
+    value = record.get(shape_field)
+    words = value.get("words") if isinstance(value, dict) else None
+    if (not isinstance(words, int) or isinstance(words, bool) or words < 0
+            or not isinstance(value.get("layout"), str)):
+        raise ValueError(f"the shape field {shape_field!r} must hold {{'words': a non-negative integer, "
+                         "'layout': a string}} written by the privatizer")
+    return value
 
 
 # --- DoFns --------------------------------------------------------------------------------------
@@ -250,16 +260,16 @@ def _drop_fields(record: dict, removed: frozenset) -> dict:
 
 
 def _build_stats(_, records_in, records_out, shapes, fields, rare_types, suppressed, removed, per_author,
-                 text_fields, word_count_field):
+                 text_fields, shape_field):
     return {
-        "word_counts": f"exact, from the field {word_count_field!r}" if word_count_field else "estimated",
+        "word_counts": "exact, with the layouts, from the privatizer" if shape_field else "estimated",
         "text_fields": list(text_fields),
         "records_in": int(records_in),
         "records_out": int(records_out),
         "authors": int(sum(count for _, count in shapes)),
         "per_author": per_author,
         "shape_counts": sorted([[w for w, _ in shape], int(count)] for shape, count in shapes),
-        "removed_fields": sorted(removed),
+        "removed_fields": sorted(set(removed) - {shape_field}),
         "remaining_fields": sorted(fields),
         "rare_word_types": int(rare_types),
         "suppressed_words": int(suppressed),
@@ -281,14 +291,14 @@ class ShuffleAmplifier(beam.PTransform):
                  subsample_rate: Optional[float] = None, k_threshold: Optional[int] = None,
                  text_fields: Sequence[str] = ("text",), marker: str = DEFAULT_MARKER,
                  records_per_bucket: int = DEFAULT_RECORDS_PER_BUCKET, shuffle: bool = True,
-                 word_count_field: Optional[str] = None, label: Optional[str] = None):
+                 shape_field: Optional[str] = None, label: Optional[str] = None):
         super().__init__(label)
-        self.word_count_field = word_count_field or None
+        self.shape_field = shape_field or None
         self.shuffle = bool(shuffle)
         self.user_field = user_field or None
         self.drop_fields = tuple(dict.fromkeys(f for f in drop_fields if f))
         self.removed = frozenset(self.drop_fields + ((self.user_field,) if self.user_field else ())
-                                 + ((self.word_count_field,) if self.word_count_field else ()))
+                                 + ((self.shape_field,) if self.shape_field else ()))
         self.text_fields = tuple(text_fields)
         clash = self.removed.intersection(self.text_fields)
         if clash:
@@ -307,7 +317,7 @@ class ShuffleAmplifier(beam.PTransform):
     def expand(self, records):
         from apache_beam.pvalue import AsList, AsSingleton  # pylint: disable=import-outside-toplevel
 
-        text_fields, user_field, count_field = self.text_fields, self.user_field, self.word_count_field
+        text_fields, user_field, count_field = self.text_fields, self.user_field, self.shape_field
         records_in = records | "CountIn" >> beam.combiners.Count.Globally()
         if self.subsample_rate is not None and self.subsample_rate < 1:
             records = records | "PoissonSubsample" >> beam.ParDo(PoissonSubsample(self.subsample_rate))
@@ -315,7 +325,12 @@ class ShuffleAmplifier(beam.PTransform):
         removed = self.removed
 
         def record_shape(r):  # what is released about a record besides its privatized words
-            return (record_words(r, text_fields, count_field), released_fingerprint(r, removed, text_fields))
+            fingerprint = released_fingerprint(r, removed, text_fields)
+            if not count_field:  # the layout is not known: the accounting will claim nothing
+                return (record_words(r, text_fields), fingerprint)
+            value = record_shape_value(r, count_field)
+            layout = hashlib.sha256(f"{fingerprint}/{value['layout']}".encode("utf-8")).hexdigest()[:16]
+            return (int(value["words"]), layout)
 
         if user_field:
             shapes = (records
