@@ -9,6 +9,7 @@ reported accuracies from the files the pipeline wrote.
 import glob
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -116,7 +117,8 @@ def test_harness_runs_the_real_pipeline_and_reports_what_it_measured(tmp_path, n
     workdir, results = str(tmp_path / "work"), str(tmp_path / "results")
     argv = ["--artifact", neighbour_artifact_dir, "--train", "40", "--test", "40", "--repeats", "2",
             "--tem-epsilons", "0.5", "--madlib-epsilons", "10000", "--workers", "1", "--workdir", workdir,
-            "--results-dir", results, "--calibrate-words", "6", "--calibrate-samples", "40", "--name", "u"]
+            "--results-dir", results, "--calibrate-words", "6", "--calibrate-samples", "40", "--name", "u",
+            "--calibrate-sample", "vocabulary,corpus"]
     run.main(argv)
     payload = json.load(open(os.path.join(results, "u.json"), encoding="utf-8"))
     assert payload["complete"] and payload["reviews"] == {"train": 40, "test": 40}
@@ -156,9 +158,14 @@ def test_harness_runs_the_real_pipeline_and_reports_what_it_measured(tmp_path, n
             else:  # epsilon 10,000: Madlib's noise radius is about 0.005, only unknown words change
                 assert entry["changed_fraction"] <= entry["unknown_fraction"] + 0.005
     assert len(seeds) == 4  # one independent seed per (mechanism, epsilon, repeat)
-    for mechanism in ("tem", "madlib"):
-        calib = payload["calibration"][mechanism]
+    assert set(payload["calibration"]) == {"tem", "madlib", "tem (IMDb words)", "madlib (IMDb words)"}
+    for key, calib in payload["calibration"].items():
+        mechanism = key.split()[0]
         assert calib["samples"] == 40 and set(calib["statistics"]) == {f"{e:g}" for m, e in points if m == mechanism}
+        assert f"| {key}" in markdown
+    corpus_words = open(os.path.join(workdir, "calibration-corpus-words.txt"), encoding="utf-8").read().split()
+    review_words = {w.lower() for r in original for w in re.findall(r"\w[\w'-]*", r["text"])}
+    assert len(corpus_words) == len(set(corpus_words)) == 6 and set(corpus_words) <= review_words
     # TEM at 0.5 on 5k words: a word is almost never released unchanged
     assert payload["calibration"]["tem"]["statistics"]["0.5"]["n_w_exact"]["max"] < 0.05
 

@@ -59,6 +59,10 @@ def markdown(payload: dict, plot_name: str) -> str:
     if calib:
         lines += ["## Plausible deniability at these epsilons (textdp calibrate)", "",
                   *([payload["calibration_note"], ""] if payload.get("calibration_note") else []),
+                  "Words: `tem` / `madlib` rows use calibrate's sample of the whole vocabulary (one word per "
+                  "frequency-rank stratum, so mostly rare words); `(IMDb words)` rows use distinct words of this "
+                  "run's reviews drawn by frequency (the words the text is made of; words outside the vocabulary "
+                  "skipped). N_w: probability the word is released unchanged; S_w: distinct outputs in the draws.", "",
                   "| mechanism | epsilon | words x draws | N_w median | N_w p95 | N_w max | S_w min | S_w p5 | S_w median |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for mech, c in calib.items():

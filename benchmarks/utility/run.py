@@ -53,6 +53,14 @@ def within_margin(delta: dict) -> str:
     return "unclear (mean within)" if delta["delta"] >= -ACCURACY_MARGIN else "unclear (mean outside)"
 
 
+def parse_samples(text: str) -> List[str]:
+    samples = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = sorted(set(samples) - {"vocabulary", "corpus"})
+    if unknown:
+        raise SystemExit(f"--calibrate-sample: unknown value(s) {', '.join(unknown)} (vocabulary, corpus)")
+    return samples
+
+
 def parse_epsilons(text: str) -> List[float]:
     return [float(x) for x in text.split(",") if x.strip()] if text else []
 
@@ -104,15 +112,41 @@ def split_records(records: List[dict], order: Dict[str, List[str]]) -> Dict[str,
     return out
 
 
-def calibration(args, mechanism: str, epsilons: List[float]) -> Optional[dict]:
-    """N_w / S_w percentiles per epsilon from a small ``textdp calibrate`` run (if asked for)."""
+def corpus_word_list(records: List[dict], count: int, seed: int, path: str) -> str:
+    """``count`` distinct lowercase words of the reviews, drawn without replacement with probability
+    proportional to their frequency (so mostly the words the reviews are made of), one per line."""
+    from collections import Counter  # pylint: disable=import-outside-toplevel
+
+    from textdp.tokenize import WORD_PATTERN  # pylint: disable=import-outside-toplevel
+
+    counts = Counter(m.group().lower() for r in records for m in WORD_PATTERN.finditer(r["text"]))
+    words = sorted(counts)
+    weights = np.array([counts[w] for w in words], dtype=float)
+    chosen = np.random.default_rng(seed).choice(len(words), size=min(count, len(words)), replace=False,
+                                                p=weights / weights.sum())
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.writelines(words[i] + "\n" for i in sorted(chosen))
+    return path
+
+
+def calibration(args, mechanism: str, epsilons: List[float], sample: str = "vocabulary",
+                records: Optional[List[dict]] = None) -> Optional[dict]:
+    """N_w / S_w percentiles per epsilon from a small ``textdp calibrate`` run (if asked for).
+
+    ``sample``: ``vocabulary`` (calibrate's stratified sample of the whole vocabulary) or ``corpus``
+    (words of the benchmark's reviews, drawn by frequency: what this task's text is made of)."""
     if args.calibrate_words <= 0 or not epsilons:
         return None
-    out_dir = os.path.join(args.workdir, f"calibrate-{mechanism}")
+    out_dir = os.path.join(args.workdir, f"calibrate-{mechanism}" + ("-corpus" if sample == "corpus" else ""))
     summary_path = os.path.join(out_dir, "summary.json")
     if not (args.resume and os.path.exists(summary_path)):
+        if sample == "corpus":
+            words = ["--word-list", corpus_word_list(records, args.calibrate_words, args.seed,
+                                                     os.path.join(args.workdir, "calibration-corpus-words.txt"))]
+        else:
+            words = ["--words", str(args.calibrate_words)]
         cmd = [sys.executable, "-m", "pipelines.cli", "calibrate", "--mechanism", mechanism,
-               "--epsilons", ",".join(f"{e:g}" for e in epsilons), "--words", str(args.calibrate_words),
+               "--epsilons", ",".join(f"{e:g}" for e in epsilons), *words,
                "--samples", str(args.calibrate_samples), "--output", out_dir, "--seed", str(args.seed),
                "--runner", "FnApiRunner"]
         if args.artifact:
@@ -127,7 +161,7 @@ def calibration(args, mechanism: str, epsilons: List[float]) -> Optional[dict]:
     for eps, entry in summary["statistics"].items():
         per_eps[eps] = {key: {k: v for k, v in entry[key].items() if k in keep}
                         for key in ("n_w", "s_w", "n_w_exact", "s_w_exact") if key in entry}
-    return {"words": summary["words"], "samples": summary["samples"], "statistics": per_eps,
+    return {"words": summary["words"], "samples": summary["samples"], "statistics": per_eps, "sample": sample,
             "recommendation": summary.get("recommendation", {}).get("message")}
 
 
@@ -185,7 +219,11 @@ def evaluate(args, checkpoint=None) -> dict:
             checkpoint({"baseline": baseline, "results": results, "calibration": {}, "complete": False,
                         "reviews": {"train": len(train_texts), "test": len(test_texts)}})
 
-    calib = {m: calibration(args, m, sorted({e for mm, e in grid if mm == m})) for m in ("madlib", "tem")}
+    calib = {}
+    for sample in parse_samples(args.calibrate_sample):
+        for m in ("tem", "madlib"):
+            key = m if sample == "vocabulary" else f"{m} (IMDb words)"
+            calib[key] = calibration(args, m, sorted({e for mm, e in grid if mm == m}), sample, original)
     return {"baseline": baseline, "results": results, "calibration": {m: c for m, c in calib.items() if c},
             "complete": True, "reviews": {"train": len(train_texts), "test": len(test_texts)}}
 
@@ -194,6 +232,8 @@ def config_of(args) -> dict:
     return {"train_reviews": args.train, "test_reviews": args.test, "data_seed": args.data_seed,
             "repeats": {"madlib": args.madlib_repeats or args.repeats, "tem": args.tem_repeats or args.repeats},
             "madlib_epsilons": parse_epsilons(args.madlib_epsilons),
+            "calibration": {"words": args.calibrate_words, "draws": args.calibrate_samples,
+                            "samples": parse_samples(args.calibrate_sample)} if args.calibrate_words > 0 else None,
             "tem_epsilons": parse_epsilons(args.tem_epsilons), "madlib_nn": args.nn,
             "artifact": args.artifact or "default bundled GloVe 6B 50d (400k words)", "workers": args.workers,
             "seeded": not args.fresh_entropy, "base_seed": None if args.fresh_entropy else args.seed,
@@ -228,6 +268,10 @@ def main(argv=None) -> None:
     add("--calibrate-words", type=int, default=0,
         help="also run textdp calibrate on this many words per mechanism at the same epsilons (0: skip)")
     add("--calibrate-samples", type=int, default=1000, help="draws per word for --calibrate-words; default 1000")
+    add("--calibrate-sample", default="vocabulary",
+        help="which words to calibrate, comma-separated: vocabulary (calibrate's stratified sample of the whole "
+             "vocabulary, mostly rare words) and/or corpus (distinct words of the reviews drawn by frequency); "
+             "default vocabulary")
     add("--name", default="utility", help="results file name (without extension); default utility")
     add("--results-dir", default=RESULTS, help="where to write <name>.json/.md/.png; default benchmarks/results")
     add("--report-only", action="store_true", help="only rewrite <name>.md and <name>.png from <name>.json")
