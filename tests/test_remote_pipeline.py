@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import tempfile
 
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -92,8 +93,28 @@ def test_calibrate_reads_the_artifact_and_writes_its_report_on_gcs(corpus_on_gcs
     assert len(cached) == 1 and cached[0].startswith(f"{name}_artifacts_glove5k-"), cached
 
 
+def test_neighbours_job_for_dataflow_is_built_offline_with_dry_run(corpus_on_gcs, capsys):
+    """`textdp neighbours --artifact gs://... --runner DataflowRunner`: the job request is built (workers
+    fetch the artifact, the writer uploads), only the manifest is read at submit time, nothing is written."""
+    from pipelines import neighbours
+
+    name, url = corpus_on_gcs["name"], corpus_on_gcs["artifact"]
+    argv = ["--runner=DataflowRunner", "--dry_run=True", "--project=textdp-test", "--region=europe-west1",
+            f"--temp_location=gs://{name}/tmp", f"--artifact={url}", "--k=10",
+            "--sdk_container_image=europe-docker.pkg.dev/textdp-test/textdp/textdp:0.1.0"]
+    result = neighbours.build_pipeline(PipelineOptions(argv)).run()
+    labels = {t.unique_name for t in result.job.proto_pipeline.components.transforms.values()}
+    for label in ("NeighbourTable/NearestK", "NeighbourTable/Gather", "NeighbourTable/WriteTable"):
+        assert any(l == label or l.startswith(label + "/") for l in labels), label
+    assert not os.path.exists(corpus_on_gcs["cache"] / "remote"), "submitting must not download the artifact"
+    manifest = json.loads(corpus_on_gcs["bucket"].blob("artifacts/glove5k/manifest.json").download_as_text())
+    assert "neighbours" not in manifest
+    assert neighbours.run(["--runner=FnApiRunner", f"--artifact=gs://{name}/artifacts/missing", "--k=10"]) == 1
+    assert "cannot read" in capsys.readouterr().err
+
+
 def test_neighbour_table_added_to_a_gcs_artifact_is_used_by_tem(corpus_on_gcs, tmp_path, capsys):
-    """`textdp neighbours --artifact gs://...` (working copy -> table -> upload), then TEM reads it.
+    """`textdp neighbours --artifact gs://...` (workers fetch, the writer uploads), then TEM reads it.
 
     epsilon = 1e6 with gamma = 5: every other word weighs at most exp(-1e6 * min(d, 5) / 2), so every
     known word comes back unchanged (with Thm. 4.2's gamma, about 3e-5 here, each token would still
@@ -104,13 +125,16 @@ def test_neighbour_table_added_to_a_gcs_artifact_is_used_by_tem(corpus_on_gcs, t
 
     name, bucket, url = corpus_on_gcs["name"], corpus_on_gcs["bucket"], corpus_on_gcs["artifact"]
     before = remote.fetch_artifact(url)
-    assert neighbours.run([f"--artifact={url}", "--k=10", "--shard-rows=2500", "--runner=Dataflow"]) == 1
-    assert "processed on this machine" in capsys.readouterr().err
+    temp_before = set(os.listdir(tempfile.gettempdir()))
     assert neighbours.run(["--runner=FnApiRunner", f"--artifact={url}", "--k=10", "--shard-rows=2500"]) == 0
     assert json.loads(capsys.readouterr().out)["artifact"] == url
     uploaded = bucket.blob(remote.parse_gcs_url(url)[1] + "/manifest.json").download_as_text()
     assert json.loads(uploaded)["neighbours"]["k"] == 10
     assert "neighbours" not in json.loads(open(os.path.join(before, "manifest.json")).read()), "cache untouched"
+    assert not [p for p in os.listdir(tempfile.gettempdir()) if p.startswith("textdp-neighbours-")
+                and p not in temp_before], "the writer's working copy is removed"
+    assert neighbours.run(["--runner=FnApiRunner", f"--artifact={url}", "--k=10"]) == 1
+    assert "already has a neighbour table" in capsys.readouterr().err
 
     output = f"gs://{name}/privatized-tem/reviews"
     argv = ["--runner=FnApiRunner", f"--input=gs://{name}/corpus/2026-11-21/*.txt", f"--output={output}",

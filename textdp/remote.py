@@ -206,6 +206,18 @@ def fetch_artifact(gs_url: str, progress: Optional[Progress] = None, *, retry: R
         lock.release()
 
 
+def read_manifest_url(gs_url: str, progress: Optional[Progress] = None, *, retry: RetryPolicy = DEFAULT_RETRY) -> dict:
+    """The manifest of the artifact at ``gs_url``, read without fetching the artifact (submit-time checks)."""
+    say = progress or (lambda _msg: None)
+    bucket_name, prefix = parse_gcs_url(gs_url)
+    bucket = storage_client().bucket(bucket_name)
+    manifest_url = f"gs://{bucket_name}/{_object_name(prefix, MANIFEST)}"
+    try:
+        return json.loads(_read_manifest_object(bucket, prefix, manifest_url, retry, say))
+    except ValueError as exc:
+        raise ArtifactError(f"{manifest_url} is not valid JSON ({exc}); not a textdp artifact") from None
+
+
 def _read_manifest_object(bucket, prefix: str, manifest_url: str, retry: RetryPolicy, say: Progress) -> bytes:
     blob = bucket.blob(_object_name(prefix, MANIFEST))
     try:

@@ -3,13 +3,20 @@
 ``ComputeNeighbourTable`` = Create(row ranges) -> Reshuffle -> ``ComputeNeighbourBlocks`` (each
 worker memory-maps the artifact's vectors once, behind ``Shared``, and compares its rows with the
 whole vocabulary; see ``textdp.neighbours.knn_rows``) -> one ``WriteNeighbourTable`` that fills
-staging files in the artifact directory and adds them to the manifest atomically. The artifact must
-be a local directory that every worker can reach (the local runners; a single-machine Flink or
-Dataflow worker pool would need a shared filesystem for the final write).
+staging files in the artifact directory and adds them to the manifest atomically.
+
+The artifact is a local directory that every worker can reach (the local runners) or a gs:// URL
+(any runner, Dataflow included): each worker then fetches the artifact into its own cache once,
+and the writer checks out a working copy on its worker (hard links into that cache), writes the
+table into it and uploads the two new files and then the manifest (``textdp.remote``), so readers
+see either the old artifact or the complete new one.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import time
 from typing import Tuple
 
@@ -18,7 +25,7 @@ import numpy as np
 from apache_beam.metrics import Metrics
 from apache_beam.utils import shared
 
-from textdp.artifact import Artifact
+from textdp.artifact import Artifact, resolve_artifact
 from textdp.neighbours import QUERY_ROWS, TableWriter, knn_rows, metric_points
 
 NAMESPACE = "textdp"
@@ -27,9 +34,9 @@ NAMESPACE = "textdp"
 class VocabularyPoints:
     """Per-process read-only state: the artifact's vectors mapped to the metric's points."""
 
-    def __init__(self, artifact_dir: str, metric: str):
+    def __init__(self, artifact: str, metric: str):
         started = time.perf_counter()
-        artifact = Artifact(artifact_dir)
+        artifact = Artifact(resolve_artifact(artifact))  # a gs:// URL is fetched into this machine's cache once
         if metric == "euclidean":
             self.points = artifact.vectors  # the memory map itself: shared through the page cache
         else:
@@ -86,15 +93,29 @@ class WriteNeighbourTable(beam.DoFn):
 
     def process(self, keyed_blocks):
         _, blocks = keyed_blocks
-        writer = TableWriter(self.artifact_dir, self.vocab_size, self.k, self.metric)
+        if not self.artifact_dir.startswith("gs://"):
+            yield self._write(self.artifact_dir, blocks)["neighbours"]
+            return
+        from textdp import remote  # pylint: disable=import-outside-toplevel
+
+        workdir = tempfile.mkdtemp(prefix="textdp-neighbours-")
+        try:  # a working copy on this worker, the table written into it, the new files uploaded
+            local = remote.checkout_artifact(self.artifact_dir, os.path.join(workdir, "artifact"))
+            manifest = self._write(local, blocks)
+            remote.upload_artifact(local, self.artifact_dir)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        yield manifest["neighbours"]
+
+    def _write(self, artifact_dir: str, blocks) -> dict:
+        writer = TableWriter(artifact_dir, self.vocab_size, self.k, self.metric)
         try:
             for start, ids, distances, fallback in blocks:
                 writer.write_block(start, ids, distances, fallback)
-            manifest = writer.finish(dict(self.extra))
+            return writer.finish(dict(self.extra))
         except BaseException:
             writer.abort()
             raise
-        yield manifest["neighbours"]
 
 
 class ComputeNeighbourTable(beam.PTransform):
