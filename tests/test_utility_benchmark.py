@@ -173,3 +173,5 @@ def test_harness_runs_the_real_pipeline_and_reports_what_it_measured(tmp_path, n
     again = json.load(open(os.path.join(results, "u.json"), encoding="utf-8"))
     assert all(entry["pipeline_seconds"] is None for p in again["results"] for entry in p["runs"])
     assert [p["training_time"] for p in again["results"]] == [p["training_time"] for p in payload["results"]]
+    assert [e["wall_seconds"] for e in again["earlier_invocations"]] == [payload["wall_seconds"]]
+    assert "Resumed from an earlier invocation" in open(os.path.join(results, "u.md"), encoding="utf-8").read()

@@ -34,7 +34,13 @@ def markdown(payload: dict, plot_name: str) -> str:
         "(fixed hyper-parameters, see the JSON).", "",
         f"Machine: {m['cpu']}, {m['cores']} cores (nproc), load average at start "
         f"{tuple(round(x, 2) for x in m['loadavg_at_start'])}, at end {tuple(round(x, 2) for x in m['loadavg_at_end'])} "
-        f"({m['date_utc']}); total wall time {payload['wall_seconds']:.0f} s. Command: `{cfg['command']}`", "",
+        f"({m['date_utc']}); wall time {payload['wall_seconds']:.0f} s. Command: `{cfg['command']}`", "",
+        *[f"Resumed from an earlier invocation ({e['machine']['date_utc']}, load average at start "
+          f"{tuple(round(x, 2) for x in e['machine']['loadavg_at_start'])}, at end "
+          f"{tuple(round(x, 2) for x in e['machine']['loadavg_at_end'])}, wall time {e['wall_seconds']:.0f} s"
+          f"{'' if e['complete'] else ', stopped before the end'}): `{e['command']}`; its privatize runs and "
+          "calibrations were reused." for e in payload.get("earlier_invocations", [])],
+        *([""] if payload.get("earlier_invocations") else []),
         f"**Baseline** (original train, original test): accuracy **{base['accuracy']:.3f}** "
         f"(Wilson 95% interval over the {base['n']} test reviews [{base['low']:.3f}, {base['high']:.3f}]).", "",
         "Accuracy: mean over repeats [Student-t 95% interval over repeats]. Delta: mean accuracy minus the "

@@ -289,9 +289,17 @@ def main(argv=None) -> None:
     os.makedirs(args.results_dir, exist_ok=True)
     stem = os.path.join(args.results_dir, args.name)
 
+    earlier = []  # with --resume, the invocations that did the reused work (their machine, load and time)
+    if args.resume and os.path.exists(stem + ".json"):
+        with open(stem + ".json", encoding="utf-8") as handle:
+            previous = json.load(handle)
+        earlier = previous.get("earlier_invocations", []) + [
+            {"machine": previous["machine"], "wall_seconds": previous["wall_seconds"],
+             "command": previous["config"]["command"], "complete": previous.get("complete", True)}]
+
     def save(part: dict) -> None:
         payload = {"benchmark": "utility", "machine": dict(info), "config": config_of(args), **part,
-                   "wall_seconds": round(time.perf_counter() - started, 1)}
+                   "wall_seconds": round(time.perf_counter() - started, 1), "earlier_invocations": earlier}
         payload["machine"]["loadavg_at_end"] = os.getloadavg()
         with open(stem + ".json", "w", encoding="utf-8") as handle:
             json.dump(payload, handle, indent=2)
