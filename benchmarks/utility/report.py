@@ -46,7 +46,7 @@ def markdown(payload: dict, plot_name: str) -> str:
         "Accuracy: mean over repeats [Student-t 95% interval over repeats]. Delta: mean accuracy minus the "
         "baseline's [paired bootstrap 95% interval over test reviews, per review the share of repeats that got it "
         "right]. 'Within 2 pts': *yes* when the whole delta interval is above -0.02, *no* when it is wholly below, "
-        "*unclear* otherwise (a few hundred test reviews cannot settle it; the mean's side is given).", "",
+        "*unclear* otherwise (this many test reviews cannot settle it; the mean's side is given).", "",
         "| mechanism | epsilon | changed tokens | training time acc. | delta | within 2 pts | "
         "test time acc. | delta | within 2 pts |",
         "|---|---|---|---|---|---|---|---|---|",
