@@ -175,3 +175,8 @@ def test_harness_runs_the_real_pipeline_and_reports_what_it_measured(tmp_path, n
     assert [p["training_time"] for p in again["results"]] == [p["training_time"] for p in payload["results"]]
     assert [e["wall_seconds"] for e in again["earlier_invocations"]] == [payload["wall_seconds"]]
     assert "Resumed from an earlier invocation" in open(os.path.join(results, "u.md"), encoding="utf-8").read()
+    # a calibration is reused only for the same epsilons and draws (another epsilon list re-runs it)
+    tem_calibration = os.path.join(workdir, "calibrate-tem", "summary.json")
+    assert run.calibration_matches(tem_calibration, [0.5], 40)
+    assert not run.calibration_matches(tem_calibration, [0.5, 1.0], 40)
+    assert not run.calibration_matches(tem_calibration, [0.5], 41)

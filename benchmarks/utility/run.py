@@ -129,6 +129,15 @@ def corpus_word_list(records: List[dict], count: int, seed: int, path: str) -> s
     return path
 
 
+def calibration_matches(summary_path: str, epsilons: List[float], samples: int) -> bool:
+    """Can --resume reuse this calibration? Only if it exists and was run at these epsilons and draws."""
+    if not os.path.exists(summary_path):
+        return False
+    with open(summary_path, encoding="utf-8") as handle:
+        summary = json.load(handle)
+    return sorted(map(float, summary["epsilons"])) == sorted(epsilons) and int(summary["samples"]) == samples
+
+
 def calibration(args, mechanism: str, epsilons: List[float], sample: str = "vocabulary",
                 records: Optional[List[dict]] = None) -> Optional[dict]:
     """N_w / S_w percentiles per epsilon from a small ``textdp calibrate`` run (if asked for).
@@ -139,7 +148,7 @@ def calibration(args, mechanism: str, epsilons: List[float], sample: str = "voca
         return None
     out_dir = os.path.join(args.workdir, f"calibrate-{mechanism}" + ("-corpus" if sample == "corpus" else ""))
     summary_path = os.path.join(out_dir, "summary.json")
-    if not (args.resume and os.path.exists(summary_path)):
+    if not (args.resume and calibration_matches(summary_path, epsilons, args.calibrate_samples)):
         if sample == "corpus":
             words = ["--word-list", corpus_word_list(records, args.calibrate_words, args.seed,
                                                      os.path.join(args.workdir, "calibration-corpus-words.txt"))]
