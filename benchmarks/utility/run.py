@@ -215,7 +215,7 @@ def evaluate(args, checkpoint=None) -> dict:
                          "records_failed": summary["records"]["failed"]})
             print(f"{mechanism} eps={epsilon:g} repeat {repeat}: train-time {runs[-1]['training_time_accuracy']:.4f} "
                   f"test-time {runs[-1]['test_time_accuracy']:.4f} changed {runs[-1]['changed_fraction']:.3f} "
-                  f"({run['seconds'] or 0:.0f} s)", flush=True)
+                  f"({'reused' if run['seconds'] is None else format(run['seconds'], '.0f') + ' s'})", flush=True)
         entry = {"mechanism": mechanism, "epsilon": epsilon, "parameters": summary["mechanism"], "runs": runs,
                  "changed_fraction": stats.mean_interval([r["changed_fraction"] for r in runs])}
         for setting, correct in (("training_time", correct_train_time), ("test_time", correct_test_time)):
