@@ -144,6 +144,27 @@ def test_build_index_template_builds_on_a_worker_and_uploads(gcs_bucket, beam_gc
         template_main.launch("build-index", [f"--output={tmp_path}/local", "--runner=FnApiRunner"])
 
 
+def test_neighbours_template_adds_the_table_to_a_gcs_artifact(gcs_bucket, beam_gcs_anonymous, small_artifact_dir,
+                                                               tmp_path, monkeypatch):
+    """The neighbours Flex Template's entry point with a gs:// artifact (local runner in place of Dataflow):
+    the workers fetch the artifact and the table lands in the bucket with a new manifest."""
+    import json
+
+    from textdp import remote
+    from textdp.neighbours import NeighbourTable
+    from textdp.artifact import open_artifact
+
+    monkeypatch.setenv("TEXTDP_CACHE_DIR", str(tmp_path / "cache"))
+    url = remote.upload_artifact(small_artifact_dir, f"gs://{gcs_bucket}/artifacts/glove5k-template")
+    template_main.launch("neighbours", [f"--artifact={url}", "--k=8", "--shard_rows=2000",
+                                        "--runner=FnApiRunner"]).wait_until_finish()
+    manifest = remote.read_manifest_url(url)
+    assert manifest["neighbours"]["k"] == 8 and "neighbours_ids.npy" in manifest["files"]
+    table = NeighbourTable.from_artifact(open_artifact(remote.fetch_artifact(url)))
+    assert table.k == 8 and (table.ids[:, 0] == range(5000)).all()  # every word is its own nearest
+    assert json.loads(open(f"{small_artifact_dir}/manifest.json", encoding="utf-8").read()).get("neighbours") is None
+
+
 def test_scheduler_request_uses_privatize_parameters_and_a_dated_prefix():
     with open(os.path.join(TEMPLATES, "scheduler", "privatize-nightly.json"), encoding="utf-8") as handle:
         launch = json.load(handle)["launchParameter"]
