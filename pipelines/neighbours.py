@@ -62,6 +62,13 @@ def artifact_manifest(location: str) -> dict:
     return read_manifest(location)
 
 
+def artifact_location(opts: NeighbourOptions) -> str:
+    """The gs:// URL as given (without a trailing slash), or the local directory (default: the cache's)."""
+    if (opts.artifact or "").startswith("gs://"):
+        return opts.artifact.rstrip("/")
+    return resolve_artifact(opts.artifact)
+
+
 def validate(opts: NeighbourOptions) -> tuple:
     """Check the flags and the artifact; returns (artifact location: local directory or gs:// URL, manifest).
 
@@ -71,8 +78,8 @@ def validate(opts: NeighbourOptions) -> tuple:
         raise TextdpError(f"--metric must be one of {', '.join(METRICS)}")
     if opts.shard_rows is None or opts.shard_rows < 1:
         raise TextdpError("--shard-rows must be >= 1")
-    remote_artifact = (opts.artifact or "").startswith("gs://")
-    location = opts.artifact.rstrip("/") if remote_artifact else resolve_artifact(opts.artifact)
+    location = artifact_location(opts)
+    remote_artifact = location.startswith("gs://")
     manifest = artifact_manifest(location)
     if "neighbours" in manifest or (not remote_artifact and table_files_exist(location)):
         raise TextdpError(f"{location} already has a neighbour table (artifacts are never overwritten)")
@@ -109,8 +116,8 @@ def run(argv: Optional[List[str]] = None) -> int:
     opts = options.view_as(NeighbourOptions)
     started = time.perf_counter()
     try:
-        location, _ = validate(opts)
-        build_pipeline(options).run().wait_until_finish()
+        build_pipeline(options).run().wait_until_finish()  # validates first
+        location = artifact_location(opts)
         section = artifact_manifest(location)["neighbours"]
     except TextdpError as exc:
         print(f"textdp neighbours: error: {exc}", file=sys.stderr)

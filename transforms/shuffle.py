@@ -96,15 +96,13 @@ def text_values(record: dict, text_fields: Sequence[str]) -> Iterable[str]:
             yield value
 
 
-def record_words(record: dict, text_fields: Sequence[str], shape_field: Optional[str] = None) -> int:
-    """Privatized words in a record: from the privatizer's ``shape_field`` if given (exact), else an estimate.
+def record_words(record: dict, text_fields: Sequence[str]) -> int:
+    """Words in a record's released text: an estimate of its privatized words.
 
-    The estimate counts words in the released text; it can differ from the number of privatized
-    word slots (a released word may be punctuation, or a clitic glued to the word before), which is
-    why the accounting claims no amplification from estimated counts.
+    It can differ from the number of privatized word slots (a released word may be punctuation, or
+    a clitic glued to the word before), which is why the accounting claims no amplification from
+    estimated counts; the exact count comes from the privatizer's shape field (``record_shape_value``).
     """
-    if shape_field:
-        return int(record_shape_value(record, shape_field)["words"])
     return sum(count_words(text) for text in text_values(record, text_fields))
 
 
@@ -317,7 +315,7 @@ class ShuffleAmplifier(beam.PTransform):
     def expand(self, records):
         from apache_beam.pvalue import AsList, AsSingleton  # pylint: disable=import-outside-toplevel
 
-        text_fields, user_field, count_field = self.text_fields, self.user_field, self.shape_field
+        text_fields, user_field, shape_field = self.text_fields, self.user_field, self.shape_field
         records_in = records | "CountIn" >> beam.combiners.Count.Globally()
         if self.subsample_rate is not None and self.subsample_rate < 1:
             records = records | "PoissonSubsample" >> beam.ParDo(PoissonSubsample(self.subsample_rate))
@@ -326,9 +324,9 @@ class ShuffleAmplifier(beam.PTransform):
 
         def record_shape(r):  # what is released about a record besides its privatized words
             fingerprint = released_fingerprint(r, removed, text_fields)
-            if not count_field:  # the layout is not known: the accounting will claim nothing
+            if not shape_field:  # the layout is not known: the accounting will claim nothing
                 return (record_words(r, text_fields), fingerprint)
-            value = record_shape_value(r, count_field)
+            value = record_shape_value(r, shape_field)
             layout = hashlib.sha256(f"{fingerprint}/{value['layout']}".encode("utf-8")).hexdigest()[:16]
             return (int(value["words"]), layout)
 
@@ -386,5 +384,5 @@ class ShuffleAmplifier(beam.PTransform):
                      _build_stats, AsSingleton(records_in), AsSingleton(records_out), AsList(shapes),
                      AsList(fields), AsSingleton(rare_count if rare_count is not None else zero),
                      AsSingleton(suppressed if suppressed is not None else zero),
-                     sorted(removed), bool(user_field), list(text_fields), count_field))
+                     sorted(removed), bool(user_field), list(text_fields), shape_field))
         return {"records": shuffled, "stats": stats}

@@ -30,12 +30,14 @@ import subprocess
 import sys
 import time
 import zlib
+from collections import Counter
 from typing import Dict, List, Optional
 
 import numpy as np
 
 from benchmarks.common import RESULTS, machine
 from benchmarks.utility import classify, data, stats
+from textdp.tokenize import WORD_PATTERN
 
 REPO = data.REPO
 SINGLE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -115,10 +117,6 @@ def split_records(records: List[dict], order: Dict[str, List[str]]) -> Dict[str,
 def corpus_word_list(records: List[dict], count: int, seed: int, path: str) -> str:
     """``count`` distinct lowercase words of the reviews, drawn without replacement with probability
     proportional to their frequency (so mostly the words the reviews are made of), one per line."""
-    from collections import Counter  # pylint: disable=import-outside-toplevel
-
-    from textdp.tokenize import WORD_PATTERN  # pylint: disable=import-outside-toplevel
-
     counts = Counter(m.group().lower() for r in records for m in WORD_PATTERN.finditer(r["text"]))
     words = sorted(counts)
     weights = np.array([counts[w] for w in words], dtype=float)
