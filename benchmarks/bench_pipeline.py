@@ -167,8 +167,9 @@ def memory_worker(sync_dir: str, index: int, count: int, artifact: str) -> None:
 
 def memory_run(count: int, artifact: str) -> dict:
     with tempfile.TemporaryDirectory() as sync_dir:
-        procs = [subprocess.Popen([sys.executable, __file__, "--memory-worker", sync_dir, str(i), str(count),
-                                   artifact])
+        # run as a module from the repository, so the worker imports benchmarks.common like the parent
+        procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.bench_pipeline", "--memory-worker", sync_dir,
+                                   str(i), str(count), artifact], cwd=REPO)
                  for i in range(count)]
         for proc in procs:
             if proc.wait(timeout=600) != 0:

@@ -26,12 +26,14 @@ import csv
 import gzip
 import json
 import statistics
+import sys
 import tempfile
 import time
 
 import apache_beam as beam
 
-from benchmarks.common import machine
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # also as a script
+from benchmarks.common import machine  # noqa: E402
 from textdp.accounting import diameter_bounds
 from transforms.shuffle import ShuffleAmplifier
 
