@@ -28,8 +28,10 @@ from textdp.summary import FAILED_PREFIX
 from textdp.text_privatizer import OOV_POLICIES
 from transforms.io import (FORMATS, OUTPUT_SUFFIX, ReadRecords, WriteErrors, WriteRecords, infer_format,
                            matched_paths, parquet_schema)
+from transforms.amplifier import Amplify
 from transforms.perturb import PerturbConfig, PerturbTokens, WriteSummary
-from pipelines.lac_options import SHAPE_FIELD, AmplifierOptions, amplify_privatized
+from transforms.shard_writer import WriteShuffledShards
+from pipelines.lac_options import SHAPE_FIELD, AmplifierOptions
 from pipelines.options import flag_adder, job_options
 
 DEFAULT_MAX_RECORD_BYTES = 1_000_000
@@ -82,6 +84,10 @@ class PrivatizeOptions(PipelineOptions):
         add("--max-record-bytes", "--max_record_bytes", dest="max_record_bytes", type=int,
             default=DEFAULT_MAX_RECORD_BYTES,
             help=f"records longer than this (bytes of text) go to the error output; default {DEFAULT_MAX_RECORD_BYTES}")
+        add("--public-summary", "--public_summary", dest="public_summary", default=None, metavar="PATH",
+            help="also write a publishable summary to PATH (local or gs://): the mechanism, its parameters, the "
+                 "artifact, the privacy statements and the number of records released, with no figure computed "
+                 "from the raw input. <output>-summary.json is the operator's and must not be published")
         add("--keep-failed-text", "--keep_failed_text", dest="keep_failed_text", action="store_true", default=False,
             help="also write the text of failed records into the error output (which must then be protected "
                  "like the input); default: position and reason only")
@@ -188,7 +194,15 @@ def perturb_stage(records, config: PerturbConfig, shared_handle, batch_records: 
                 PerturbTokens.STATS, PerturbTokens.DIAGNOSTICS, main="released"))
 
 
-def write_stage(released, opts, data_format, schema):
+def write_stage(released, opts, data_format, schema, shards=None):
+    """Write the released records; returns a one-element PCollection with their number.
+
+    ``shards`` (from a shuffling Amplifier) are written file by file in their shuffled order; Beam's
+    own sinks would choose files and order themselves."""
+    if shards is not None:
+        shards | "Write" >> WriteShuffledShards(opts.output, data_format, OUTPUT_SUFFIX[data_format], schema)
+        return (shards | "ShardSizes" >> beam.Map(lambda shard: len(shard[2]))
+                | "CountOut" >> beam.CombineGlobally(sum))
     released | "Write" >> WriteRecords(opts.output, data_format, schema)
     return released | "CountOut" >> beam.combiners.Count.Globally()
 
@@ -197,9 +211,11 @@ def errors_stage(errors, errors_prefix):
     errors | "WriteErrors" >> WriteErrors(errors_prefix)
 
 
-def summary_stage(counts_in, stats, errors, records_out_count, summary_writer, records_dropped=None):
-    """Combine every count into one dict and write the summary. ``records_dropped``: numbers of records
-    a stage between perturbation and writing removed on purpose (sub-sampling); they reconcile too."""
+def summary_stage(counts_in, stats, errors, records_out_count, summary_writer, records_dropped=None,
+                  amplification=None):
+    """Combine every count into one dict and write the summaries. ``records_dropped``: numbers of records
+    a stage between perturbation and writing removed on purpose (sub-sampling); they reconcile too.
+    ``amplification``: the Amplifier's report (one dict), for the public summary's claims."""
     parts = (
         counts_in | "RecordsIn" >> beam.Map(lambda path_count: {"records_in": path_count[1]}),
         stats | "TokenStats" >> beam.Map(dict),
@@ -211,7 +227,8 @@ def summary_stage(counts_in, stats, errors, records_out_count, summary_writer, r
     return (parts
             | "AllCounts" >> beam.Flatten()
             | "SumCounts" >> beam.CombineGlobally(SumCounts())
-            | "WriteSummary" >> beam.ParDo(summary_writer))
+            | "WriteSummary" >> beam.ParDo(summary_writer, amplification=beam.pvalue.AsList(amplification)
+                                          if amplification is not None else []))
 
 
 def build_pipeline(options: PipelineOptions) -> beam.Pipeline:
@@ -225,29 +242,33 @@ def build_pipeline(options: PipelineOptions) -> beam.Pipeline:
             if schema.get_field_index(field) < 0:
                 raise TextdpError(f"--text-field {field!r} is not a column of the Parquet input")
     paths = output_paths(opts.output, data_format)
-    amplify = options.view_as(AmplifierOptions).amplifier_requested()
+    amplifier = options.view_as(AmplifierOptions).amplifier_config()
+    amplify = amplifier.requested()
     config = PerturbConfig(artifact=opts.artifact, mechanism=opts.mechanism, epsilon=opts.epsilon, nn=opts.nn,
                            search_k=opts.search_k, gamma=opts.gamma, beta=opts.beta, oov_policy=opts.oov_policy,
                            unk_token=opts.unk_token, seed=opts.seed, text_fields=text_fields,
                            shape_field=SHAPE_FIELD if amplify else None)
     shared_handle = shared.Shared()
-    summary_writer = WriteSummary(shared_handle, config, paths["summary"], context={
+    summary_writer = WriteSummary(shared_handle, config, paths["summary"], public_path=opts.public_summary, context={
         "input_pattern": opts.input, "output": paths["output"], "errors_output": paths["errors"],
         "data_format": data_format, "text_fields": text_fields, "max_record_bytes": opts.max_record_bytes,
+        "amplifier_steps": amplifier.steps() if amplify else None,
         "amplification_report": paths["amplification"] if amplify else None})
 
     pipeline = beam.Pipeline(options=options)
     read = read_stage(pipeline, opts, data_format, text_fields)
     perturbed = perturb_stage(read["records"], config, shared_handle, opts.batch_records,
                               diagnostics=bool(opts.diagnostics_output))
-    released, records_dropped = perturbed.released, None
+    released, records_dropped, shards, section = perturbed.released, None, None, None
     if amplify:  # LAC Amplifier (docs/lac.md)
-        released, records_dropped = amplify_privatized(released, options, config, shared_handle, data_format,
-                                                       text_fields, paths["amplification"])
-    records_out = write_stage(released, opts, data_format, schema)
+        amplified = released | "Amplifier" >> Amplify(amplifier, config, shared_handle, data_format, text_fields,
+                                                       paths["amplification"])
+        released, records_dropped = amplified["records"], amplified["dropped"]
+        shards, section = amplified["shards"], amplified["section"]
+    records_out = write_stage(released, opts, data_format, schema, shards)
     errors_stage(read["errors"], paths["errors_prefix"])
     summary_stage(read["counts"], perturbed[PerturbTokens.STATS], read["errors"], records_out, summary_writer,
-                  records_dropped)
+                  records_dropped, section)
     if opts.diagnostics_output:
         (perturbed[PerturbTokens.DIAGNOSTICS]
          | "DiagnosticsJson" >> beam.Map(lambda rec: json.dumps(rec, sort_keys=True))
@@ -281,7 +302,9 @@ def run(argv: Optional[List[str]] = None) -> int:
     result.wait_until_finish()
     print(f"output:  {paths['output']}")
     print(f"errors:  {paths['errors']}")
-    print(f"summary: {paths['summary']}")
+    print(f"summary: {paths['summary']}  (operator's: raw-data figures, not for publication)")
+    if opts.public_summary:
+        print(f"public summary: {opts.public_summary}")
     if options.view_as(AmplifierOptions).amplifier_requested():
         print(f"amplification: {paths['amplification']}")
     _print_headline(paths["summary"])

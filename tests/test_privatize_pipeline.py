@@ -68,7 +68,7 @@ def test_text_example_corpus(tmp_path, small_artifact_dir, small_artifact):
     assert summary["records"] == {"in": 30, "out": 30, "failed": 0, "failed_by_reason": {}, "reconciled": True}
     assert summary["tokens"]["total"] == tokens and summary["tokens"]["changed"] == 0
     assert summary["mechanism"] == {"mechanism": "madlib", "epsilon": 1e6, "nn": "exact"}
-    assert summary["seed_used"] is False and "seed" not in summary["privacy"]
+    assert summary["seed_used"] is False and "operating-system entropy" in summary["privacy"]["seed"]
     assert "one for one" in summary["privacy"]["records"] and "amplification_report" not in summary
     assert summary["artifact"]["vocab_size"] == 5000
     assert "exp(1e+06 * d(w, w'))" in summary["privacy"]["per_token"]

@@ -7,7 +7,11 @@ from scipy import stats
 from textdp.madlib import Madlib
 from textdp.mechanisms import make_mechanism
 from textdp.errors import TextdpError
+from textdp.artifact import open_artifact
+from textdp.neighbours import metric_points
+from textdp.tem import output_distribution
 from textdp.text_privatizer import TextPrivatizer
+from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
 
 ALPHA = 1e-3  # false-failure rate of each statistical test below
 
@@ -43,16 +47,76 @@ def test_pipeline_core_releases_words_with_the_mechanism_distribution(small_arti
     assert stats.chi2_contingency(table).pvalue > ALPHA
 
 
-def test_random_oov_replacement_is_uniform_over_the_vocabulary(small_artifact):
-    """Unknown words become uniform vocabulary draws: chi-square goodness of fit over 25 equal id bins
-    (8,000 draws, 320 expected per bin); false-failure rate ALPHA = 0.001."""
-    core = privatizer(small_artifact, policy="random")
-    text = " ".join(["zzqxw", "Qqxzv"] * 4000)
+def _tem_mixture(artifact, tem):
+    """Closed form of the ``random`` OOV release under TEM: Q(i) = (1/N) sum_u P_u(i), in float64,
+    with P_u TEM's exact output distribution for input u (textdp.tem.output_distribution)."""
+    points = metric_points(artifact.vectors, tem.metric, dtype=np.float64)
+    n = len(points)
+    mixture = np.zeros(n)
+    for start in range(0, n, 500):
+        block = points[start:start + 500]
+        dist = np.sqrt(np.maximum(((block[:, None, :] - points[None, :, :]) ** 2).sum(axis=2), 0.0))
+        mixture += output_distribution(dist, tem.epsilon, tem.gamma,
+                                       self_id=np.arange(start, start + len(block))).sum(axis=0)
+    return mixture / n, points
+
+
+def test_random_oov_release_is_the_mechanism_output_of_a_uniform_word(neighbour_artifact_dir):  # noqa: F811
+    """Unknown words are released as M(u), u uniform over the vocabulary (issue 12, finding 1), not as a
+    uniform word. With TEM (closed form) at epsilon 1 on the 5,000-word artifact, 20,000 unknown words
+    are G-tested against Q(i) = (1/N) sum_u P_u(i) (cells with expected count < 20 pooled); failing at
+    p < ALPHA gives a false-failure rate of 1e-3. Power: a uniform draw (the old policy) fails the same
+    test; checked here on 20,000 uniform draws with the same cells."""
+    from tests.test_tem import g_test  # pylint: disable=import-outside-toplevel
+
+    artifact = open_artifact(neighbour_artifact_dir)
+    tem = make_mechanism("tem", artifact, 1.0)
+    core = TextPrivatizer(tem, artifact.words, artifact.word_to_id, "random")
+    text = " ".join(["zzqxw", "Qqxzv"] * 10_000)
     released, counts = core.privatize([text], np.random.default_rng(3))
-    assert counts["unknown_tokens"] == 8000 and counts["changed_tokens"] == 8000
-    ids = np.array([small_artifact.word_to_id[w.lower()] for w in released[0].split(" ")])
-    histogram = np.bincount(ids * 25 // small_artifact.vocab_size, minlength=25)
-    assert stats.chisquare(histogram).pvalue > ALPHA
+    assert counts["unknown_tokens"] == 20_000 and counts["changed_tokens"] == 20_000
+    ids = np.array([artifact.word_to_id[w.lower()] for w in released[0].split(" ")])
+    mixture, _ = _tem_mixture(artifact, tem)
+    order = np.argsort(mixture)
+    cell = np.empty(artifact.vocab_size, dtype=np.int64)
+    cell[order] = np.minimum((np.cumsum(mixture[order]) * 40).astype(np.int64), 39)
+    cell_mass = np.bincount(cell, weights=mixture, minlength=40)
+    assert g_test(np.bincount(cell[ids], minlength=40), cell_mass) > ALPHA
+    uniform = np.random.default_rng(4).integers(0, artifact.vocab_size, 20_000)
+    assert g_test(np.bincount(cell[uniform], minlength=40), cell_mass) < 1e-9
+
+
+def test_random_oov_release_is_within_epsilon0_of_every_word(neighbour_artifact_dir):  # noqa: F811
+    """The docstring's proof, checked exactly: for TEM at epsilon 1 on the 5,000-word artifact, the
+    OOV release distribution Q and the output distribution P_w of 50 vocabulary words w satisfy
+    |ln Q(i) - ln P_w(i)| <= epsilon * min(diam, gamma) for every output i (diam: the exact diameter),
+    the per-token epsilon_0 of the accounting, and the bound is not vacuous here: the largest
+    deviation found is more than a tenth of it."""
+    artifact = open_artifact(neighbour_artifact_dir)
+    tem = make_mechanism("tem", artifact, 1.0)
+    mixture, points = _tem_mixture(artifact, tem)
+    diameter = max(np.sqrt(((points[i:i + 500, None, :] - points[None, :, :]) ** 2).sum(axis=2)).max()
+                   for i in range(0, len(points), 500))
+    bound = tem.epsilon * min(diameter, tem.gamma)
+    worst = 0.0
+    for w in np.random.default_rng(5).choice(artifact.vocab_size, 50, replace=False):
+        dist = np.sqrt(((points - points[w]) ** 2).sum(axis=1))
+        p_w = output_distribution(dist, tem.epsilon, tem.gamma, self_id=int(w))
+        worst = max(worst, np.abs(np.log(mixture) - np.log(p_w)).max())
+    assert worst <= bound + 1e-9
+    assert worst > 0.1 * bound, (worst, bound)
+
+
+def test_oov_positions_enter_the_layout_when_the_policy_shows_them(small_artifact):
+    """With ``unk`` (and ``keep``) the output shows which positions were unknown, so records that differ
+    there must never share a shuffle group: their layouts differ. With ``random`` the release of an
+    unknown word is covered by epsilon_0 and shows nothing, so the layouts are equal."""
+    texts = ["the movie", "the zzqxw"]
+    for policy, same in (("random", True), ("unk", False), ("keep", False)):
+        shapes = []
+        privatizer(small_artifact, policy=policy).privatize(texts, np.random.default_rng(0), shapes)
+        assert [words for words, _ in shapes] == [2, 2]
+        assert (shapes[0][1] == shapes[1][1]) is same, policy
 
 
 def test_unk_marker_is_written_verbatim_and_keep_passes_words_through(small_artifact):

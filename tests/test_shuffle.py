@@ -14,7 +14,8 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from scipy import stats
 
-from pipelines.lac_options import AmplifierOptions, amplification_section, apply_amplifier
+from pipelines.lac_options import SHAPE_FIELD, AmplifierOptions
+from textdp import accounting
 from textdp.tokenize import WORD_PATTERN
 from transforms.shuffle import ShuffleAmplifier, count_words, replace_rare_words, word_types
 
@@ -155,7 +156,7 @@ def test_output_order_uncorrelated_with_input_order_one_process(tmp_path):
     false-failure rate of 1e-4. The control run without --shuffle shows the test has power.
     """
     rows = [{"pos": i, "text": f"word{i}"} for i in range(2000)]
-    out, _ = run_amplifier(rows, tmp_path, records_per_bucket=300)
+    out, _ = run_amplifier(rows, tmp_path, records_per_shard=300)
     positions = [r["pos"] for r in out]
     assert sorted(positions) == list(range(2000))
     assert stats.spearmanr(range(len(positions)), positions).pvalue >= 1e-4
@@ -164,25 +165,25 @@ def test_output_order_uncorrelated_with_input_order_one_process(tmp_path):
     assert stats.spearmanr(range(len(control_positions)), control_positions).statistic > 0.5
 
 
-def test_amplifier_options_and_summary_section(imdb_rows, tmp_path):
-    """Flags parse, every flag has help, the section reconciles counts and carries no raw text."""
+def test_amplifier_options_and_report_section(imdb_rows, tmp_path):
+    """Flags parse, every flag has help; the report computed from the stage's stats (textdp.accounting,
+    no Beam) reconciles counts and carries no raw text."""
     parser_help = {action.dest: action.help for action in _amplifier_actions()}
-    for dest in ("shuffle", "user_field", "drop_fields", "subsample", "k_threshold", "delta"):
+    for dest in ("shuffle", "user_field", "drop_fields", "subsample", "k_threshold", "delta", "shuffle_shard_records"):
         assert parser_help.get(dest), dest
     argv = ["--shuffle", "--user-field", "movie_id", "--drop-fields", "id,rating", "--subsample", "0.5",
             "--k-threshold", "2", "--delta", "1e-7"]
-    options = PipelineOptions(argv).view_as(AmplifierOptions)
+    amp = PipelineOptions(argv).view_as(AmplifierOptions).amplifier_config()
+    assert (amp.shuffle, amp.user_field, amp.drop_fields, amp.subsample, amp.k_threshold, amp.delta) == (
+        True, "movie_id", ("id", "rating"), 0.5, 2, 1e-7)
     rows = [dict(row) for row in imdb_rows[:400]]
-    out_dir = str(tmp_path)
-    with beam.Pipeline(runner="FnApiRunner", options=PipelineOptions(argv)) as pipeline:
-        records, section = apply_amplifier(pipeline | beam.Create(rows), options, token_eps0=282.0)
-        records | "CountRecords" >> beam.combiners.Count.Globally() | "W1" >> beam.io.WriteToText(out_dir + "/n")
-        section | beam.Map(json.dumps) | "W2" >> beam.io.WriteToText(out_dir + "/section")
-    raw = open(glob.glob(out_dir + "/section*")[0], encoding="utf-8").read()
-    report = json.loads(raw)
-    released = int(open(glob.glob(out_dir + "/n*")[0]).read())
-    assert report["records"]["in"] == 400 and report["records"]["out"] == released
-    assert report["records"]["dropped_by_subsampling"] == 400 - released
+    out, stats_ = run_amplifier(rows, tmp_path, user_field=amp.user_field, drop_fields=amp.drop_fields,
+                                subsample_rate=amp.subsample, k_threshold=amp.k_threshold)
+    report = accounting.amplification_section(stats_, 282.0, shuffled=True, delta=amp.delta, subsample_rate=0.5,
+                                              k_threshold=2, seed_used=False)
+    raw = json.dumps(report)
+    assert report["records"]["in"] == 400 and report["records"]["out"] == len(out)
+    assert report["records"]["dropped_by_subsampling"] == 400 - len(out)
     assert report["fields"]["remaining"] == ["label", "split", "text"]
     assert report["fields"]["released_unprivatized"] == ["label", "split"]
     assert report["shuffle"]["claimed"] is False and report["shuffle"]["delta"] == 1e-7
@@ -194,9 +195,11 @@ def test_amplifier_options_and_summary_section(imdb_rows, tmp_path):
 
 def test_options_validation():
     with pytest.raises(ValueError, match="--subsample"):
-        PipelineOptions(["--subsample", "1.5"]).view_as(AmplifierOptions).validate_amplifier()
+        PipelineOptions(["--subsample", "1.5"]).view_as(AmplifierOptions).amplifier_config()
     with pytest.raises(ValueError, match="--k-threshold"):
-        PipelineOptions(["--k-threshold", "0"]).view_as(AmplifierOptions).validate_amplifier()
+        PipelineOptions(["--k-threshold", "0"]).view_as(AmplifierOptions).amplifier_config()
+    with pytest.raises(ValueError, match="--shuffle-shard-records"):
+        PipelineOptions(["--shuffle-shard-records", "0"]).view_as(AmplifierOptions).amplifier_config()
     assert not PipelineOptions([]).view_as(AmplifierOptions).amplifier_requested()
     assert PipelineOptions(["--shuffle"]).view_as(AmplifierOptions).amplifier_requested()
     with pytest.raises(ValueError, match="cannot also be dropped"):
@@ -212,11 +215,9 @@ class _FakeTEM:  # only parameters() is read; the numbers are the real artifact'
 
 
 def test_local_token_epsilon0_uses_the_mechanism_metric(small_artifact):
-    from pipelines.lac_options import local_token_epsilon0
-
-    euclid, bounds = local_token_epsilon0(_FakeTEM("euclidean"), small_artifact)
+    euclid, bounds = accounting.local_token_epsilon0(_FakeTEM("euclidean"), small_artifact.vectors)
     assert euclid == pytest.approx(bounds.upper) and bounds.upper > 5.0
-    angular, bounds = local_token_epsilon0(_FakeTEM("angular"), small_artifact)
+    angular, bounds = accounting.local_token_epsilon0(_FakeTEM("angular"), small_artifact.vectors)
     assert bounds.upper <= 2.0 and angular == pytest.approx(bounds.upper)
     assert 1.0 < bounds.lower <= bounds.upper
 
@@ -226,7 +227,8 @@ def test_section_from_stats_alone():
               "word_counts": "estimated",
               "shape_counts": [[[2], 3]], "removed_fields": [], "remaining_fields": ["text"],
               "rare_word_types": 0, "suppressed_words": 0}
-    section = amplification_section(stats_, 0.5, shuffled=True, delta=1e-6, subsample_rate=None, k_threshold=None)
+    section = accounting.amplification_section(stats_, 0.5, shuffled=True, delta=1e-6, subsample_rate=None,
+                                               k_threshold=None, seed_used=False)
     assert section["shuffle"]["claimed"] is False  # 3 records cannot hide anyone
     assert section["fields"]["released_unprivatized"] == []
     assert "subsample" not in section and "k_threshold" not in section
@@ -240,28 +242,33 @@ def _amplifier_actions():
     return [a for a in parser._actions if a.dest != "help"]  # pylint: disable=protected-access
 
 
-def test_amplify_privatized_for_text_payloads_writes_the_section(small_artifact_dir, imdb_rows, tmp_path):
-    """The privatize wiring: str payloads in and out, the section file written by a worker, with
-    epsilon_0 from the real Madlib on the 5,000-word artifact."""
+def test_amplify_for_text_payloads_writes_the_section(small_artifact_dir, imdb_rows, tmp_path):
+    """The privatize wiring: PerturbTokens' text payloads in, str records out, the section file written
+    by a worker, with epsilon_0 from the real Madlib on the 5,000-word artifact."""
     from apache_beam.utils import shared
 
-    from pipelines.lac_options import amplify_privatized
-    from transforms.perturb import PerturbConfig
+    from transforms.amplifier import Amplify, AmplifierConfig
+    from transforms.perturb import PerturbConfig, PerturbTokens
 
     texts = [row["text"] for row in imdb_rows[:200]]
-    config = PerturbConfig(artifact=small_artifact_dir, mechanism="madlib", epsilon=5.0, text_fields=())
+    config = PerturbConfig(artifact=small_artifact_dir, mechanism="madlib", epsilon=5.0, text_fields=(),
+                           shape_field=SHAPE_FIELD)
     section_path = str(tmp_path / "amplification.json")
-    argv = ["--shuffle", "--subsample", "0.5"]
-    with beam.Pipeline(runner="FnApiRunner", options=PipelineOptions(argv)) as pipeline:
-        payloads, dropped = amplify_privatized(pipeline | beam.Create(texts), PipelineOptions(argv), config,
-                                               shared.Shared(), "text", (), section_path)
-        payloads | "W1" >> beam.io.WriteToText(str(tmp_path / "out"))
-        dropped | beam.Map(str) | "W2" >> beam.io.WriteToText(str(tmp_path / "dropped"))
+    handle = shared.Shared()
+    with beam.Pipeline(runner="FnApiRunner") as pipeline:
+        released = (pipeline | beam.Create([("in", i, text) for i, text in enumerate(texts)])
+                    | beam.BatchElements(min_batch_size=1, max_batch_size=50)
+                    | beam.ParDo(PerturbTokens(handle, config)).with_outputs(PerturbTokens.STATS, main="released"))
+        amplified = released.released | Amplify(AmplifierConfig(shuffle=True, subsample=0.5), config, handle, "text",
+                                                (), section_path)
+        amplified["records"] | "W1" >> beam.io.WriteToText(str(tmp_path / "out"))
+        amplified["dropped"] | beam.Map(str) | "W2" >> beam.io.WriteToText(str(tmp_path / "dropped"))
     out = [line.rstrip("\n") for path in glob.glob(str(tmp_path / "out*")) for line in open(path, encoding="utf-8")]
-    assert set(out) <= set(texts) and 0 < len(out) < len(texts)
+    assert 0 < len(out) < len(texts) and all(isinstance(line, str) and SHAPE_FIELD not in line for line in out)
     assert int(open(glob.glob(str(tmp_path / "dropped*"))[0]).read()) == len(texts) - len(out)
     section = json.load(open(section_path, encoding="utf-8"))
     assert section["records"] == {"in": 200, "out": len(out), "dropped_by_subsampling": 200 - len(out)}
     diameter = section["local"]["vocabulary_diameter"]
     assert section["local"]["token_epsilon0"] == pytest.approx(5.0 * diameter["upper"])
     assert section["shuffle"]["claimed"] is False and section["subsample"]["claimed"] is False
+    assert section["local"]["word_counts"] == "exact, with the layouts, from the privatizer"

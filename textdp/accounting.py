@@ -25,11 +25,14 @@ function that returns an amplified epsilon also says whether that result's hypot
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass
-from typing import Dict, Iterable, Optional, Tuple, Union
+from typing import Dict, Iterable, Optional, Sequence, Tuple, Union
 
 import numpy as np
+
+from textdp.statements import FLOATING_POINT_STATEMENT, seed_statement
 
 DEFAULT_DELTA = 1e-6
 # groups of authors: {word counts: authors}, or a list of (word counts, authors) pairs
@@ -327,6 +330,100 @@ def amplification_report(token_eps0: float, shape_counts: ShapeCounts, *,
                           "here covers it (Li, Qardaji and Su 2012 analyse a different, sampling-based "
                           "k-anonymization)."),
         }
+    return report
+
+
+# --- the Amplifier's accounting, as textdp privatize reports it -------------------------------------
+
+SHUFFLE_ORDER_STATEMENT = (
+    "records are output in a uniformly random order: each record gets an output file chosen uniformly at "
+    "random (os.urandom) among a number of files fixed before any record is placed, and each file's records "
+    "are written in a uniformly random order (random.SystemRandom), so a record's output file and line are "
+    "uniform and independent of its input position and author")
+UNSHUFFLED_ORDER_STATEMENT = (
+    "no shuffle ran: records are output in the runner's order, which may follow the input order (on the local "
+    "runner it usually does), so a record's output position can link it to its input position")
+
+
+def local_token_epsilon0(mechanism, vectors: np.ndarray, oov_policy: str = "random") -> tuple:
+    """(token epsilon_0, diameter bounds) of a mechanism over a vocabulary's vectors.
+
+    ``mechanism`` is any object with ``parameters()`` (Madlib, TEM). Three passes over the vectors
+    (about a second for 400k x 50). The diameter is taken in the mechanism's metric: Madlib's is
+    Euclidean; TEM's may be ``angular`` (Euclidean between unit directions, so at most 2).
+    """
+    params = mechanism.parameters()
+    metric = params.get("metric", "euclidean")
+    if metric != "euclidean":
+        from textdp.neighbours import metric_points  # pylint: disable=import-outside-toplevel
+
+        vectors = metric_points(vectors, metric)
+    bounds = diameter_bounds(vectors)
+    if metric == "angular" and bounds.upper > 2.0:  # unit vectors: no two are farther apart than 2
+        bounds = dataclasses.replace(bounds, upper=2.0, method=bounds.method + "; 2 for unit directions")
+    eps0 = token_epsilon0(params["mechanism"], params["epsilon"], bounds.upper,
+                          gamma=params.get("gamma"), oov_policy=oov_policy)
+    return eps0, bounds
+
+
+def amplifier_stats(records_in: int, records_out: int, shapes, fields, rare_types: int, suppressed: int,
+                    removed: Sequence[str], per_author: bool, text_fields: Sequence[str],
+                    shape_field: Optional[str]) -> dict:
+    """What the Amplifier stage hands to the accounting: counts, shapes and fields, never text.
+
+    ``shapes``: (shape, authors) pairs, a shape being the tuple of (words, layout) pairs of an
+    author's records; only the word counts are kept here (the layouts only split the groups).
+    """
+    return {
+        "word_counts": "exact, with the layouts, from the privatizer" if shape_field else "estimated",
+        "text_fields": list(text_fields),
+        "records_in": int(records_in),
+        "records_out": int(records_out),
+        "authors": int(sum(count for _, count in shapes)),
+        "per_author": bool(per_author),
+        "shape_counts": sorted([[w for w, _ in shape], int(count)] for shape, count in shapes),
+        "removed_fields": sorted(set(removed) - {shape_field}),
+        "remaining_fields": sorted(fields),
+        "rare_word_types": int(rare_types),
+        "suppressed_words": int(suppressed),
+    }
+
+
+def amplification_section(stats: dict, token_eps0: float, *, shuffled: bool, delta: float,
+                          subsample_rate: Optional[float], k_threshold: Optional[int],
+                          seed_used: bool, diameter: Optional[dict] = None) -> dict:
+    """The amplification report from the Amplifier's ``stats`` (``amplifier_stats``) and epsilon_0.
+
+    Every sentence in it is derived from what the stage did: the order statement from whether
+    the shuffle ran, the sub-sampling and k-threshold parts only when they ran.
+    """
+    shapes = [(tuple(shape), count) for shape, count in stats["shape_counts"]]
+    report = amplification_report(
+        token_eps0, shapes, shuffled=shuffled, delta=delta, subsample_rate=subsample_rate,
+        k_threshold=k_threshold, per_author=stats["per_author"],
+        exact_word_counts=stats["word_counts"] != "estimated")
+    report["local"]["word_counts"] = stats["word_counts"]
+    if diameter is not None:
+        report["local"]["vocabulary_diameter"] = diameter
+    report["records"] = {"in": stats["records_in"], "out": stats["records_out"],
+                         "dropped_by_subsampling": stats["records_in"] - stats["records_out"]}
+    unprotected = sorted(set(stats["remaining_fields"]) - set(stats["text_fields"]))
+    report["fields"] = {
+        "removed": stats["removed_fields"], "remaining": stats["remaining_fields"],
+        "released_unprivatized": unprotected,
+        "statement": ("the privacy statements cover the privatized text fields only; "
+                      + (f"the field{'s' if len(unprotected) > 1 else ''} {', '.join(unprotected)} "
+                         f"{'are' if len(unprotected) > 1 else 'is'} released as it stands, with no guarantee, "
+                         "and can link records to people or split them into smaller groups"
+                         if unprotected else "no other field remains")),
+    }
+    if k_threshold is not None:
+        report["k_threshold"].update(rare_word_types=stats["rare_word_types"],
+                                     suppressed_words=stats["suppressed_words"])
+    report["order"] = SHUFFLE_ORDER_STATEMENT if shuffled else UNSHUFFLED_ORDER_STATEMENT
+    report["seed"] = seed_statement(seed_used) + (
+        " The shuffle and sub-sampling never use the seed (they draw from os.urandom)." if seed_used else "")
+    report["numerical_precision"] = FLOATING_POINT_STATEMENT
     return report
 
 

@@ -1,7 +1,17 @@
-"""The run summary ``<output>-summary.json``: counts, parameters and the privacy statement that holds.
+"""The run summaries: the operator's ``<output>-summary.json`` and the publishable ``--public-summary``.
 
 Assembled here from plain dicts (no Beam), so the pipeline's last step and the tests build the
-same document. It never contains input text: only counts, parameters and file locations.
+same documents. Neither ever contains input text.
+
+Two documents, because some figures are computed from the raw input. Someone who knows every
+other record learns from the exact number of changed tokens whether the target's word was
+released unchanged, which the epsilon*d bound does not allow; the per-reason failure counts and the
+number of unknown words are data about the input in the same way. The operator needs them (counts
+that reconcile, error rates), so the operator's summary keeps them, says so at its top
+(``publishable: false``) and lists them in ``raw_data_figures``. The public summary holds only what
+the guarantee covers or what anyone can read off the output itself: the mechanism and its
+parameters, the artifact, the statements, the number of records released, and the amplification
+claims (without the author counts behind them).
 """
 
 from __future__ import annotations
@@ -10,93 +20,87 @@ import time
 from typing import Dict, Optional
 
 from textdp import __version__
+from textdp.statements import (FLOATING_POINT_STATEMENT, STRUCTURE_STATEMENT, errors_statement, oov_statement,
+                               records_statement, seed_statement)
 
 FAILED_PREFIX = "failed:"
 
+RAW_DATA_FIGURES = ("records.in", "records.failed", "records.failed_by_reason", "records.dropped",
+                    "records.reconciled", "tokens.total", "tokens.changed", "tokens.changed_fraction",
+                    "tokens.unknown", "tokens.unknown_fraction", "privacy.unknown_words")
 
-def oov_statement(policy: str, unk_token: str, unknown_tokens: int) -> str:
-    """What the out-of-vocabulary policy implies for the guarantee."""
-    if policy == "random":
-        return (f"{unknown_tokens} word(s) not in the vocabulary were each replaced by a vocabulary word drawn "
-                "uniformly at random, independently of the input word: the released word reveals nothing "
-                "about the original one (only that a word stood at that position).")
-    if policy == "unk":
-        return (f"{unknown_tokens} word(s) not in the vocabulary were replaced by the marker {unk_token!r}, which "
-                "does not depend on the input word: it reveals only that an unknown word stood at that position.")
-    if policy == "keep":
-        return (f"{unknown_tokens} word(s) not in the vocabulary were released UNCHANGED (--oov-policy keep): "
-                "those words are NOT covered by any privacy guarantee, and they are typically the rare words "
-                "(names, identifiers) that need protection most.")
-    raise ValueError(f"unknown OOV policy {policy!r}")
+RAW_DATA_STATEMENT = (
+    "This summary is for the operator and must NOT be published with the output: the figures listed in "
+    "'figures' are computed from the raw input and are not covered by the privacy guarantee (for example, "
+    "with every other record known, the exact number of changed words reveals whether one person's word was "
+    "released unchanged). So are the job's Beam counters (namespace 'textdp') and the error output. "
+    "Publish the --public-summary document instead.")
 
 
-STRUCTURE_STATEMENT = (
-    "Only word identity is protected. Whitespace, line breaks, punctuation and symbols are released "
-    "unchanged, and so are each record's number of words, their positions and their case pattern "
-    "(lower, Capitalized, UPPER); numbers count as words and are privatized. Other fields of "
-    "JSONL/Parquet records pass through unchanged and are not protected.")
+def privacy_section(mechanism_statement: dict, oov_policy: str, unk_token: str, unknown_tokens: Optional[int],
+                    seed_used: bool, amplifier_steps: Optional[dict] = None,
+                    amplification_report: Optional[str] = None) -> dict:
+    """The privacy statements that hold for this run's output.
 
-ONE_FOR_ONE_STATEMENT = (
-    "Records are released one for one (the output has as many records as were privatized), in no "
-    "particular order but with every field they had.")
-
-
-def amplifier_statement(report_path: str) -> str:
-    return ("An Amplifier stage ran: the author field and the --drop-fields were removed, records were "
-            "released in a uniformly random order and, with --subsample, only a random subset of them. "
-            f"Which fields remain and what amplification (if any) a published theorem gives are in {report_path}.")
-
-ERRORS_STATEMENT = (
-    "Records that could not be processed are not privatized and are absent from the output; the error "
-    "output lists their file and position and the reason, and contains their text only when "
-    "--keep-failed-text was given (then it must be protected like the input).")
-
-
-def privacy_section(mechanism_statement: dict, oov_policy: str, unk_token: str, unknown_tokens: int,
-                    seed_used: bool, amplification_report: Optional[str] = None) -> dict:
+    ``unknown_tokens`` (a raw-input figure) is given for the operator's summary only; the public
+    summary passes None and ``covered_by_guarantee`` then says what holds for any input.
+    """
     statement = dict(mechanism_statement)
     statement["unknown_words"] = oov_statement(oov_policy, unk_token, unknown_tokens)
     statement["structure"] = STRUCTURE_STATEMENT
-    statement["records"] = (amplifier_statement(amplification_report) if amplification_report
-                            else ONE_FOR_ONE_STATEMENT)
-    statement["failed_records"] = ERRORS_STATEMENT
-    statement["covered_by_guarantee"] = oov_policy != "keep" or unknown_tokens == 0
-    if seed_used:
-        statement["seed"] = ("A fixed --seed was used: the noise is reproducible by anyone who knows the seed, "
-                             "so this output must NOT be treated as private. Seeds are for tests and benchmarks.")
+    statement["records"] = records_statement(amplifier_steps, amplification_report)
+    statement["failed_records"] = errors_statement()
+    statement["seed"] = seed_statement(seed_used)
+    statement["numerical_precision"] = FLOATING_POINT_STATEMENT
+    if oov_policy != "keep":
+        statement["covered_by_guarantee"] = not seed_used
+    elif unknown_tokens is None:
+        statement["covered_by_guarantee"] = "not for words outside the vocabulary (--oov-policy keep)"
+    else:
+        statement["covered_by_guarantee"] = unknown_tokens == 0 and not seed_used
     return statement
+
+
+def _record_counts(counts: Dict[str, int]) -> dict:
+    records_in = int(counts.get("records_in", 0))
+    records_out = int(counts.get("records_out", 0))
+    records_failed = int(counts.get("records_failed", 0))
+    records_dropped = int(counts.get("records_dropped", 0))  # by an amplification stage (sub-sampling)
+    records = {
+        "in": records_in,
+        "out": records_out,
+        "failed": records_failed,
+        "failed_by_reason": {key[len(FAILED_PREFIX):]: int(value) for key, value in sorted(counts.items())
+                             if key.startswith(FAILED_PREFIX)},
+        "reconciled": records_in == records_out + records_failed + records_dropped,
+    }
+    if "records_dropped" in counts:
+        records["dropped"] = records_dropped
+    return records
 
 
 def build_summary(counts: Dict[str, int], *, input_pattern: str, output: str, errors_output: str,
                   data_format: str, text_fields, mechanism_parameters: dict, mechanism_statement: dict,
                   artifact: dict, oov_policy: str, unk_token: str, seed: Optional[int],
-                  max_record_bytes: int, amplification_report: Optional[str] = None,
+                  max_record_bytes: int, amplifier_steps: Optional[dict] = None,
+                  amplification_report: Optional[str] = None, public_summary: Optional[str] = None,
                   extra: Optional[dict] = None) -> dict:
-    """The summary document for one run, from the counters combined in the pipeline."""
-    records_in = int(counts.get("records_in", 0))
-    records_out = int(counts.get("records_out", 0))
-    records_failed = int(counts.get("records_failed", 0))
-    records_dropped = int(counts.get("records_dropped", 0))  # by an amplification stage (sub-sampling)
+    """The operator's summary for one run, from the counters combined in the pipeline."""
     tokens = int(counts.get("tokens", 0))
     changed = int(counts.get("changed_tokens", 0))
     unknown = int(counts.get("unknown_tokens", 0))
-    failed_by_reason = {key[len(FAILED_PREFIX):]: int(value) for key, value in sorted(counts.items())
-                        if key.startswith(FAILED_PREFIX)}
     summary = {
         "textdp_version": __version__,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "publishable": False,
+        "raw_data_figures": {"statement": RAW_DATA_STATEMENT, "figures": None},  # filled in below
+        "public_summary": public_summary,
         "input": input_pattern,
         "format": data_format,
         "text_fields": list(text_fields) if text_fields else None,
         "output": output,
         "errors_output": errors_output,
-        "records": {
-            "in": records_in,
-            "out": records_out,
-            "failed": records_failed,
-            "failed_by_reason": failed_by_reason,
-            "reconciled": records_in == records_out + records_failed + records_dropped,
-        },
+        "records": _record_counts(counts),
         "tokens": {
             "total": tokens,
             "changed": changed,
@@ -112,12 +116,68 @@ def build_summary(counts: Dict[str, int], *, input_pattern: str, output: str, er
         "seed_used": seed is not None,
         "seed": seed,
         "privacy": privacy_section(mechanism_statement, oov_policy, unk_token, unknown, seed is not None,
-                                   amplification_report),
+                                   amplifier_steps, amplification_report),
     }
-    if "records_dropped" in counts:
-        summary["records"]["dropped"] = records_dropped
+    summary["raw_data_figures"]["figures"] = [
+        figure for figure in RAW_DATA_FIGURES if figure.split(".")[1] in summary[figure.split(".")[0]]]
     if amplification_report:
         summary["amplification_report"] = amplification_report
     if extra:
         summary.update(extra)
     return summary
+
+
+def public_amplification(section: dict) -> dict:
+    """The claims of an amplification section without the author and group counts behind them."""
+    public = {"local": {key: section["local"][key] for key in ("token_epsilon0", "vocabulary_diameter")
+                        if key in section["local"]}}
+    if "shuffle" in section:
+        shuffle = section["shuffle"]
+        claimed = bool(shuffle["claimed"])
+        public["shuffle"] = {
+            "theorem": shuffle["theorem"], "delta": shuffle["delta"], "claimed": claimed,
+            "epsilon": shuffle["epsilon"] if claimed else None,
+            "statement": (f"shuffling amplifies the guarantee to ({shuffle['epsilon']:.6g}, {shuffle['delta']:g})-DP "
+                          f"for every record or author ({shuffle['theorem']})." if claimed else
+                          "no amplification claimed: the theorem's condition does not hold for every group of "
+                          "records (or authors) whose released shape is the same; the guarantee is the local one."),
+        }
+    for step in ("subsample", "k_threshold"):
+        if step in section:
+            public[step] = {key: section[step][key] for key in ("rate", "k", "claimed", "statement")
+                            if key in section[step]}
+    public["fields"] = {key: section["fields"][key] for key in ("removed", "remaining", "released_unprivatized",
+                                                                "statement")}
+    public["order"] = section["order"]
+    public["seed"] = section["seed"]
+    public["numerical_precision"] = section["numerical_precision"]
+    return public
+
+
+def build_public_summary(*, records_out: int, output: str, data_format: str, text_fields,
+                         mechanism_parameters: dict, mechanism_statement: dict, artifact: dict, oov_policy: str,
+                         unk_token: str, seed: Optional[int], amplifier_steps: Optional[dict] = None,
+                         amplification: Optional[dict] = None) -> dict:
+    """The publishable summary: only what the guarantee covers or the output itself shows."""
+    document = {
+        "textdp_version": __version__,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "publishable": True,
+        "contents": ("the mechanism, its parameters, the vocabulary artifact and the privacy statements for the "
+                     "released output, and the number of records released (which the output shows); no figure "
+                     "computed from the raw input"),
+        "output": output,
+        "format": data_format,
+        "text_fields": list(text_fields) if text_fields else None,
+        "records_released": int(records_out),
+        "mechanism": mechanism_parameters,
+        "artifact": artifact,
+        "oov_policy": oov_policy,
+        "unk_token": unk_token if oov_policy == "unk" else None,
+        "seed_used": seed is not None,
+        "privacy": privacy_section(mechanism_statement, oov_policy, unk_token, None, seed is not None,
+                                   amplifier_steps, None),
+    }
+    if amplification is not None:
+        document["amplification"] = public_amplification(amplification)
+    return document

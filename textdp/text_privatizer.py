@@ -7,12 +7,24 @@ one call to the mechanism, so the vector work is done once per batch, not once p
 Out-of-vocabulary (OOV) policy, for words the vocabulary does not have:
 
 ``random`` (default)
-    release a vocabulary word drawn uniformly at random, independently of the input word. The
-    released word carries no information about the input word, so the guarantee for that
-    position is perfect (epsilon = 0 for that word); only the fact that a word stood there is
-    released, as for every word.
+    release the mechanism's output for a vocabulary word drawn uniformly at random,
+    independently of the input word: ``M(u)`` with ``u ~ Uniform(W)``. Its output distribution is
+    the mixture ``Q(S) = (1/|W|) sum_u P[M(u) in S]``, the same for every unknown word, so the
+    released word carries no information about *which* unknown word stood there. It is also
+    covered by the per-token bound that the accounting uses: for any vocabulary word w and any
+    output set S, each term satisfies ``P[M(u) in S] <= exp(eps0) P[M(w) in S]`` with
+    ``eps0 = epsilon * sup_u d(u, w) <= epsilon * diam(W)`` (``epsilon * min(diam(W), gamma)`` for
+    TEM), because M is epsilon*d-private; averaging over u gives ``Q(S) <= exp(eps0) P[M(w) in S]``,
+    and the same argument gives ``P[M(w) in S] <= exp(eps0) Q(S)``. So an unknown word is
+    indistinguishable from any vocabulary word at the pure local-DP level eps0, the bound every
+    vocabulary word already has, and from any other unknown word exactly (ratio 1). A plain
+    uniform draw would not be: at small epsilon a word's Madlib output is far from uniform (e.g.
+    probability ~0.02 on one word against 1/400,000), which breaks the eps0 bound.
 ``unk``
-    release a fixed marker (``<unk>`` unless configured): also independent of the word.
+    release a fixed marker (``<unk>`` unless configured). The marker shows that an unknown word
+    stood there, so the positions of unknown words are part of what a record releases besides its
+    words: they are added to the record's layout digest (``shapes``), so that the shuffle
+    accounting only groups records with unknown words at the same positions.
 ``keep``
     release the word unchanged. Those words are NOT covered by any guarantee: this releases
     exactly the rare words (names, ids) that need protection most. The summary says so.
@@ -20,6 +32,7 @@ Out-of-vocabulary (OOV) policy, for words the vocabulary does not have:
 
 from __future__ import annotations
 
+import hashlib
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -52,12 +65,14 @@ class TextPrivatizer:
         text (seeded, reproducible runs: each text then gets its own call and its own stream).
         ``stats`` counts ``tokens`` (words released), ``changed_tokens`` (released word differs
         from the input word, compared lowercase), ``unknown_tokens`` (words not in the vocabulary).
-        ``shapes``: a list to which (number of privatized words, ``Tokenized.layout()``) is appended
-        per text, what the text releases besides its words (for the shuffle accounting).
+        ``shapes``: a list to which (number of privatized words, layout digest) is appended per
+        text: what the text releases besides its words (for the shuffle accounting). The digest is
+        ``Tokenized.layout()``, extended with the positions of unknown words when the policy
+        releases them visibly (``unk``, ``keep``).
         """
         tokenized = [self.tokenizer.tokenize(text) for text in texts]
         if shapes is not None:
-            shapes.extend((len(one.slots), one.layout()) for one in tokenized)
+            shapes.extend((len(one.slots), self._layout(one)) for one in tokenized)
         if isinstance(rng, np.random.Generator):
             return self._release(tokenized, rng)
         outputs: List[str] = []
@@ -69,18 +84,34 @@ class TextPrivatizer:
                 totals[key] += value
         return outputs, totals
 
+    def _layout(self, one: Tokenized) -> str:
+        layout = one.layout()
+        if self.oov_policy == "random":  # M(uniform word): nothing shows which positions were unknown
+            return layout
+        unknown = np.flatnonzero(one.ids == UNKNOWN_ID)
+        if not len(unknown):
+            return layout
+        marks = ",".join(map(str, unknown.tolist()))
+        return hashlib.sha256(f"{layout}/unknown:{marks}".encode("ascii")).hexdigest()[:32]
+
     def _release(self, tokenized: List[Tokenized], rng: np.random.Generator) -> tuple:
         lengths = [len(t.slots) for t in tokenized]
         ids = np.concatenate([t.ids for t in tokenized]) if tokenized else np.empty(0, np.int64)
         known = ids != UNKNOWN_ID
-        released = np.full(len(ids), UNKNOWN_ID, dtype=np.int64)
-        if known.any():
-            released[known] = self.mechanism.privatize_ids(ids[known], rng)
         unknown = int(len(ids) - known.sum())
-        if unknown and self.oov_policy == "random":
-            released[~known] = rng.integers(0, len(self.words), size=unknown)
-        elif unknown and self.oov_policy == "unk":
-            released[~known] = _UNK_MARK
+        released = np.full(len(ids), UNKNOWN_ID, dtype=np.int64)
+        if self.oov_policy == "random":
+            # an unknown word is released as M(u) for a uniform vocabulary word u (see the module docstring)
+            inputs = ids.copy()
+            if unknown:
+                inputs[~known] = rng.integers(0, len(self.words), size=unknown)
+            if len(inputs):
+                released = self.mechanism.privatize_ids(inputs, rng)
+        else:
+            if known.any():
+                released[known] = self.mechanism.privatize_ids(ids[known], rng)
+            if unknown and self.oov_policy == "unk":
+                released[~known] = _UNK_MARK
         changed = int((released[known] != ids[known]).sum()) + (unknown if self.oov_policy != "keep" else 0)
 
         words = self.words

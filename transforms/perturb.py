@@ -226,30 +226,41 @@ class PerturbTokens(beam.DoFn):
 
 
 class WriteSummary(beam.DoFn):
-    """The combined counts -> ``<output>-summary.json`` (runs once, as the pipeline's last step).
+    """The combined counts -> ``<output>-summary.json`` (+ the public summary), as the pipeline's last step.
 
     It asks the same per-process holder as PerturbTokens for the mechanism's parameters and privacy
-    statement, so the summary describes exactly the mechanism that ran.
+    statement, so the summaries describe exactly the mechanism that ran. The operator's summary keeps
+    the raw-data figures (marked as such); the public one, written only when ``public_path`` is
+    given, holds none (textdp/summary.py).
     """
 
-    def __init__(self, shared_handle, config: PerturbConfig, summary_path: str, context: dict):
+    def __init__(self, shared_handle, config: PerturbConfig, summary_path: str, context: dict,
+                 public_path: Optional[str] = None):
         self._shared_handle = shared_handle
         self.config = config
         self.summary_path = summary_path
+        self.public_path = public_path
         self.context = context
         self._holder = None
 
     def setup(self):
         self._holder = load_holder(self._shared_handle, self.config)
 
-    def process(self, counts):
-        from textdp.summary import build_summary  # pylint: disable=import-outside-toplevel
+    def process(self, counts, amplification=()):
+        from textdp.summary import build_public_summary, build_summary  # pylint: disable=import-outside-toplevel
         from transforms.io import write_json  # pylint: disable=import-outside-toplevel
 
         mechanism = self._holder.mechanism
-        summary = build_summary(
-            counts, mechanism_parameters=mechanism.parameters(), mechanism_statement=mechanism.privacy_statement(),
-            artifact=self._holder.artifact.describe(), oov_policy=self.config.oov_policy,
-            unk_token=self.config.unk_token, seed=self.config.seed, **self.context)
+        common = dict(mechanism_parameters=mechanism.parameters(), mechanism_statement=mechanism.privacy_statement(),
+                      artifact=self._holder.artifact.describe(), oov_policy=self.config.oov_policy,
+                      unk_token=self.config.unk_token, seed=self.config.seed)
+        summary = build_summary(counts, public_summary=self.public_path, **common, **self.context)
         write_json(self.summary_path, summary)
+        if self.public_path:
+            context = self.context
+            public = build_public_summary(
+                records_out=summary["records"]["out"], output=context["output"], data_format=context["data_format"],
+                text_fields=context["text_fields"], amplifier_steps=context.get("amplifier_steps"),
+                amplification=amplification[0] if amplification else None, **common)
+            write_json(self.public_path, public)
         yield self.summary_path

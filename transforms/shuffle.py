@@ -8,18 +8,24 @@
    marker (k-threshold). Author identities are read here, before they are dropped;
 3. removes the author field and every field listed in ``drop_fields``; every other field stays,
    and the stats name exactly which fields remain;
-4. gives every record a 128-bit key from ``os.urandom``, groups the records into buckets by that
-   key and permutes each bucket with ``random.SystemRandom().shuffle``. Beam's own ``Reshuffle``
-   is not used: it keys records with Python's ``random`` (a Mersenne Twister, predictable from its
-   output), and it only redistributes work, it promises no permutation.
+4. with ``shuffle``, places every record in one of S output shards chosen uniformly at random
+   (a 128-bit key from ``os.urandom``), S fixed from the number and size of the records before any
+   record is placed, and puts each shard's records in a uniformly random order
+   (``random.SystemRandom().shuffle``). Beam's own ``Reshuffle`` is not used: it keys records with
+   Python's ``random`` (a Mersenne Twister, predictable from its output), and it only redistributes
+   work, it promises no permutation.
 
-Why the order of the output carries no information about the input order: the bucket of a
-record is uniform and independent of everything else, and inside a bucket the order is a uniform
-permutation. The number of buckets is ceil(records / records_per_bucket), so a corpus of up to
-``records_per_bucket`` records gets one bucket and a single uniform permutation. With several
-buckets, the order in which they are emitted is decided by the runner (a local runner may emit
-them in order of first arrival), so the coarse position of a bucket's first-read record could
-follow input order; raise ``records_per_bucket`` if that matters.
+Why a record's output position carries no information about its input position or author: the
+output is the shards written as files ``-00000-of-S`` ... in shard order, each in its shuffled order.
+Given the shard sizes, every assignment of records to shards with those sizes is equally likely
+(the keys are independent and uniform), and every order within a shard is equally likely, so the
+concatenated output is a uniformly random permutation of the records whatever the runner does:
+a record's file and line are uniform over the output and independent of the input order. The
+positions are fixed by the shard key and the shuffle inside the shard, never by the order in
+which a runner emits or writes shards (``WriteShuffledShards`` in transforms/shard_writer.py
+writes each shard to its own named file). A shard is held in memory by one worker, so S is
+chosen to keep shards under ``records_per_shard`` records and ``bytes_per_shard`` bytes; empty
+shards are written as empty files, so the file count is S.
 
 The stage also computes what the accounting needs (``stats``: records in and out, how many
 authors share each "shape", the word counts of their records, and the remaining fields) without
@@ -45,10 +51,12 @@ from typing import Iterable, Optional, Sequence
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
+from textdp import accounting
 from textdp.tokenize import WORD_PATTERN  # the privatizer's notion of a word
 
 DEFAULT_MARKER = "<rare>"
-DEFAULT_RECORDS_PER_BUCKET = 50_000
+DEFAULT_RECORDS_PER_SHARD = 20_000
+DEFAULT_BYTES_PER_SHARD = 64 << 20
 _NAMESPACE = "textdp.shuffle"
 
 
@@ -211,36 +219,47 @@ class ReplaceRareWords(beam.DoFn):
         yield out, total
 
 
-class AssignRandomBucket(beam.DoFn):
-    """Keys a record by a 128-bit key from os.urandom, reduced to one of ceil(total/per_bucket) buckets."""
+def shard_count(records: int, size: int, records_per_shard: int, bytes_per_shard: int) -> int:
+    """Number of output shards: enough to keep each under both limits on average (at least 1)."""
+    return max(1, math.ceil(int(records) / records_per_shard), math.ceil(int(size) / bytes_per_shard))
 
-    def __init__(self, records_per_bucket: int):
-        super().__init__()
-        self.records_per_bucket = int(records_per_bucket)
 
-    def process(self, record, total):
-        buckets = max(1, math.ceil(int(total) / self.records_per_bucket))
+def record_size(record) -> int:
+    """A cheap estimate of a record's size in bytes (its string values), to size the shards."""
+    if isinstance(record, str):
+        return len(record) + 1
+    return sum(len(v) if isinstance(v, str) else 8 for v in record.values()) + 8 * len(record)
+
+
+# put once in every shard so that empty shards exist too (never a record: records are dicts or str)
+_EMPTY_SHARD_MARK = None
+
+
+class AssignRandomShard(beam.DoFn):
+    """Keys a record by a uniform shard in [0, S): a 128-bit key from os.urandom, reduced mod S."""
+
+    def process(self, record, shards):
         key = int.from_bytes(os.urandom(16), "big")
-        yield key % buckets, record  # bias of the modulo: below buckets / 2^128
+        yield key % int(shards), record  # bias of the modulo: below S / 2^128
 
 
-class PermuteBucket(beam.DoFn):
-    """Emits a bucket's records in a uniformly random order (random.SystemRandom().shuffle)."""
+class PermuteShard(beam.DoFn):
+    """(shard, records) -> (shard, S, records in a uniformly random order) (random.SystemRandom)."""
 
     def __init__(self):
         super().__init__()
         self._random = None
-        self.buckets = Metrics.counter(_NAMESPACE, "shuffle_buckets")
+        self.shards = Metrics.counter(_NAMESPACE, "shuffle_shards")
 
     def setup(self):
         self._random = random.SystemRandom()
 
-    def process(self, keyed):
-        _, records = keyed
-        records = list(records)
+    def process(self, keyed, shards):
+        index, values = keyed
+        records = [value for value in values if value is not _EMPTY_SHARD_MARK]
         self._random.shuffle(records)
-        self.buckets.inc()
-        yield from records
+        self.shards.inc()
+        yield int(index), int(shards), records
 
 
 def released_fingerprint(record: dict, removed: frozenset, text_fields: Sequence[str]) -> str:
@@ -259,26 +278,20 @@ def _drop_fields(record: dict, removed: frozenset) -> dict:
 
 def _build_stats(_, records_in, records_out, shapes, fields, rare_types, suppressed, removed, per_author,
                  text_fields, shape_field):
-    return {
-        "word_counts": "exact, with the layouts, from the privatizer" if shape_field else "estimated",
-        "text_fields": list(text_fields),
-        "records_in": int(records_in),
-        "records_out": int(records_out),
-        "authors": int(sum(count for _, count in shapes)),
-        "per_author": per_author,
-        "shape_counts": sorted([[w for w, _ in shape], int(count)] for shape, count in shapes),
-        "removed_fields": sorted(set(removed) - {shape_field}),
-        "remaining_fields": sorted(fields),
-        "rare_word_types": int(rare_types),
-        "suppressed_words": int(suppressed),
-    }
+    return accounting.amplifier_stats(records_in, records_out, shapes, fields, rare_types, suppressed, removed,
+                                      per_author, text_fields, shape_field)
 
 
 # --- the PTransform --------------------------------------------------------------------------------
 
 
 class ShuffleAmplifier(beam.PTransform):
-    """De-links privatized records (dicts) from their authors; returns {'records', 'stats'}.
+    """De-links privatized records (dicts) from their authors; returns {'records', 'stats'} (+ 'shards').
+
+    With ``shuffle``, ``shards`` holds one ``(index, S, records)`` per output shard, the records in
+    their output order; ``WriteShuffledShards`` writes each as the file ``-index-of-S`` so that the
+    output order is exactly that uniform permutation. ``records`` holds the same records with no
+    order promised (for callers that do not write files).
 
     ``stats`` is a PCollection with one dict (see ``_build_stats``): counts that reconcile
     (records_in - records_out were dropped by sub-sampling), the shapes for the accounting, and the
@@ -288,7 +301,8 @@ class ShuffleAmplifier(beam.PTransform):
     def __init__(self, user_field: Optional[str] = None, drop_fields: Sequence[str] = (),
                  subsample_rate: Optional[float] = None, k_threshold: Optional[int] = None,
                  text_fields: Sequence[str] = ("text",), marker: str = DEFAULT_MARKER,
-                 records_per_bucket: int = DEFAULT_RECORDS_PER_BUCKET, shuffle: bool = True,
+                 records_per_shard: int = DEFAULT_RECORDS_PER_SHARD,
+                 bytes_per_shard: int = DEFAULT_BYTES_PER_SHARD, shuffle: bool = True,
                  shape_field: Optional[str] = None, label: Optional[str] = None):
         super().__init__(label)
         self.shape_field = shape_field or None
@@ -305,12 +319,13 @@ class ShuffleAmplifier(beam.PTransform):
             raise ValueError("--subsample must be in (0, 1]")
         if k_threshold is not None and int(k_threshold) < 1:
             raise ValueError("--k-threshold must be >= 1")
-        if records_per_bucket < 1:
-            raise ValueError("records_per_bucket must be >= 1")
+        if records_per_shard < 1 or bytes_per_shard < 1:
+            raise ValueError("records_per_shard and bytes_per_shard must be >= 1")
         self.subsample_rate = subsample_rate
         self.k_threshold = None if k_threshold is None else int(k_threshold)
         self.marker = marker
-        self.records_per_bucket = int(records_per_bucket)
+        self.records_per_shard = int(records_per_shard)
+        self.bytes_per_shard = int(bytes_per_shard)
 
     def expand(self, records):
         from apache_beam.pvalue import AsList, AsSingleton  # pylint: disable=import-outside-toplevel
@@ -367,14 +382,22 @@ class ShuffleAmplifier(beam.PTransform):
                   | "UnionFields" >> beam.CombineGlobally(UnionSets())
                   | "FieldList" >> beam.FlatMap(sorted))
         records_out = records | "CountOut" >> beam.combiners.Count.Globally()
-        if not self.shuffle:  # sub-sampling / k-threshold / dropping only: order left to the runner
-            shuffled = records
-        else:
-            shuffled = (records
-                        | "AssignRandomBucket" >> beam.ParDo(AssignRandomBucket(self.records_per_bucket),
-                                                             AsSingleton(records_out))
-                        | "GroupBuckets" >> beam.GroupByKey()
-                        | "PermuteBuckets" >> beam.ParDo(PermuteBucket()))
+        outputs = {}
+        if self.shuffle:
+            per_shard, per_bytes = self.records_per_shard, self.bytes_per_shard
+            size = (records | "RecordSizes" >> beam.Map(record_size)
+                    | "TotalSize" >> beam.CombineGlobally(sum))
+            shards = (records_out | "ShardCount" >> beam.Map(
+                lambda n, size_: shard_count(n, size_, per_shard, per_bytes), AsSingleton(size)))
+            every_shard = shards | "EveryShard" >> beam.FlatMap(lambda s: ((i, _EMPTY_SHARD_MARK) for i in range(s)))
+            keyed = records | "AssignRandomShard" >> beam.ParDo(AssignRandomShard(), AsSingleton(shards))
+            outputs["shards"] = ((keyed, every_shard)
+                                 | "WithEmptyShards" >> beam.Flatten()
+                                 | "GroupShards" >> beam.GroupByKey()
+                                 | "PermuteShards" >> beam.ParDo(PermuteShard(), AsSingleton(shards)))
+            outputs["records"] = outputs["shards"] | "ShardRecords" >> beam.FlatMap(lambda shard: shard[2])
+        else:  # sub-sampling / k-threshold / dropping only: order left to the runner
+            outputs["records"] = records
 
         pipeline = records.pipeline
         zero = pipeline | "Zero" >> beam.Create([0])
@@ -385,4 +408,5 @@ class ShuffleAmplifier(beam.PTransform):
                      AsList(fields), AsSingleton(rare_count if rare_count is not None else zero),
                      AsSingleton(suppressed if suppressed is not None else zero),
                      sorted(removed), bool(user_field), list(text_fields), shape_field))
-        return {"records": shuffled, "stats": stats}
+        outputs["stats"] = stats
+        return outputs

@@ -1,0 +1,166 @@
+"""Every privacy sentence textdp prints is derived from what the run did (issue 12).
+
+Each test runs ``textdp privatize`` (FnApiRunner, the 5,000-word artifact) or the statement builders
+and checks a sentence against the run's own behaviour; each names the finding of issue 12 it covers.
+"""
+
+import glob
+import json
+
+import numpy as np
+import pytest
+
+from pipelines.privatize import run
+from textdp import accounting
+from textdp.statements import FLOATING_POINT_STATEMENT, STRUCTURE_STATEMENT, oov_statement, records_statement
+from textdp.summary import RAW_DATA_FIGURES
+from textdp.tokenize import Tokenizer
+
+
+def _privatize(tmp_path, artifact_dir, lines, *flags, name="in.txt"):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output = str(tmp_path / "out" / "run")
+    assert run([f"--input={path}", f"--output={output}", f"--artifact={artifact_dir}", "--runner=FnApiRunner",
+                *flags]) == 0
+    summary = json.load(open(output + "-summary.json", encoding="utf-8"))
+    try:
+        report = json.load(open(output + "-amplification.json", encoding="utf-8"))
+    except FileNotFoundError:
+        report = None
+    released = [line.rstrip("\n") for p in sorted(glob.glob(output + "-*-of-*.txt")) for line in open(p, encoding="utf-8")]
+    return output, summary, report, released
+
+
+def test_unk_records_are_never_grouped_with_vocabulary_records(small_artifact, small_artifact_dir, tmp_path):
+    """Finding 1: with --oov-policy unk the marker shows where a word was unknown, so a record that appears
+    as '<unk>' can only hide among records that also do. 3,000 one-word lines at epsilon 0.05, 1,000 of
+    them unknown words: two shape groups (2,000 and 1,000), and the claim is the worse group's."""
+    words = [w for w in small_artifact.words[200:4900] if w.isalpha()][:2000]
+    unknown = [f"zq{i}xj" for i in range(1000)]
+    lines = [w for pair in zip(words[:1000], unknown) for w in pair] + words[1000:]
+    _, summary, report, released = _privatize(tmp_path, small_artifact_dir, lines, "--epsilon=0.05",
+                                              "--oov-policy=unk", "--shuffle")
+    assert released.count("<unk>") == 1000 and summary["records"]["reconciled"]
+    shuffle = report["shuffle"]
+    assert (shuffle["authors"], shuffle["shape_groups"], shuffle["largest_group_authors"]) == (3000, 2, 2000)
+    expected = accounting.shuffle_epsilon(report["local"]["token_epsilon0"], 1000, 1e-6)
+    assert shuffle["claimed"] and shuffle["epsilon"] == pytest.approx(expected.epsilon)
+    # with the random policy nothing marks the unknown positions: one group, as the proof allows
+    _, _, report, _ = _privatize(tmp_path / "random", small_artifact_dir, lines, "--epsilon=0.05", "--shuffle")
+    assert report["shuffle"]["shape_groups"] == 1
+
+
+def test_statements_follow_the_amplifier_steps_that_ran(small_artifact_dir, tmp_path):
+    """Finding 3: '--subsample 0.9' alone does not shuffle, and nothing may say it did."""
+    lines = [f"line {i} of the corpus" for i in range(60)]
+    _, summary, report, _ = _privatize(tmp_path, small_artifact_dir, lines, "--epsilon=5", "--subsample=0.9")
+    records = summary["privacy"]["records"]
+    assert "random order" not in records and "no shuffle ran" in records and "probability 0.9" in records
+    assert "random order" not in report["order"] and report["order"] == accounting.UNSHUFFLED_ORDER_STATEMENT
+    assert "shuffle" not in report
+    _, summary, report, _ = _privatize(tmp_path / "s", small_artifact_dir, lines, "--epsilon=5", "--shuffle")
+    assert "uniformly random order" in summary["privacy"]["records"] and "probability" not in summary["privacy"]["records"]
+    assert report["order"] == accounting.SHUFFLE_ORDER_STATEMENT
+
+
+def test_public_summary_holds_no_raw_input_figures(small_artifact_dir, tmp_path):
+    """Finding 4: the operator's summary says it is not publishable and lists every raw-data figure it
+    holds; --public-summary holds none of them (no token or failure counts, no count inside a statement)."""
+    lines = ["A good movie", "zzqxw qqxzv were here", "", "the plot was thin"]
+    public = str(tmp_path / "public.json")
+    output, summary, _, released = _privatize(tmp_path, small_artifact_dir, lines, "--epsilon=5",
+                                              f"--public-summary={public}")
+    assert summary["publishable"] is False and summary["public_summary"] == public
+    assert summary["raw_data_figures"]["figures"] == [f for f in RAW_DATA_FIGURES if f != "records.dropped"]
+    assert "must NOT be published" in summary["raw_data_figures"]["statement"]
+    for figure in summary["raw_data_figures"]["figures"]:  # the list names figures that exist
+        section, key = figure.split(".")
+        assert key in summary[section], figure
+    assert summary["tokens"]["unknown"] == 2 and summary["records"]["failed"] == 1
+    document = json.load(open(public, encoding="utf-8"))
+    assert document["publishable"] is True and document["records_released"] == len(released) == 3
+    assert set(document) >= {"mechanism", "artifact", "privacy", "oov_policy", "seed_used"}
+    assert not {"records", "tokens", "input", "errors_output", "raw_data_figures"} & set(document)
+    assert document["privacy"]["unknown_words"] == oov_statement("random", "<unk>", None)
+    assert "(2 in this run)" in summary["privacy"]["unknown_words"]
+    keys = set()
+    stack = [document]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            keys |= set(node)
+            stack.extend(node.values())
+    assert not {"changed", "changed_fraction", "unknown", "failed", "failed_by_reason", "in", "total"} & keys
+    text = json.dumps(document)
+    assert "zzqxw" not in text and "plot" not in text
+
+
+def test_public_summary_with_the_amplifier_keeps_the_claims_not_the_author_counts(imdb_rows, small_artifact_dir,
+                                                                                  tmp_path):
+    rows = [{"user": row["movie_id"], "text": row["text"][:200]} for row in imdb_rows[:80]]
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    public = str(tmp_path / "public.json")
+    output = str(tmp_path / "out")
+    assert run([f"--input={path}", f"--output={output}", f"--artifact={small_artifact_dir}", "--runner=FnApiRunner",
+                "--epsilon=5", "--shuffle", "--user-field=user", f"--public-summary={public}"]) == 0
+    document = json.load(open(public, encoding="utf-8"))
+    amplification = document["amplification"]
+    assert amplification["shuffle"]["claimed"] is False and "no amplification claimed" in amplification["shuffle"]["statement"]
+    assert amplification["fields"]["removed"] == ["user"]
+    assert not {"authors", "shape_groups", "largest_group_authors"} & set(amplification["shuffle"])
+    assert "records" not in amplification
+
+
+def test_no_shuffle_statement_does_not_promise_a_random_order(small_artifact_dir, tmp_path):
+    """Finding 5: without the Amplifier, the output order may follow the input order, and the summary
+    says so (the review saw 47 of 49 lines at their input position on the local runner)."""
+    lines = [f"record number {i}" for i in range(49)]
+    _, summary, _, _ = _privatize(tmp_path, small_artifact_dir, lines, "--epsilon=5")
+    statement = summary["privacy"]["records"]
+    assert statement == records_statement(None)
+    assert "may follow the input order" in statement and "--shuffle" in statement
+    assert "no particular order" not in statement
+
+
+def test_structure_statement_describes_how_joined_words_are_released():
+    """Finding 6: a joined word the vocabulary has is one slot (its hyphen can disappear); one it lacks is
+    split and its joiners are released as structure. The statement says exactly that."""
+    tokenizer = Tokenizer({"well-known": 0, "foo": 1, "bar": 2, "do": 3, "n't": 4})
+    known, split, clitic = (tokenizer.tokenize(t) for t in ("well-known", "foo-bar", "don't"))
+    assert known.words == ["well-known"] and known.pieces == ["", "well-known", ""]
+    assert split.words == ["foo", "bar"] and "-" in split.pieces  # the hyphen is structure
+    assert clitic.words == ["do", "n't"]
+    assert known.render(["movie"]) == "movie"  # the in-vocabulary hyphen disappears with the word
+    for phrase in ("'well-known' in GloVe) is one word and is replaced whole", "its joiner may disappear",
+                   "'foo-bar' -> 'foo' '-' 'bar'", "released as punctuation",
+                   "shows where such a compound was not in the vocabulary"):
+        assert phrase in STRUCTURE_STATEMENT, phrase
+    assert "punctuation, symbols" not in STRUCTURE_STATEMENT  # the old, too-broad sentence
+
+
+def test_both_reports_state_the_seed_and_the_floating_point_caveat(small_artifact_dir, tmp_path):
+    """Finding 8: a --seed run is not private and says so in the summary AND the amplification report;
+    both carry the floating-point caveat; an unseeded run says where its noise came from."""
+    lines = [f"line {i} of the corpus" for i in range(30)]
+    _, summary, report, _ = _privatize(tmp_path, small_artifact_dir, lines, "--epsilon=5", "--shuffle", "--seed=7")
+    for document in (summary["privacy"], report):
+        assert "must NOT be treated as private" in document["seed"]
+        assert document["numerical_precision"] == FLOATING_POINT_STATEMENT
+    assert summary["privacy"]["covered_by_guarantee"] is False
+    _, summary, report, _ = _privatize(tmp_path / "u", small_artifact_dir, lines, "--epsilon=5", "--shuffle")
+    for document in (summary["privacy"], report):
+        assert "operating-system entropy" in document["seed"] and "NOT" not in document["seed"]
+    assert summary["privacy"]["covered_by_guarantee"] is True
+
+
+def test_random_oov_statement_is_what_the_privatizer_does():
+    """Finding 1: the random-policy sentence names the mechanism's release of a uniform word, not a uniform word."""
+    statement = oov_statement("random", "<unk>", None)
+    assert "mechanism's output for a vocabulary word drawn uniformly at random" in statement
+    assert "exp(epsilon_0)" in statement and "reveals nothing" in statement
+    assert not any(ch.isdigit() for ch in statement.replace("epsilon_0", ""))
+    assert "(5 in this run)" in oov_statement("random", "<unk>", 5)
+    assert np.isfinite(accounting.token_epsilon0("madlib", 1.0, 2.0, oov_policy="random"))

@@ -1,0 +1,130 @@
+"""The LAC Amplifier inside the privatize pipeline: one way to run it, and its amplification report.
+
+``Amplify`` takes privatized payloads (str for text input, dict for JSONL/Parquet, each carrying
+the privatizer's shape in ``AmplifierConfig.shape_field``), runs ``ShuffleAmplifier`` as the
+configuration says, and returns:
+
+* ``records``: the released records (payloads of the input's kind), when no shuffle ran;
+* ``shards``: with ``shuffle``, the output shards in their shuffled order, for
+  ``transforms.shard_writer.WriteShuffledShards`` (the only writer that keeps that order);
+* ``dropped``: one number, the records removed by sub-sampling (for the summary's reconciliation);
+* ``section``: one dict, the amplification report (``textdp.accounting.amplification_section``),
+  also written as JSON to ``report_path``.
+
+The accounting arithmetic lives in ``textdp/accounting.py`` (no Beam); epsilon_0 is computed on a
+worker from the very mechanism and artifact the privatize workers loaded (the same ``Shared``
+holder, so nothing is loaded twice in a process).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple
+
+import apache_beam as beam
+
+from textdp import accounting
+from transforms.shuffle import DEFAULT_BYTES_PER_SHARD, DEFAULT_RECORDS_PER_SHARD, ShuffleAmplifier
+
+
+@dataclass(frozen=True)
+class AmplifierConfig:
+    """What the Amplifier does (the flags of docs/lac.md), independent of how they were given."""
+
+    shuffle: bool = False
+    user_field: Optional[str] = None
+    drop_fields: Tuple[str, ...] = ()
+    subsample: Optional[float] = None
+    k_threshold: Optional[int] = None
+    delta: float = accounting.DEFAULT_DELTA
+    records_per_shard: int = DEFAULT_RECORDS_PER_SHARD
+    bytes_per_shard: int = DEFAULT_BYTES_PER_SHARD
+
+    def requested(self) -> bool:
+        """True if any Amplifier step was asked for (the stage runs only then)."""
+        return bool(self.shuffle or self.subsample is not None or self.k_threshold is not None
+                    or self.user_field or self.drop_fields)
+
+    def validate(self) -> None:
+        """Clear errors for impossible values (ValueError naming the flag)."""
+        if self.subsample is not None and not 0 < self.subsample <= 1:
+            raise ValueError("--subsample must be in (0, 1]")
+        if self.k_threshold is not None and self.k_threshold < 1:
+            raise ValueError("--k-threshold must be >= 1")
+        if not 0 < self.delta < 1:
+            raise ValueError("--delta must be in (0, 1)")
+        if self.records_per_shard < 1:
+            raise ValueError("--shuffle-shard-records must be >= 1")
+
+    def steps(self) -> dict:
+        """The steps that run, for the summary's records statement (textdp.statements.records_statement)."""
+        removed = list(dict.fromkeys(([self.user_field] if self.user_field else []) + list(self.drop_fields)))
+        return {"shuffle": self.shuffle, "subsample": self.subsample, "k_threshold": self.k_threshold,
+                "removed_fields": removed}
+
+
+class AmplificationSection(beam.DoFn):
+    """The stage's stats -> the amplification report, written to ``path`` as JSON and emitted."""
+
+    def __init__(self, shared_handle, perturb_config, amplifier: AmplifierConfig, path: Optional[str]):
+        super().__init__()
+        self._shared_handle = shared_handle
+        self.perturb_config = perturb_config
+        self.amplifier = amplifier
+        self.path = path
+        self._holder = None
+
+    def setup(self):
+        from transforms.perturb import load_holder  # pylint: disable=import-outside-toplevel
+
+        self._holder = load_holder(self._shared_handle, self.perturb_config)
+
+    def process(self, stats):
+        amp = self.amplifier
+        token_eps0, diameter = accounting.local_token_epsilon0(
+            self._holder.mechanism, self._holder.artifact.vectors, self.perturb_config.oov_policy)
+        section = accounting.amplification_section(
+            stats, token_eps0, shuffled=amp.shuffle, delta=amp.delta, subsample_rate=amp.subsample,
+            k_threshold=amp.k_threshold, seed_used=self.perturb_config.seed is not None,
+            diameter=diameter.to_dict())
+        if self.path:
+            from transforms.io import write_json  # pylint: disable=import-outside-toplevel
+
+            write_json(self.path, section)
+        yield section
+
+
+class Amplify(beam.PTransform):
+    """Privatized payloads -> {'records' or 'shards', 'dropped', 'section'} (see the module docstring)."""
+
+    def __init__(self, amplifier: AmplifierConfig, perturb_config, shared_handle, data_format: str,
+                 text_fields: Sequence[str], report_path: Optional[str] = None, label: Optional[str] = None):
+        super().__init__(label)
+        amplifier.validate()
+        if data_format == "text" and amplifier.user_field:
+            raise ValueError("--user-field needs JSONL or Parquet input (plain-text lines have no author field)")
+        if not perturb_config.shape_field:
+            raise ValueError("the Amplifier needs the privatizer's shapes (PerturbConfig.shape_field)")
+        self.amplifier = amplifier
+        self.perturb_config = perturb_config
+        self.shared_handle = shared_handle
+        self.data_format = data_format
+        self.text_fields = ("text",) if data_format == "text" else tuple(text_fields)
+        self.report_path = report_path
+
+    def expand(self, released):
+        amp = self.amplifier
+        outputs = released | "Shuffle" >> ShuffleAmplifier(
+            user_field=amp.user_field, drop_fields=amp.drop_fields, subsample_rate=amp.subsample,
+            k_threshold=amp.k_threshold, text_fields=self.text_fields, shuffle=amp.shuffle,
+            shape_field=self.perturb_config.shape_field, records_per_shard=amp.records_per_shard,
+            bytes_per_shard=amp.bytes_per_shard)
+        section = outputs["stats"] | "Accounting" >> beam.ParDo(AmplificationSection(
+            self.shared_handle, self.perturb_config, amp, self.report_path))
+        dropped = outputs["stats"] | "Dropped" >> beam.Map(lambda s: s["records_in"] - s["records_out"])
+        result = {"dropped": dropped, "section": section, "shards": outputs.get("shards")}
+        records = outputs["records"]
+        if self.data_format == "text":  # PerturbTokens wrapped lines as {"text": ..., shape_field: ...}
+            records = records | "Unwrap" >> beam.Map(lambda record: record["text"])
+        result["records"] = records
+        return result
