@@ -316,3 +316,27 @@ def test_gcs_artifact_without_or_with_an_unknown_manifest_is_refused(uploaded, g
     with pytest.raises(ArtifactError, match=re.escape(f"run `textdp neighbours --artifact {uploaded}` first")):
         verify_artifact(uploaded, needs=artifact_needs("tem"))
     assert_nothing_downloaded(gcs_emulator, uploaded, private_cache)
+
+
+# --- layers -------------------------------------------------------------------------------------
+
+
+def test_artifact_layers_import_only_downwards():
+    """verification <- store <- gcs <- locate: no module imports one above it, not even inside a
+    function (the old artifact/remote pair imported each other)."""
+    import ast
+
+    layers = ["textdp.verification", "textdp.store", "textdp.gcs", "textdp.locate"]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for level, module in enumerate(layers):
+        with open(os.path.join(root, *module.split(".")) + ".py", encoding="utf-8") as handle:
+            tree = ast.parse(handle.read())
+        imported = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+                imported.update(f"{node.module}.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+        assert not imported & set(layers[level + 1:]), (module, imported & set(layers[level + 1:]))
+        assert not imported & {"textdp.artifact", "textdp.remote", "apache_beam"}, module

@@ -8,10 +8,10 @@ copy of the vectors and the Annoy index however many worker processes there are.
 
 How a fetch stays safe:
 
-* The remote ``manifest.json`` is read (and validated) first. The cache directory is named after the URL *and* the
-  SHA-256 of that manifest, so an artifact that changes remotely (new files added, or rebuilt)
-  lands in a new directory; a directory that a running process has mapped is never replaced or
-  modified in place.
+* The remote ``manifest.json`` is read and validated first. The cache directory is named after
+  the URL *and* the SHA-256 of that manifest, so an artifact that changes remotely (new files
+  added, or rebuilt) lands in a new directory; a directory that a running process has mapped is
+  never replaced or modified in place.
 * Objects are downloaded in ranged chunks to ``<name>.part`` inside a private staging directory,
   each chunk retried with exponential backoff on transient errors (connection resets, 429, 5xx).
 * Every file's size and SHA-256 are checked against the manifest before the staging directory is

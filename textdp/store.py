@@ -185,7 +185,8 @@ def parse_manifest(raw: bytes, where: str) -> dict:
         if key not in manifest:
             raise ArtifactError(f"{where} lacks the field {key!r}")
     if not isinstance(manifest["files"], dict) or not all(
-            isinstance(entry, dict) and "sha256" in entry and "bytes" in entry for entry in manifest["files"].values()):
+            isinstance(entry, dict) and isinstance(entry.get("sha256"), str) and isinstance(entry.get("bytes"), int)
+            for entry in manifest["files"].values()):
         raise ArtifactError(f"{where}: 'files' must map every file name to its sha256 and bytes")
     return manifest
 
