@@ -32,7 +32,8 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import machine, write_results  # noqa: E402
-from textdp.artifact import ensure_default_artifact, open_artifact  # noqa: E402
+from textdp.locate import open_artifact  # noqa: E402
+from textdp.store import ensure_default_artifact  # noqa: E402
 from textdp.calibration import WordCalibrator, stratified_word_sample  # noqa: E402
 from textdp.madlib import Madlib  # noqa: E402
 

@@ -25,7 +25,8 @@ from threadpoolctl import threadpool_limits
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import imdb_token_ids, machine, write_results  # noqa: E402
-from textdp.artifact import build_artifact, open_artifact  # noqa: E402
+from textdp.locate import open_artifact  # noqa: E402
+from textdp.store import build_artifact  # noqa: E402
 from textdp.embeddings import BUNDLED_GLOVE, EmbeddingSource  # noqa: E402
 from textdp.madlib import Madlib  # noqa: E402
 from textdp.nearest import DEFAULT_BATCH, DEFAULT_BLOCK_ROWS, AnnoyNearest, ExactNearest  # noqa: E402
@@ -40,7 +41,7 @@ def anon_kb():
         if line.startswith('RssAnon:'):
             return int(line.split()[1])
 import numpy as np, annoy
-from textdp.artifact import open_artifact
+from textdp.locate import open_artifact
 from textdp.madlib import Madlib
 before = anon_kb()
 art = open_artifact(sys.argv[1])

@@ -100,7 +100,7 @@ def run_bare(mechanism, known_ids: np.ndarray) -> float:
 
 
 def throughput(reviews: int, repeats: int = 2) -> dict:
-    from textdp.artifact import open_artifact  # pylint: disable=import-outside-toplevel
+    from textdp.locate import open_artifact  # pylint: disable=import-outside-toplevel
     from textdp.madlib import Madlib  # pylint: disable=import-outside-toplevel
     from textdp.text_privatizer import word_ids  # pylint: disable=import-outside-toplevel
     from textdp.tokenize import Tokenizer  # pylint: disable=import-outside-toplevel
@@ -190,7 +190,8 @@ def memory() -> dict:
     """
     import shutil  # pylint: disable=import-outside-toplevel
 
-    from textdp.artifact import ensure_default_artifact, read_manifest  # pylint: disable=import-outside-toplevel
+    from textdp.locate import read_manifest  # pylint: disable=import-outside-toplevel
+    from textdp.store import ensure_default_artifact  # pylint: disable=import-outside-toplevel
 
     source = ensure_default_artifact()
     manifest = read_manifest(source)

@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     privatize_rows = privatize_benchmark(args.privatize_reviews, args.privatize_repeats) \
         if args.privatize_reviews else []
 
-    from textdp.artifact import open_artifact  # pylint: disable=import-outside-toplevel
+    from textdp.locate import open_artifact  # pylint: disable=import-outside-toplevel
 
     artifact = open_artifact(None)
     started = time.perf_counter()

@@ -26,7 +26,8 @@ import time
 import numpy as np
 
 from benchmarks.common import REPO, imdb_token_ids, machine, write_results
-from textdp.artifact import default_artifact_path, open_artifact
+from textdp.locate import open_artifact
+from textdp.store import default_artifact_path
 from textdp.tem import TEM
 
 EPSILONS = (1.0, 2.0, 5.0, 10.0, 20.0)

@@ -20,7 +20,7 @@ import argparse
 import json
 import os
 import sys
-from typing import List, Optional
+from typing import List
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -28,8 +28,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils import shared
 import numpy as np
 
-from textdp.artifact import MANIFEST, ensure_default_artifact
 from textdp.calibration import DEFAULT_SAMPLES, MECHANISMS, stratified_word_sample
+from textdp.locate import read_manifest
 from pipelines.options import add_flag as _add, job_options
 from textdp.errors import TextdpError
 from transforms.calibration import (TABLE_PREFIX, CalibrateWords, CalibrationConfig, WriteCalibrationOutputs,
@@ -116,16 +116,6 @@ def validate(opts: CalibrateOptions) -> None:
         raise TextdpError(f"--word-list {opts.word_list!r} does not exist")
 
 
-def artifact_manifest(location: Optional[str]) -> dict:
-    """The manifest, read without loading the artifact (the driver only needs sizes and names)."""
-    base = location.rstrip("/") if location else ensure_default_artifact()
-    try:
-        with FileSystems.open(f"{base}/{MANIFEST}") as handle:
-            return json.loads(handle.read().decode("utf-8"))
-    except Exception as exc:  # pylint: disable=broad-except
-        raise TextdpError(f"cannot read {base}/{MANIFEST}: {exc.__class__.__name__}") from None
-
-
 def read_word_list(path: str) -> List[tuple]:
     """(word, line number) for every non-empty line."""
     with FileSystems.open(path) as handle:
@@ -153,7 +143,7 @@ def build_pipeline(options: PipelineOptions) -> beam.Pipeline:
     opts = options.view_as(CalibrateOptions)
     validate(opts)
     epsilons = parse_epsilons(opts.epsilons)
-    manifest = artifact_manifest(opts.artifact)
+    manifest = read_manifest(opts.artifact)  # the driver only needs sizes and names
     vocab_size = int(manifest["vocab_size"])
     if opts.mechanism == "tem" and not manifest.get("neighbours"):
         raise TextdpError("--mechanism tem needs the artifact's neighbour table: run "

@@ -22,7 +22,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.options import flag_adder, job_options
-from textdp.artifact import read_manifest, resolve_artifact
+from textdp.locate import read_manifest, resolve_artifact
 from textdp.errors import TextdpError
 from textdp.neighbours import METRICS, table_files_exist
 from transforms.neighbours import ComputeNeighbourTable
@@ -53,15 +53,6 @@ class NeighbourOptions(PipelineOptions):
             help=f"vocabulary rows per work item (default {DEFAULT_SHARD_ROWS}); smaller spreads work over more workers")
 
 
-def artifact_manifest(location: str) -> dict:
-    """The manifest of a gs:// artifact (read in place) or of a local one."""
-    if location.startswith("gs://"):
-        from textdp import remote  # pylint: disable=import-outside-toplevel
-
-        return remote.read_manifest_url(location)
-    return read_manifest(location)
-
-
 def artifact_location(opts: NeighbourOptions) -> str:
     """The gs:// URL as given (without a trailing slash), or the local directory (default: the cache's)."""
     if (opts.artifact or "").startswith("gs://"):
@@ -80,7 +71,7 @@ def validate(opts: NeighbourOptions) -> tuple:
         raise TextdpError("--shard-rows must be >= 1")
     location = artifact_location(opts)
     remote_artifact = location.startswith("gs://")
-    manifest = artifact_manifest(location)
+    manifest = read_manifest(location)
     if "neighbours" in manifest or (not remote_artifact and table_files_exist(location)):
         raise TextdpError(f"{location} already has a neighbour table (artifacts are never overwritten)")
     if not 1 <= opts.k <= int(manifest["vocab_size"]):
@@ -118,7 +109,7 @@ def run(argv: Optional[List[str]] = None) -> int:
     try:
         build_pipeline(options).run().wait_until_finish()  # validates first
         location = artifact_location(opts)
-        section = artifact_manifest(location)["neighbours"]
+        section = read_manifest(location)["neighbours"]
     except TextdpError as exc:
         print(f"textdp neighbours: error: {exc}", file=sys.stderr)
         return 1

@@ -20,9 +20,8 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils import shared
 
-from textdp.artifact import MANIFEST, default_artifact_path, read_manifest
 from textdp.errors import TextdpError
-from textdp.neighbours import SECTION as NEIGHBOURS_SECTION
+from textdp.locate import artifact_needs, verify_artifact
 from textdp.mechanisms import MECHANISMS
 from textdp.summary import FAILED_PREFIX
 from textdp.text_privatizer import OOV_POLICIES
@@ -132,19 +131,10 @@ def validate(opts: PrivatizeOptions) -> str:
     if opts.artifact and not opts.artifact.startswith("gs://") and not os.path.isdir(opts.artifact):
         raise TextdpError(f"--artifact {opts.artifact!r} is not a directory")
     if opts.mechanism == "tem" and not (opts.artifact or "").startswith("gs://"):
-        _require_neighbour_table(opts.artifact or default_artifact_path())
+        verify_artifact(opts.artifact, needs=artifact_needs("tem"))  # refused here, not in a worker, without a table
     if not matched_paths(opts.input):
         raise TextdpError(f"no file matches --input {opts.input!r}")
     return data_format
-
-
-def _require_neighbour_table(artifact_dir: str) -> None:
-    """TEM samples from the artifact's K-nearest table: refuse before any worker starts if it is missing.
-    (A gs:// artifact is checked by the workers when they fetch it.)"""
-    has_table = os.path.exists(os.path.join(artifact_dir, MANIFEST)) and NEIGHBOURS_SECTION in read_manifest(artifact_dir)
-    if not has_table:
-        raise TextdpError(f"--mechanism tem needs a neighbour table in the artifact {artifact_dir}; run "
-                          f"`textdp neighbours --artifact {artifact_dir}` first (docs/tem.md)")
 
 
 def output_paths(output: str, data_format: str) -> dict:

@@ -11,7 +11,8 @@ import os
 
 import pytest
 
-from textdp.artifact import build_artifact, ensure_default_artifact, open_artifact
+from textdp.locate import open_artifact
+from textdp.store import build_artifact, ensure_default_artifact
 from textdp.embeddings import BUNDLED_GLOVE, EmbeddingSource
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -8,8 +8,10 @@ import sys
 import numpy as np
 import pytest
 
-from textdp import artifact as art
-from textdp.artifact import Artifact, build_artifact, open_artifact, sha256_file
+from textdp import store
+from textdp.locate import open_artifact
+from textdp.store import Artifact, build_artifact
+from textdp.verification import sha256_file
 from textdp.embeddings import BUNDLED_GLOVE, EmbeddingSource, load_embeddings
 from textdp.errors import ArtifactError
 
@@ -24,7 +26,7 @@ def tiny_artifact(tmp_path):
 
 def test_manifest_and_contents(small_artifact_dir, small_artifact):
     manifest = json.load(open(os.path.join(small_artifact_dir, "manifest.json")))
-    assert manifest["format_version"] == art.FORMAT_VERSION
+    assert manifest["format_version"] == store.FORMAT_VERSION
     assert manifest["source"] == {"kind": "bundled", "name": BUNDLED_GLOVE}
     assert (manifest["dimension"], manifest["vocab_size"], manifest["metric"]) == (50, 5000, "euclidean")
     assert manifest["annoy"] == {"file": "index.ann", "metric": "euclidean", "trees": 10, "seed": 0}
@@ -121,27 +123,27 @@ def test_manifest_lying_about_shape_is_refused(tiny_artifact):
 def test_add_files_never_overwrites(tiny_artifact, tmp_path):
     extra = tmp_path / "extra.npy"
     np.save(extra, np.arange(5))
-    manifest = art.add_files(tiny_artifact, {"extra.npy": str(extra)}, "extra", {"rows": 5})
+    manifest = store.add_files(tiny_artifact, {"extra.npy": str(extra)}, "extra", {"rows": 5})
     assert manifest["extra"] == {"rows": 5} and "extra.npy" in manifest["files"]
     loaded = open_artifact(tiny_artifact)
     np.testing.assert_array_equal(np.load(loaded.file_path("extra.npy")), np.arange(5))
     np.save(extra, np.arange(6))
     with pytest.raises(ArtifactError, match="never overwritten"):
-        art.add_files(tiny_artifact, {"extra.npy": str(extra)}, "extra", {"rows": 6})
+        store.add_files(tiny_artifact, {"extra.npy": str(extra)}, "extra", {"rows": 6})
     np.testing.assert_array_equal(np.load(os.path.join(tiny_artifact, "extra.npy")), np.arange(5))
 
 
 def test_default_artifact_built_once_with_progress_then_reused(tmp_path):
     """Two processes race to build the default artifact into an empty cache: one builds, both use it."""
     env = dict(os.environ, TEXTDP_CACHE_DIR=str(tmp_path / "cache"))
-    code = ("from textdp.artifact import ensure_default_artifact, open_artifact; "
+    code = ("from textdp.store import ensure_default_artifact; from textdp.locate import open_artifact; "
             "p = ensure_default_artifact(); a = open_artifact(p); print(p, a.vocab_size)")
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
     results = [p.communicate(timeout=600) + (p.returncode,) for p in procs]
     assert all(rc == 0 for _, _, rc in results), [err[-2000:] for _, err, _ in results]
     outs = {out.strip() for out, _, _ in results}
-    expected = os.path.join(str(tmp_path / "cache"), "artifacts", os.path.basename(art.default_artifact_path()))
+    expected = os.path.join(str(tmp_path / "cache"), "artifacts", os.path.basename(store.default_artifact_path()))
     assert outs == {f"{expected} 400000"}
     builders = [err for _, err, _ in results if "building the default artifact" in err]
     assert len(builders) == 1 and "building Annoy index" in builders[0]

@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from textdp.artifact import build_artifact, open_artifact
+from textdp.locate import open_artifact
+from textdp.store import build_artifact
 from textdp.calibration import (
     CandidatePrunedSearch, WordCalibrator, describe_values, distance_row, distinct_count_deviation,
     expected_distinct, knn_distances, recommend, stratified_word_sample,

@@ -19,7 +19,8 @@ from scipy import stats
 
 from pipelines import calibrate
 from pipelines.cli import main as cli_main
-from textdp.artifact import build_artifact, open_artifact
+from textdp.locate import open_artifact
+from textdp.store import build_artifact
 from textdp.calibration import K_VALUES
 from textdp.embeddings import EmbeddingSource
 from textdp.report import PLOT_FILES

@@ -20,14 +20,15 @@ import time
 import numpy as np
 import pytest
 
-from textdp import remote
-from textdp.artifact import MANIFEST, VECTORS_FILE, add_files, build_artifact, open_artifact, read_manifest
+from textdp import gcs
+from textdp.locate import open_artifact, read_manifest
+from textdp.store import MANIFEST, VECTORS_FILE, add_files, build_artifact
 from textdp.embeddings import BUNDLED_GLOVE, EmbeddingSource
 from textdp.errors import ArtifactError
 from tests.gcs_emulator import GcsEmulator, gcs_bucket, gcs_emulator  # noqa: F401 (pytest fixtures)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-QUICK_RETRY = remote.RetryPolicy(attempts=3, initial_delay=0.05, max_delay=0.2)
+QUICK_RETRY = gcs.RetryPolicy(attempts=3, initial_delay=0.05, max_delay=0.2)
 
 
 @pytest.fixture
@@ -42,7 +43,7 @@ def cache(tmp_path, monkeypatch):
 def uploaded(small_artifact_dir, gcs_bucket):
     """The 5,000-word test artifact uploaded to a fresh bucket; returns its gs:// URL."""
     url = f"gs://{gcs_bucket}/artifacts/glove5k"
-    remote.upload_artifact(small_artifact_dir, url)
+    gcs.upload_artifact(small_artifact_dir, url)
     return url
 
 
@@ -57,12 +58,12 @@ def messages():
 
 
 def test_round_trip_fetches_once_and_loads_identical_artifact(small_artifact_dir, uploaded, cache, gcs_emulator):
-    bucket, prefix = remote.parse_gcs_url(uploaded)
+    bucket, prefix = gcs.parse_gcs_url(uploaded)
     names = {blob.name for blob in gcs_emulator.client().list_blobs(bucket, prefix=prefix + "/")}
     assert names == {f"{prefix}/{name}" for name in ("manifest.json", "vocab.txt", "vectors.npy", "index.ann")}
 
     log, say = messages()
-    local = remote.fetch_artifact(uploaded, progress=say)
+    local = gcs.fetch_artifact(uploaded, progress=say)
     assert local.startswith(str(cache / "remote"))
     assert any(m.startswith("downloading vectors.npy") for m in log)
     original, fetched = open_artifact(small_artifact_dir), open_artifact(local)
@@ -72,7 +73,7 @@ def test_round_trip_fetches_once_and_loads_identical_artifact(small_artifact_dir
     assert all(oct(os.stat(os.path.join(local, name)).st_mode & 0o777) == "0o444" for name in os.listdir(local))
 
     log2, say2 = messages()
-    assert remote.fetch_artifact(uploaded, progress=say2) == local
+    assert gcs.fetch_artifact(uploaded, progress=say2) == local
     assert not any("downloading" in m for m in log2), "a verified cached copy must be reused"
     assert open_artifact(uploaded).path == local  # --artifact gs://... goes through the same cache
     assert [e for e in remote_entries(cache) if not e.endswith(".lock")] == [os.path.basename(local)]
@@ -85,7 +86,7 @@ def test_build_index_writes_straight_to_gcs(gcs_bucket, cache, capsys):
     assert build_index.run(["--output", url, "--vocab-size", "1000", "--trees", "2"]) == 0
     assert url in capsys.readouterr().out
     log, say = messages()
-    local = remote.fetch_artifact(url, progress=say)
+    local = gcs.fetch_artifact(url, progress=say)
     assert not any("downloading" in m for m in log), "the machine that built it keeps it as its cached copy"
     artifact = open_artifact(local)
     assert artifact.vocab_size == 1000 and artifact.manifest["annoy"]["trees"] == 2
@@ -93,29 +94,29 @@ def test_build_index_writes_straight_to_gcs(gcs_bucket, cache, capsys):
 
 
 def test_upload_never_overwrites_different_content(small_artifact_dir, uploaded, tmp_path):
-    remote.upload_artifact(small_artifact_dir, uploaded)  # same bytes again: a no-op, not an error
+    gcs.upload_artifact(small_artifact_dir, uploaded)  # same bytes again: a no-op, not an error
     other = build_artifact(EmbeddingSource("bundled", BUNDLED_GLOVE), str(tmp_path / "other"), vocab_size=300,
                            trees=1, seed=3)
     with pytest.raises(ArtifactError, match="already exists with different content"):
-        remote.upload_artifact(other, uploaded)
+        gcs.upload_artifact(other, uploaded)
 
 
 def test_remote_update_gets_a_new_cache_dir_and_leaves_the_mapped_one(small_artifact_dir, uploaded, cache, tmp_path):
-    first = remote.fetch_artifact(uploaded)
+    first = gcs.fetch_artifact(uploaded)
     mapped = open_artifact(first)  # memory-maps vectors.npy in this process
     first_manifest = open(os.path.join(first, MANIFEST), "rb").read()
 
     # Add a table to a working copy (hard links to the cache; add_files never writes an existing file).
-    work = remote.checkout_artifact(uploaded, str(tmp_path / "work"))
+    work = gcs.checkout_artifact(uploaded, str(tmp_path / "work"))
     extra = tmp_path / "extra.bin"
     extra.write_bytes(np.arange(100, dtype=np.int64).tobytes())
     assert os.stat(os.path.join(work, VECTORS_FILE)).st_ino == os.stat(os.path.join(first, VECTORS_FILE)).st_ino
     add_files(work, {"extra.bin": str(extra)}, "extra", {"rows": 100})
     log, say = messages()
-    remote.upload_artifact(work, uploaded, progress=say)
+    gcs.upload_artifact(work, uploaded, progress=say)
     assert "vectors.npy already in the bucket, unchanged" in log and any(m.startswith("uploading extra.bin") for m in log)
 
-    second = remote.fetch_artifact(uploaded)
+    second = gcs.fetch_artifact(uploaded)
     assert second != first
     assert open(os.path.join(first, MANIFEST), "rb").read() == first_manifest, "old copy untouched"
     assert read_manifest(second)["extra"] == {"rows": 100}
@@ -124,26 +125,26 @@ def test_remote_update_gets_a_new_cache_dir_and_leaves_the_mapped_one(small_arti
 
 
 def test_corrupted_object_is_refused_by_checksum(uploaded, cache, gcs_emulator):
-    bucket, prefix = remote.parse_gcs_url(uploaded)
+    bucket, prefix = gcs.parse_gcs_url(uploaded)
     blob = gcs_emulator.client().bucket(bucket).blob(f"{prefix}/{VECTORS_FILE}")
     data = bytearray(blob.download_as_bytes())
     data[len(data) // 2] ^= 0x01  # one flipped bit, same size: only the SHA-256 can tell
     blob.upload_from_string(bytes(data))
 
     with pytest.raises(ArtifactError, match=r"vectors\.npy fails its SHA-256 check"):
-        remote.fetch_artifact(uploaded, retry=QUICK_RETRY)
+        gcs.fetch_artifact(uploaded, retry=QUICK_RETRY)
     assert [e for e in remote_entries(cache) if not e.endswith(".lock")] == [], "nothing half-made left behind"
 
     blob.upload_from_string(bytes(data[:-10]))  # truncated: refused from its size, before downloading
     with pytest.raises(ArtifactError, match="bytes but manifest.json records"):
-        remote.fetch_artifact(uploaded, retry=QUICK_RETRY)
+        gcs.fetch_artifact(uploaded, retry=QUICK_RETRY)
 
 
 def test_missing_artifact_is_a_clear_error(gcs_bucket, cache):
     with pytest.raises(ArtifactError, match="no textdp artifact there"):
-        remote.fetch_artifact(f"gs://{gcs_bucket}/nothing-here", retry=QUICK_RETRY)
+        gcs.fetch_artifact(f"gs://{gcs_bucket}/nothing-here", retry=QUICK_RETRY)
     with pytest.raises(ArtifactError, match="not a gs:// URL"):
-        remote.fetch_artifact("/local/path")
+        gcs.fetch_artifact("/local/path")
 
 
 def test_ctrl_c_during_download_leaves_no_half_file(uploaded, cache):
@@ -152,15 +153,15 @@ def test_ctrl_c_during_download_leaves_no_half_file(uploaded, cache):
             raise KeyboardInterrupt  # the second chunk of vectors.npy has been written to the .part file
 
     with pytest.raises(KeyboardInterrupt):
-        remote.fetch_artifact(uploaded, progress=interrupt_mid_vectors, chunk_bytes=65536)
+        gcs.fetch_artifact(uploaded, progress=interrupt_mid_vectors, chunk_bytes=65536)
     assert [e for e in remote_entries(cache) if not e.endswith(".lock")] == []
-    local = remote.fetch_artifact(uploaded, chunk_bytes=65536)
+    local = gcs.fetch_artifact(uploaded, chunk_bytes=65536)
     assert open_artifact(local).vocab_size == 5000
 
 
 CHILD_FETCH = textwrap.dedent("""
     import json, os, sys, time
-    from textdp import remote
+    from textdp import gcs
     url, mode = sys.argv[1], sys.argv[2]
     log = []
     def say(message):
@@ -171,7 +172,7 @@ CHILD_FETCH = textwrap.dedent("""
     if mode.startswith("wait:"):
         while not os.path.exists(mode[5:]):
             time.sleep(0.005)
-    path = remote.fetch_artifact(url, progress=say, chunk_bytes=65536)
+    path = gcs.fetch_artifact(url, progress=say, chunk_bytes=65536)
     print(json.dumps({"path": path, "log": log}), flush=True)
 """)
 
@@ -197,7 +198,7 @@ def test_killed_download_leaves_no_artifact_and_next_fetch_cleans_up(small_artif
     assert final_dirs == [], "a killed download must not leave an artifact directory"
 
     log, say = messages()
-    local = remote.fetch_artifact(uploaded, progress=say)
+    local = gcs.fetch_artifact(uploaded, progress=say)
     assert any(m.startswith("removing an interrupted download") for m in log)
     assert [e for e in remote_entries(cache) if not e.endswith(".lock")] == [os.path.basename(local)]
     assert open_artifact(local).file_path("vectors.npy")  # verifies the SHA-256
@@ -216,7 +217,7 @@ def test_two_processes_fetching_at_once_download_once(uploaded, cache, tmp_path,
     assert results[0]["path"] == results[1]["path"]
     downloads = [m for r in results for m in r["log"] if m.startswith("downloading vectors.npy")]
     assert len(downloads) == 1, [r["log"][:3] for r in results]
-    bucket, prefix = remote.parse_gcs_url(uploaded)
+    bucket, prefix = gcs.parse_gcs_url(uploaded)
     one_download = -(-open_artifact(results[0]["path"]).manifest["files"][VECTORS_FILE]["bytes"] // 65536)  # chunks
     assert gcs_emulator.media_requests(bucket, f"{prefix}/{VECTORS_FILE}") == one_download, "the server's own log"
     assert open_artifact(results[0]["path"]).vocab_size == 5000
@@ -230,7 +231,7 @@ def test_retries_with_backoff_while_the_server_is_down(small_artifact_dir, cache
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", flaky.url)
         bucket = flaky.new_bucket()
         url = f"gs://{bucket}/a"
-        remote.upload_artifact(small_artifact_dir, url)
+        gcs.upload_artifact(small_artifact_dir, url)
         flaky.stop()
 
         log, result = [], {}
@@ -243,8 +244,8 @@ def test_retries_with_backoff_while_the_server_is_down(small_artifact_dir, cache
 
         def fetch():
             try:
-                result["path"] = remote.fetch_artifact(
-                    url, progress=say, retry=remote.RetryPolicy(attempts=8, initial_delay=0.5, max_delay=4))
+                result["path"] = gcs.fetch_artifact(
+                    url, progress=say, retry=gcs.RetryPolicy(attempts=8, initial_delay=0.5, max_delay=4))
             except BaseException as exc:  # reported below
                 result["error"] = exc
 
@@ -259,6 +260,6 @@ def test_retries_with_backoff_while_the_server_is_down(small_artifact_dir, cache
 
         flaky.stop()
         with pytest.raises(ArtifactError, match="failed after 3 attempts"):
-            remote.fetch_artifact(url, retry=QUICK_RETRY)
+            gcs.fetch_artifact(url, retry=QUICK_RETRY)
     finally:
         flaky.stop()

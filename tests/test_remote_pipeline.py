@@ -16,7 +16,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.privatize import build_pipeline
-from textdp import remote
+from textdp import gcs
 from tests.gcs_emulator import beam_gcs_anonymous, gcs_bucket, gcs_emulator  # noqa: F401 (pytest fixtures)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,7 +29,7 @@ def corpus_on_gcs(gcs_emulator, gcs_bucket, small_artifact_dir, tmp_path, monkey
     monkeypatch.setenv("TEXTDP_CACHE_DIR", str(tmp_path / "cache"))
     bucket = gcs_emulator.client().bucket(gcs_bucket)
     bucket.blob("corpus/2026-11-21/reviews-00000.txt").upload_from_filename(EXAMPLE_TXT)
-    artifact_url = remote.upload_artifact(small_artifact_dir, f"gs://{gcs_bucket}/artifacts/glove5k")
+    artifact_url = gcs.upload_artifact(small_artifact_dir, f"gs://{gcs_bucket}/artifacts/glove5k")
     return {"bucket": bucket, "name": gcs_bucket, "artifact": artifact_url, "cache": tmp_path / "cache"}
 
 
@@ -124,11 +124,11 @@ def test_neighbour_table_added_to_a_gcs_artifact_is_used_by_tem(corpus_on_gcs, t
     from pipelines import neighbours
 
     name, bucket, url = corpus_on_gcs["name"], corpus_on_gcs["bucket"], corpus_on_gcs["artifact"]
-    before = remote.fetch_artifact(url)
+    before = gcs.fetch_artifact(url)
     temp_before = set(os.listdir(tempfile.gettempdir()))
     assert neighbours.run(["--runner=FnApiRunner", f"--artifact={url}", "--k=10", "--shard-rows=2500"]) == 0
     assert json.loads(capsys.readouterr().out)["artifact"] == url
-    uploaded = bucket.blob(remote.parse_gcs_url(url)[1] + "/manifest.json").download_as_text()
+    uploaded = bucket.blob(gcs.parse_gcs_url(url)[1] + "/manifest.json").download_as_text()
     assert json.loads(uploaded)["neighbours"]["k"] == 10
     assert "neighbours" not in json.loads(open(os.path.join(before, "manifest.json")).read()), "cache untouched"
     assert not [p for p in os.listdir(tempfile.gettempdir()) if p.startswith("textdp-neighbours-")
@@ -176,6 +176,6 @@ def test_two_worker_processes_share_one_download_of_a_gcs_artifact(corpus_on_gcs
     lines = [json.loads(line) for path in glob.glob(f"{diagnostics}-*.jsonl")
              for line in open(path, encoding="utf-8") if line.strip()]
     assert len({line["pid"] for line in lines}) == 2, "expected two worker processes"
-    _, prefix = remote.parse_gcs_url(corpus_on_gcs["artifact"])
+    _, prefix = gcs.parse_gcs_url(corpus_on_gcs["artifact"])
     for name_in_artifact in ("vectors.npy", "index.ann", "vocab.txt"):
         assert gcs_emulator.media_requests(name, f"{prefix}/{name_in_artifact}") == 1, name_in_artifact

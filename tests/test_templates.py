@@ -133,13 +133,13 @@ def test_dataflow_dry_run_through_the_template_uses_the_template_image(tmp_path,
 
 
 def test_build_index_template_builds_on_a_worker_and_uploads(gcs_bucket, beam_gcs_anonymous, tmp_path, monkeypatch):
-    from textdp import remote
-    from textdp.artifact import open_artifact
+    from textdp import gcs
+    from textdp.locate import open_artifact
 
     monkeypatch.setenv("TEXTDP_CACHE_DIR", str(tmp_path / "cache"))
     url = f"gs://{gcs_bucket}/artifacts/glove500"
     template_main.launch("build-index", [f"--output={url}", "--vocab_size=500", "--trees=1", "--runner=FnApiRunner"])
-    assert open_artifact(remote.fetch_artifact(url)).vocab_size == 500
+    assert open_artifact(gcs.fetch_artifact(url)).vocab_size == 500
     with pytest.raises(template_main.TemplateArgumentError, match="gs://"):
         template_main.launch("build-index", [f"--output={tmp_path}/local", "--runner=FnApiRunner"])
 
@@ -150,17 +150,17 @@ def test_neighbours_template_adds_the_table_to_a_gcs_artifact(gcs_bucket, beam_g
     the workers fetch the artifact and the table lands in the bucket with a new manifest."""
     import json
 
-    from textdp import remote
+    from textdp import gcs
+    from textdp.locate import open_artifact, read_manifest
     from textdp.neighbours import NeighbourTable
-    from textdp.artifact import open_artifact
 
     monkeypatch.setenv("TEXTDP_CACHE_DIR", str(tmp_path / "cache"))
-    url = remote.upload_artifact(small_artifact_dir, f"gs://{gcs_bucket}/artifacts/glove5k-template")
+    url = gcs.upload_artifact(small_artifact_dir, f"gs://{gcs_bucket}/artifacts/glove5k-template")
     template_main.launch("neighbours", [f"--artifact={url}", "--k=8", "--shard_rows=2000",
                                         "--runner=FnApiRunner"]).wait_until_finish()
-    manifest = remote.read_manifest_url(url)
+    manifest = read_manifest(url)
     assert manifest["neighbours"]["k"] == 8 and "neighbours_ids.npy" in manifest["files"]
-    table = NeighbourTable.from_artifact(open_artifact(remote.fetch_artifact(url)))
+    table = NeighbourTable.from_artifact(open_artifact(gcs.fetch_artifact(url)))
     assert table.k == 8 and (table.ids[:, 0] == range(5000)).all()  # every word is its own nearest
     assert json.loads(open(f"{small_artifact_dir}/manifest.json", encoding="utf-8").read()).get("neighbours") is None
 

@@ -18,7 +18,7 @@ import mmap
 
 import numpy as np
 
-from textdp.artifact import Artifact
+from textdp.store import Artifact
 from textdp.errors import ArtifactError
 
 

@@ -267,7 +267,7 @@ class TableWriter:
 
     def finish(self, extra: dict) -> dict:
         """Check completeness, flush, and add the files and the manifest section to the artifact."""
-        from textdp.artifact import add_files, read_manifest  # pylint: disable=import-outside-toplevel
+        from textdp.store import add_files, read_directory_manifest  # pylint: disable=import-outside-toplevel
 
         first = np.asarray(self.ids[:, 0])
         if (first != np.arange(self.vocab_size)).any():
@@ -279,7 +279,7 @@ class TableWriter:
         self.ids.flush()
         self.distances.flush()
         del self.ids, self.distances
-        vectors_entry = read_manifest(self.artifact_dir)["files"].get("vectors.npy", {})
+        vectors_entry = read_directory_manifest(self.artifact_dir)["files"].get("vectors.npy", {})
         content = {
             "k": self.k,
             "metric": self.metric,

@@ -26,8 +26,8 @@ import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from textdp.artifact import Artifact, resolve_artifact
 from textdp.calibration import K_VALUES, WordCalibrator, build_summary
+from textdp.locate import open_artifact
 from textdp.mechanisms import make_mechanism
 from textdp.report import build_report_files
 
@@ -77,7 +77,7 @@ class ArtifactHolder:
 
     def __init__(self, location: Optional[str]):
         started = time.perf_counter()
-        self.artifact = Artifact(resolve_artifact(location))
+        self.artifact = open_artifact(location)
         _ = self.artifact.sqnorms  # computed once per process, shared by every DoFn instance
         self.load_ms = (time.perf_counter() - started) * 1000.0
 

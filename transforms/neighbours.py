@@ -8,7 +8,7 @@ staging files in the artifact directory and adds them to the manifest atomically
 The artifact is a local directory that every worker can reach (the local runners) or a gs:// URL
 (any runner, Dataflow included): each worker then fetches the artifact into its own cache once,
 and the writer checks out a working copy on its worker (hard links into that cache), writes the
-table into it and uploads the two new files and then the manifest (``textdp.remote``), so readers
+table into it and uploads the two new files and then the manifest (``textdp.gcs``), so readers
 see either the old artifact or the complete new one.
 """
 
@@ -25,7 +25,8 @@ import numpy as np
 from apache_beam.metrics import Metrics
 from apache_beam.utils import shared
 
-from textdp.artifact import Artifact, resolve_artifact
+from textdp import gcs
+from textdp.locate import open_artifact
 from textdp.neighbours import QUERY_ROWS, TableWriter, knn_rows, metric_points
 
 NAMESPACE = "textdp"
@@ -36,7 +37,7 @@ class VocabularyPoints:
 
     def __init__(self, artifact: str, metric: str):
         started = time.perf_counter()
-        artifact = Artifact(resolve_artifact(artifact))  # a gs:// URL is fetched into this machine's cache once
+        artifact = open_artifact(artifact)  # a gs:// URL is fetched into this machine's cache once
         if metric == "euclidean":
             self.points = artifact.vectors  # the memory map itself: shared through the page cache
         else:
@@ -96,13 +97,11 @@ class WriteNeighbourTable(beam.DoFn):
         if not self.artifact_dir.startswith("gs://"):
             yield self._write(self.artifact_dir, blocks)["neighbours"]
             return
-        from textdp import remote  # pylint: disable=import-outside-toplevel
-
         workdir = tempfile.mkdtemp(prefix="textdp-neighbours-")
         try:  # a working copy on this worker, the table written into it, the new files uploaded
-            local = remote.checkout_artifact(self.artifact_dir, os.path.join(workdir, "artifact"))
+            local = gcs.checkout_artifact(self.artifact_dir, os.path.join(workdir, "artifact"))
             manifest = self._write(local, blocks)
-            remote.upload_artifact(local, self.artifact_dir)
+            gcs.upload_artifact(local, self.artifact_dir)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         yield manifest["neighbours"]

@@ -28,8 +28,8 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from textdp.artifact import resolve_artifact
 from textdp.compact_vocab import SharedVocabularyArtifact
+from textdp.locate import resolve_artifact
 from textdp.mechanisms import make_mechanism
 from textdp.text_privatizer import TextPrivatizer
 

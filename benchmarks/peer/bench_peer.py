@@ -46,7 +46,7 @@ import numpy as np
 from scipy import stats
 
 from benchmarks.common import RESULTS, imdb_token_ids, machine
-from textdp.artifact import open_artifact
+from textdp.locate import open_artifact
 from textdp.calibration import distance_row
 from textdp.madlib import Madlib
 from textdp.tem import DEFAULT_BETA, TEM, gamma_from_beta, output_distribution

@@ -1,4 +1,9 @@
-"""Vocabulary artifacts: build, verify and memory-map them.
+"""Local artifact directories: build them, read and write their manifest, verify and memory-map them.
+
+This is the bottom layer of artifact handling and knows nothing of gs:// (``textdp.gcs`` fetches
+remote artifacts into local directories with it, and ``textdp.locate`` turns an ``--artifact``
+value -- a directory, a gs:// URL or nothing for the default -- into a manifest, a local directory
+or a loaded ``Artifact``).
 
 An artifact is a directory holding everything a worker needs to privatize text:
 
@@ -19,13 +24,13 @@ An artifact is a directory holding everything a worker needs to privatize text:
 Files are written once and never rewritten in place: a build goes to a temporary sibling
 directory that is renamed into place, and adding files to an artifact writes new files and then
 atomically replaces ``manifest.json``. Loading checks the format version, sizes and SHA-256 of
-every file it uses and refuses a mismatch with a message that names the file.
+every file it uses and refuses a mismatch with a message that names the file; a verification
+stamp in the cache spares re-hashing a file that has not changed since (``textdp.verification``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -41,8 +46,10 @@ import numpy as np
 from textdp import __version__
 from textdp.embeddings import BUNDLED_GLOVE, EmbeddingSource, load_embeddings
 from textdp.errors import ArtifactError
+from textdp.verification import file_entry, verify_file
 
 FORMAT_VERSION = 1
+ARTIFACT_KIND = "textdp-vocabulary"
 MANIFEST = "manifest.json"
 VOCAB_FILE = "vocab.txt"
 VECTORS_FILE = "vectors.npy"
@@ -56,18 +63,6 @@ Progress = Callable[[str], None]
 def stderr_progress(message: str) -> None:
     """Default progress sink for long one-off work (building an artifact)."""
     print(f"[textdp] {message}", file=sys.stderr, flush=True)
-
-
-def sha256_file(path: str, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(chunk), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def file_entry(path: str) -> dict:
-    return {"sha256": sha256_file(path), "bytes": os.path.getsize(path)}
 
 
 # --- building --------------------------------------------------------------------------------
@@ -111,7 +106,7 @@ def build_artifact(
         say("computing checksums")
         manifest = {
             "format_version": FORMAT_VERSION,
-            "kind": "textdp-vocabulary",
+            "kind": ARTIFACT_KIND,
             "textdp_version": __version__,
             "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "source": source.to_json(),
@@ -149,7 +144,7 @@ def add_files(artifact_dir: str, files: Dict[str, str], section: str, content: d
     ``files`` maps a file name inside the artifact to a finished file on the same filesystem.
     Existing files are never replaced; the manifest is replaced atomically (write + rename).
     """
-    manifest = read_manifest(artifact_dir)
+    manifest = read_directory_manifest(artifact_dir)
     for name, src in files.items():
         dest = os.path.join(artifact_dir, name)
         if os.path.exists(dest) or name in manifest["files"]:
@@ -175,24 +170,43 @@ def _write_json(path: str, obj: dict) -> None:
 # --- loading ---------------------------------------------------------------------------------
 
 
-def read_manifest(artifact_dir: str) -> dict:
-    path = os.path.join(artifact_dir, MANIFEST)
+def parse_manifest(raw: bytes, where: str) -> dict:
+    """Validate the bytes of a ``manifest.json`` read from ``where`` (a path or URL, for messages)."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            manifest = json.load(handle)
-    except FileNotFoundError:
-        raise ArtifactError(f"{artifact_dir} is not a textdp artifact: {MANIFEST} is missing") from None
+        manifest = json.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError):
-        raise ArtifactError(f"{path} is not valid JSON (corrupted artifact?)") from None
-    if not isinstance(manifest, dict) or manifest.get("kind") != "textdp-vocabulary":
-        raise ArtifactError(f"{path} does not describe a textdp vocabulary artifact")
+        raise ArtifactError(f"{where} is not valid JSON (corrupted artifact?)") from None
+    if not isinstance(manifest, dict) or manifest.get("kind") != ARTIFACT_KIND:
+        raise ArtifactError(f"{where} does not describe a textdp vocabulary artifact")
     if manifest.get("format_version") != FORMAT_VERSION:
         raise ArtifactError(
-            f"{path} has format version {manifest.get('format_version')!r}; this textdp reads version {FORMAT_VERSION}")
+            f"{where} has format version {manifest.get('format_version')!r}; this textdp reads version {FORMAT_VERSION}")
     for key in ("dimension", "vocab_size", "files", "vocab", "vectors"):
         if key not in manifest:
-            raise ArtifactError(f"{path} lacks the field {key!r}")
+            raise ArtifactError(f"{where} lacks the field {key!r}")
+    if not isinstance(manifest["files"], dict) or not all(
+            isinstance(entry, dict) and isinstance(entry.get("sha256"), str) and isinstance(entry.get("bytes"), int)
+            for entry in manifest["files"].values()):
+        raise ArtifactError(f"{where}: 'files' must map every file name to its sha256 and bytes")
     return manifest
+
+
+def read_directory_manifest(artifact_dir: str) -> dict:
+    """The validated manifest of the local artifact directory ``artifact_dir``.
+
+    Code that works on a local directory it holds (this module, ``textdp.gcs``, the neighbour
+    table's writer) calls it; everything else reads a manifest through
+    ``textdp.locate.read_manifest``, which takes any ``--artifact`` value.
+    """
+    path = os.path.join(artifact_dir, MANIFEST)
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except FileNotFoundError:
+        raise ArtifactError(f"{artifact_dir} is not a textdp artifact: {MANIFEST} is missing") from None
+    except IsADirectoryError:
+        raise ArtifactError(f"{path} is a directory, not a manifest") from None
+    return parse_manifest(raw, path)
 
 
 class Artifact:
@@ -204,7 +218,7 @@ class Artifact:
 
     def __init__(self, path: str, verify: bool = True):
         self.path = os.path.abspath(path)
-        self.manifest = read_manifest(self.path)
+        self.manifest = read_directory_manifest(self.path)
         self.dimension = int(self.manifest["dimension"])
         self.vocab_size = int(self.manifest["vocab_size"])
         self._verify = verify
@@ -218,7 +232,8 @@ class Artifact:
 
     # files ------------------------------------------------------------------------------------
     def file_path(self, name: str) -> str:
-        """Absolute path of an artifact file after checking its size and SHA-256 (once)."""
+        """Absolute path of an artifact file after checking its size and SHA-256 (once per process; a
+        file unchanged since an earlier check is not re-hashed, see ``textdp.verification``)."""
         entry = self.manifest["files"].get(name)
         if entry is None:
             raise ArtifactError(f"{self.path}: {MANIFEST} lists no file {name!r}")
@@ -226,14 +241,7 @@ class Artifact:
         with self._lock:
             if name in self._verified or not self._verify:
                 return path
-            if not os.path.exists(path):
-                raise ArtifactError(f"{path} is missing (incomplete artifact)")
-            size = os.path.getsize(path)
-            if size != entry["bytes"]:
-                raise ArtifactError(
-                    f"{path} has {size} bytes but the manifest records {entry['bytes']} (truncated or corrupted)")
-            if sha256_file(path) != entry["sha256"]:
-                raise ArtifactError(f"{path} fails its SHA-256 check (corrupted artifact); rebuild or re-fetch it")
+            verify_file(path, entry, stamp_dir())
             self._verified.add(name)
         return path
 
@@ -320,16 +328,21 @@ def _row_sqnorms(vectors: np.ndarray, block: int = 65536) -> np.ndarray:
     return out
 
 
-# --- default artifact and locations ----------------------------------------------------------
+# --- the cache and the default artifact ------------------------------------------------------
 
 
 def cache_dir() -> str:
-    """Where textdp keeps the default artifact and fetched remote artifacts."""
+    """Where textdp keeps the default artifact, fetched remote artifacts and verification stamps."""
     explicit = os.environ.get("TEXTDP_CACHE_DIR")
     if explicit:
         return os.path.abspath(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "textdp")
+
+
+def stamp_dir() -> str:
+    """Where verification stamps live (``textdp.verification``): one small file per verified file."""
+    return os.path.join(cache_dir(), "verified")
 
 
 def default_artifact_path() -> str:
@@ -355,22 +368,3 @@ def ensure_default_artifact(progress: Optional[Progress] = stderr_progress) -> s
             progress(f"building the default artifact ({BUNDLED_GLOVE}, one time only) into {path}")
         build_artifact(EmbeddingSource("bundled", BUNDLED_GLOVE), path, progress=progress)
     return path
-
-
-def resolve_artifact(location: Optional[str], progress: Optional[Progress] = stderr_progress) -> str:
-    """Turn an ``--artifact`` value into a local directory: default, local path or gs:// URL."""
-    if not location:
-        return ensure_default_artifact(progress)
-    if location.startswith("gs://"):
-        from textdp import remote  # pylint: disable=import-outside-toplevel
-
-        return remote.fetch_artifact(location, progress=progress)
-    if not os.path.isdir(location):
-        raise ArtifactError(f"{location} is not a directory (expected a textdp artifact)")
-    return location
-
-
-def open_artifact(location: Optional[str] = None, verify: bool = True,
-                  progress: Optional[Progress] = stderr_progress) -> Artifact:
-    """Resolve and load an artifact (the default one when ``location`` is empty)."""
-    return Artifact(resolve_artifact(location, progress), verify=verify)

@@ -1,17 +1,17 @@
 """Vocabulary artifacts on Google Cloud Storage: upload them, and fetch them once per machine.
 
 A Beam job that runs on many machines names its artifact with a ``gs://bucket/prefix`` URL. Every
-worker process calls :func:`fetch_artifact` (through ``textdp.artifact.resolve_artifact``) and
+worker process calls :func:`fetch_artifact` (through ``textdp.locate.resolve_artifact``) and
 gets back a local directory to memory-map. The first process on a machine downloads; the others
 on that machine wait on a file lock and then reuse the same directory, so the page cache holds one
 copy of the vectors and the Annoy index however many worker processes there are.
 
 How a fetch stays safe:
 
-* The remote ``manifest.json`` is read first. The cache directory is named after the URL *and* the
-  SHA-256 of that manifest, so an artifact that changes remotely (new files added, or rebuilt)
-  lands in a new directory; a directory that a running process has mapped is never replaced or
-  modified in place.
+* The remote ``manifest.json`` is read and validated first. The cache directory is named after
+  the URL *and* the SHA-256 of that manifest, so an artifact that changes remotely (new files
+  added, or rebuilt) lands in a new directory; a directory that a running process has mapped is
+  never replaced or modified in place.
 * Objects are downloaded in ranged chunks to ``<name>.part`` inside a private staging directory,
   each chunk retried with exponential backoff on transient errors (connection resets, 429, 5xx).
 * Every file's size and SHA-256 are checked against the manifest before the staging directory is
@@ -23,8 +23,11 @@ How a fetch stays safe:
 
 Uploads write every file before ``manifest.json``, so a reader never sees a manifest whose files
 are missing, and never overwrite an object with different content (each object records its
-SHA-256 in its metadata). This module does not import Beam: pipelines read and write their own
-inputs and outputs on gs:// through Beam's file systems.
+SHA-256 in its metadata). Before a job starts, :func:`check_remote_files` confirms that the objects
+it will use exist with the manifest's sizes, from object metadata alone (``textdp.locate``).
+
+This module builds on ``textdp.store`` (local artifact directories) and does not import Beam:
+pipelines read and write their own inputs and outputs on gs:// through Beam's file systems.
 """
 
 from __future__ import annotations
@@ -38,11 +41,12 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
-from textdp.artifact import (MANIFEST, Progress, build_artifact, cache_dir, read_manifest, sha256_file,
-                             staged_directory)
 from textdp.errors import ArtifactError
+from textdp.store import (MANIFEST, Progress, build_artifact, cache_dir, parse_manifest, read_directory_manifest,
+                          staged_directory)
+from textdp.verification import sha256_file
 
 GS_SCHEME = "gs://"
 SHA256_METADATA_KEY = "textdp-sha256"
@@ -175,6 +179,7 @@ def fetch_artifact(gs_url: str, progress: Optional[Progress] = None, *, retry: R
     bucket = client.bucket(bucket_name)
     manifest_url = f"gs://{bucket_name}/{_object_name(prefix, MANIFEST)}"
     manifest_bytes = _read_manifest_object(bucket, prefix, manifest_url, retry, say)
+    manifest = parse_manifest(manifest_bytes, manifest_url)  # kind, format version, required fields
     manifest_digest = hashlib.sha256(manifest_bytes).hexdigest()
     root = remote_cache_root()
     final = os.path.join(root, cache_key(gs_url, manifest_digest))
@@ -199,23 +204,33 @@ def fetch_artifact(gs_url: str, progress: Optional[Progress] = None, *, retry: R
                 "must not be modified; remove that directory (when no job uses it) and fetch again")
         _remove_stale_staging(root, os.path.basename(final), say)
         with staged_directory(final, prefix=os.path.basename(final) + _STAGING_MARK) as staging:
-            _download_into(bucket, prefix, gs_url, manifest_bytes, staging, retry, chunk_bytes, say)
+            _download_into(bucket, prefix, gs_url, manifest, manifest_bytes, staging, retry, chunk_bytes, say)
         say(f"fetched {gs_url} into {final}")
         return final
     finally:
         lock.release()
 
 
-def read_manifest_url(gs_url: str, progress: Optional[Progress] = None, *, retry: RetryPolicy = DEFAULT_RETRY) -> dict:
-    """The manifest of the artifact at ``gs_url``, read without fetching the artifact (submit-time checks)."""
+def read_remote_manifest(gs_url: str, progress: Optional[Progress] = None, *,
+                         retry: RetryPolicy = DEFAULT_RETRY) -> dict:
+    """The validated manifest of the artifact at ``gs_url``, read without fetching the artifact."""
     say = progress or (lambda _msg: None)
     bucket_name, prefix = parse_gcs_url(gs_url)
     bucket = storage_client().bucket(bucket_name)
     manifest_url = f"gs://{bucket_name}/{_object_name(prefix, MANIFEST)}"
-    try:
-        return json.loads(_read_manifest_object(bucket, prefix, manifest_url, retry, say))
-    except ValueError as exc:
-        raise ArtifactError(f"{manifest_url} is not valid JSON ({exc}); not a textdp artifact") from None
+    return parse_manifest(_read_manifest_object(bucket, prefix, manifest_url, retry, say), manifest_url)
+
+
+def check_remote_files(gs_url: str, entries: Dict[str, dict], progress: Optional[Progress] = None, *,
+                       retry: RetryPolicy = DEFAULT_RETRY) -> None:
+    """Refuse unless every object named in ``entries`` (file name -> manifest entry) exists under
+    ``gs_url`` with the recorded size (and the recorded SHA-256, where the uploader stored it in the
+    object's metadata). Reads object metadata only, never content: the workers hash on fetch."""
+    say = progress or (lambda _msg: None)
+    bucket_name, prefix = parse_gcs_url(gs_url)
+    bucket = storage_client().bucket(bucket_name)
+    for name in sorted(entries):
+        _require_object(bucket, prefix, gs_url, name, entries[name], retry, say)
 
 
 def _read_manifest_object(bucket, prefix: str, manifest_url: str, retry: RetryPolicy, say: Progress) -> bytes:
@@ -250,11 +265,10 @@ def _remove_stale_staging(root: str, key: str, say: Progress) -> None:
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
-def _download_into(bucket, prefix: str, gs_url: str, manifest_bytes: bytes, staging: str,
+def _download_into(bucket, prefix: str, gs_url: str, manifest: dict, manifest_bytes: bytes, staging: str,
                    retry: RetryPolicy, chunk_bytes: int, say: Progress) -> None:
     with open(os.path.join(staging, MANIFEST), "wb") as handle:
         handle.write(manifest_bytes)
-    manifest = read_manifest(staging)  # validates kind, format version and required fields
     files = manifest["files"]
     total = sum(int(entry["bytes"]) for entry in files.values())
     say(f"downloading {gs_url}: {len(files)} files, {total / 2**20:,.1f} MiB")
@@ -269,21 +283,9 @@ def _download_into(bucket, prefix: str, gs_url: str, manifest_bytes: bytes, stag
 def _download_file(bucket, prefix: str, gs_url: str, name: str, entry: dict, staging: str,
                    retry: RetryPolicy, chunk_bytes: int, say: Progress) -> None:
     object_url = f"{gs_url.rstrip('/')}/{name}"
-    object_name = _object_name(prefix, name)
     expected_bytes, expected_sha = int(entry["bytes"]), entry["sha256"]
-    try:
-        remote = _with_retries(lambda: bucket.get_blob(object_name, timeout=REQUEST_TIMEOUT, retry=None),
-                               f"looking up {object_url}", retry, say)
-    except Exception as exc:  # pylint: disable=broad-except
-        if _not_found_or_denied(exc):
-            raise ArtifactError(f"cannot read {object_url} ({type(exc).__name__})") from None
-        raise
-    if remote is None:
-        raise ArtifactError(f"{object_url} is missing: the artifact in the bucket is incomplete")
-    if remote.size != expected_bytes:
-        raise ArtifactError(f"{object_url} has {remote.size} bytes but {MANIFEST} records {expected_bytes} "
-                            "(corrupted or partly uploaded artifact); rebuild and upload it again")
-    pinned = bucket.blob(object_name, generation=remote.generation)  # chunks all from one object version
+    remote = _require_object(bucket, prefix, gs_url, name, entry, retry, say)
+    pinned = bucket.blob(_object_name(prefix, name), generation=remote.generation)  # chunks all from one object version
     part = os.path.join(staging, name + _PART_SUFFIX)
     digest = hashlib.sha256()
     say(f"downloading {name} ({expected_bytes / 2**20:,.1f} MiB)")
@@ -307,11 +309,35 @@ def _download_file(bucket, prefix: str, gs_url: str, name: str, entry: dict, sta
     os.rename(part, os.path.join(staging, name))
 
 
+def _require_object(bucket, prefix: str, gs_url: str, name: str, entry: dict, retry: RetryPolicy, say: Progress):
+    """The object of artifact file ``name`` (metadata only), refused if missing or not the manifest's file."""
+    object_url = f"{gs_url.rstrip('/')}/{name}"
+    object_name = _object_name(prefix, name)
+    try:
+        remote = _with_retries(lambda: bucket.get_blob(object_name, timeout=REQUEST_TIMEOUT, retry=None),
+                               f"looking up {object_url}", retry, say)
+    except Exception as exc:  # pylint: disable=broad-except
+        if _not_found_or_denied(exc):
+            raise ArtifactError(f"cannot read {object_url} ({type(exc).__name__})") from None
+        raise
+    if remote is None:
+        raise ArtifactError(f"{object_url} is missing: the artifact in the bucket is incomplete")
+    if remote.size != int(entry["bytes"]):
+        raise ArtifactError(f"{object_url} has {remote.size} bytes but {MANIFEST} records {entry['bytes']} "
+                            "(corrupted or partly uploaded artifact); rebuild and upload it again")
+    recorded_sha = (remote.metadata or {}).get(SHA256_METADATA_KEY)
+    if recorded_sha is not None and recorded_sha != entry["sha256"]:
+        raise ArtifactError(f"{object_url} was uploaded with SHA-256 {recorded_sha[:12]}... but {MANIFEST} records "
+                            f"{entry['sha256'][:12]}... (a file from another version of the artifact); rebuild and "
+                            "upload the artifact again")
+    return remote
+
+
 def checkout_artifact(gs_url: str, dest: str, progress: Optional[Progress] = None) -> str:
     """A writable local copy of a gs:// artifact at ``dest`` (new), for adding files and uploading back.
 
     Fetches into the cache first, then hard-links the files (copies across file systems):
-    ``textdp.artifact.add_files`` only adds new files and replaces ``manifest.json`` by rename, so
+    ``textdp.store.add_files`` only adds new files and replaces ``manifest.json`` by rename, so
     the cached copy that the links share is never modified. Typical use, for a job that adds a
     table to a gs:// artifact: ``checkout_artifact`` -> ``add_files`` -> ``upload_artifact``.
     """
@@ -344,7 +370,7 @@ def upload_artifact(local_dir: str, gs_url: str, progress: Optional[Progress] = 
     Returns ``gs_url``.
     """
     say = progress or (lambda _msg: None)
-    manifest = read_manifest(local_dir)
+    manifest = read_directory_manifest(local_dir)
     for name, entry in manifest["files"].items():
         path = os.path.join(local_dir, name)
         if not os.path.isfile(path) or os.path.getsize(path) != entry["bytes"] or sha256_file(path) != entry["sha256"]:

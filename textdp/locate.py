@@ -1,0 +1,167 @@
+"""From an ``--artifact`` value to a manifest, a local directory or a loaded artifact, and the
+pre-run check that the artifact can serve the run.
+
+A *location* is what a user gives to ``--artifact``: nothing (``None`` or ``""``: the default
+artifact, the bundled GloVe 6B 50d vectors built once into the cache), a local directory, or a
+``gs://bucket/prefix`` URL. This module is the layer above ``textdp.store`` (local directories) and
+``textdp.gcs`` (Cloud Storage); jobs, transforms and tests go through it:
+
+``read_manifest(location)``
+    the validated manifest, without loading the artifact or fetching a gs:// one;
+``resolve_artifact(location)``
+    a local directory (the default artifact is built once, a gs:// artifact fetched once per machine);
+``open_artifact(location)``
+    a loaded, verified ``Artifact``;
+``verify_artifact(location, needs)``
+    everything the submitting machine can check cheaply before a pipeline starts, so that a damaged
+    or incomplete artifact is one clear error instead of a traceback from inside a worker.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, Iterable, Optional
+
+import numpy as np
+
+from textdp import gcs
+from textdp.errors import ArtifactError
+from textdp.neighbours import SECTION as NEIGHBOURS_SECTION
+from textdp.store import (MANIFEST, Artifact, Progress, ensure_default_artifact, read_directory_manifest,
+                          stamp_dir, stderr_progress)
+from textdp.verification import verify_file
+
+# The parts of an artifact a run can use. Every run opens the vocabulary and the vectors (an
+# ``Artifact`` loads both), Madlib with ``--nn annoy`` also the Annoy index, TEM the neighbour table.
+ARTIFACT_PARTS = ("vocab", "vectors", "annoy", "neighbours")
+ALWAYS_NEEDED = ("vocab", "vectors")
+_NPY_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def read_manifest(location: Optional[str], progress: Optional[Progress] = stderr_progress) -> dict:
+    """The validated manifest of the artifact at ``location`` (default, local directory or gs:// URL).
+
+    A gs:// manifest is read in place; the default artifact is built first if it does not exist yet.
+    """
+    if gcs.is_gcs_url(location):
+        return gcs.read_remote_manifest(location)
+    return read_directory_manifest(_local_directory(location, progress))
+
+
+def resolve_artifact(location: Optional[str], progress: Optional[Progress] = stderr_progress) -> str:
+    """Turn an ``--artifact`` value into a local directory: default, local path or gs:// URL."""
+    if gcs.is_gcs_url(location):
+        return gcs.fetch_artifact(location, progress=progress)
+    return _local_directory(location, progress)
+
+
+def open_artifact(location: Optional[str] = None, verify: bool = True,
+                  progress: Optional[Progress] = stderr_progress) -> Artifact:
+    """Resolve and load an artifact (the default one when ``location`` is empty)."""
+    return Artifact(resolve_artifact(location, progress), verify=verify)
+
+
+def _local_directory(location: Optional[str], progress: Optional[Progress]) -> str:
+    if not location:
+        return ensure_default_artifact(progress)
+    if not os.path.isdir(location):
+        raise ArtifactError(f"{location} is not a directory (expected a textdp artifact)")
+    return location
+
+
+# --- the pre-run check --------------------------------------------------------------------------
+
+
+def artifact_needs(mechanism: str = "madlib", nn: str = "exact") -> tuple:
+    """The parts of the artifact a privatize or calibrate run with this mechanism reads."""
+    if mechanism == "tem":
+        return ALWAYS_NEEDED + ("neighbours",)
+    if mechanism == "madlib":
+        return ALWAYS_NEEDED + (("annoy",) if nn == "annoy" else ())
+    raise ValueError(f"unknown mechanism {mechanism!r}")
+
+
+def verify_artifact(location: Optional[str], needs: Iterable[str] = ALWAYS_NEEDED,
+                    progress: Optional[Progress] = stderr_progress) -> dict:
+    """Check, before any pipeline starts, that the artifact at ``location`` can serve a run that
+    reads the parts ``needs`` (see ``ARTIFACT_PARTS``; the vocabulary and vectors are always
+    included). Returns the manifest; raises ``ArtifactError`` with one line naming the artifact and
+    the file.
+
+    Always: the manifest exists, is valid JSON of a textdp artifact of a known format version, and
+    lists every file of the parts needed (TEM without a neighbour table is told to run
+    ``textdp neighbours``). A local artifact (the default one included, built first if missing):
+    each of those files exists with the recorded size and SHA-256 -- hashed only when the file
+    changed since it was last verified (``textdp.verification``) -- and the .npy headers of the
+    vectors and the neighbour table have the manifest's shapes. A gs:// artifact: each object
+    exists with the recorded size, read from object metadata without downloading it; the workers
+    verify the SHA-256 when they fetch the artifact.
+    """
+    wanted = tuple(dict.fromkeys(ALWAYS_NEEDED + tuple(needs)))
+    unknown = [part for part in wanted if part not in ARTIFACT_PARTS]
+    if unknown:
+        raise ValueError(f"unknown artifact part(s) {unknown} (expected some of {', '.join(ARTIFACT_PARTS)})")
+    if gcs.is_gcs_url(location):
+        manifest = gcs.read_remote_manifest(location)
+        files = _needed_files(manifest, wanted, location)
+        gcs.check_remote_files(location, files)
+        return manifest
+    directory = _local_directory(location, progress)
+    manifest = read_directory_manifest(directory)
+    files = _needed_files(manifest, wanted, location or directory)
+    stamps = stamp_dir()
+    for name, entry in files.items():
+        verify_file(os.path.join(directory, name), entry, stamps)
+    _check_array_shapes(directory, manifest, wanted)
+    return manifest
+
+
+def _needed_files(manifest: dict, parts: tuple, where: str) -> Dict[str, dict]:
+    """File name -> manifest entry for every file of ``parts``; refuses a part the artifact lacks."""
+    names = [manifest["vocab"], manifest["vectors"]]
+    if "annoy" in parts:
+        info = manifest.get("annoy")
+        if not isinstance(info, dict) or not info.get("file"):
+            raise ArtifactError(f"--nn annoy needs an Annoy index and the artifact {where} has none; rebuild it "
+                                "with `textdp build-index` or use --nn exact")
+        names.append(info["file"])
+    if "neighbours" in parts:
+        info = manifest.get(NEIGHBOURS_SECTION)
+        if not isinstance(info, dict) or not info.get("ids_file") or not info.get("distances_file"):
+            command = f"textdp neighbours --artifact {where}"
+            raise ArtifactError(f"--mechanism tem needs a neighbour table and the artifact {where} has none; run "
+                                f"`{command}` first (docs/tem.md)")
+        names += [info["ids_file"], info["distances_file"]]
+    files = {}
+    for name in names:
+        if not isinstance(name, str) or name != os.path.basename(name) or name in ("", ".", "..", MANIFEST):
+            raise ArtifactError(f"{where}/{MANIFEST} names an invalid file {name!r}")
+        if name not in manifest["files"]:
+            raise ArtifactError(f"{where}/{MANIFEST} lists no size and checksum for {name} (incomplete artifact)")
+        files[name] = manifest["files"][name]
+    return files
+
+
+def _check_array_shapes(directory: str, manifest: dict, parts: tuple) -> None:
+    """The .npy headers (a few hundred bytes each) agree with the manifest: what a worker would
+    otherwise find only after loading the artifact."""
+    rows = int(manifest["vocab_size"])
+    expected = [(manifest["vectors"], np.float32, (rows, int(manifest["dimension"])))]
+    if "neighbours" in parts:
+        info = manifest[NEIGHBOURS_SECTION]
+        k = int(info.get("k", -1))
+        expected += [(info["ids_file"], np.int32, (rows, k)), (info["distances_file"], np.float32, (rows, k))]
+    for name, dtype, shape in expected:
+        path = os.path.join(directory, name)
+        try:
+            with open(path, "rb") as handle:
+                version = np.lib.format.read_magic(handle)
+                read_header = _NPY_HEADER_READERS.get(version)
+                if read_header is None:
+                    raise ValueError(f"unsupported .npy format version {version}")
+                found_shape, fortran_order, found_dtype = read_header(handle)
+        except (OSError, ValueError) as exc:
+            raise ArtifactError(f"{path} is not a readable .npy file ({type(exc).__name__})") from None
+        if tuple(found_shape) != shape or found_dtype != np.dtype(dtype) or fortran_order:
+            raise ArtifactError(f"{path}: expected a row-major {np.dtype(dtype).name} array of shape {shape}, "
+                                f"found {found_dtype} {tuple(found_shape)}{' column-major' if fortran_order else ''}")
