@@ -7,7 +7,7 @@ from scipy import stats
 from textdp.madlib import Madlib
 from textdp.mechanisms import make_mechanism
 from textdp.errors import TextdpError
-from textdp.artifact import open_artifact
+from textdp.locate import open_artifact
 from textdp.neighbours import metric_points
 from textdp.tem import output_distribution
 from textdp.text_privatizer import TextPrivatizer
