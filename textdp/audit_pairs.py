@@ -262,6 +262,27 @@ class TokenReleaser:
             return search.query(noisy, mechanism.nearest)
         return draw
 
+    def release_many(self, mechanism, ids: np.ndarray, rng: np.random.Generator, prune_min: int = 1000) -> np.ndarray:
+        """One release per vocabulary id of ``ids`` (a batch of many words). For plain exact Madlib the
+        words that occur at least ``prune_min`` times are drawn through the candidate pruning (same
+        answers, faster for frequent words at large epsilon); everything else by ``privatize_ids``."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out = np.empty(len(ids), dtype=np.int64)
+        rest = np.ones(len(ids), dtype=bool)
+        if self.prune and self._is_plain_exact_madlib(mechanism) and len(ids) >= prune_min:
+            words, counts = np.unique(ids, return_counts=True)
+            for word in words[counts >= prune_min]:
+                where = np.flatnonzero(ids == word)
+                draw = self._pruned_madlib_drawer(mechanism, int(word))
+                for start in range(0, len(where), self.chunk):
+                    part = where[start:start + self.chunk]
+                    out[part] = draw(len(part), rng)
+                rest[where] = False
+        if rest.any():
+            out[rest] = mechanism.privatize_ids(ids[rest], rng)
+        self.draws_done += len(ids)
+        return out
+
     def _unknown_drawer(self, mechanism, word: str):
         privatizer = self.privatizer_class(mechanism, self.artifact.words, self.artifact.word_to_id,
                                            oov_policy=self.oov_policy)

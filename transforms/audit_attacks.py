@@ -1,0 +1,320 @@
+"""Beam side of the inversion and linkage attacks (arithmetic in ``textdp.audit_attacks``/``audit_corpus``).
+
+Stages, each parallel over its own unit of work:
+
+* ``EncodeRecordFn``: records -> word keys and layout (numbers only), ordered by a keyed hash;
+  the ``Top`` combiner keeps the planned records; ``plan_corpus`` picks evaluated records, tokens,
+  linkage pool and queries (one small singleton).
+* closed-form mechanisms: ``LogNormalizersFn`` computes ln Z_w for every word the attacks need
+  (the prior's support and the pool windows' words), in chunks of words, for every epsilon at once.
+* Monte Carlo mechanisms: ``McDrawsFn`` releases words drawn from the prior (the inversion table) and
+  the pool windows' tokens (the linkage table), in chunks; ``BuildTables`` merges them per epsilon.
+* ``InvertFn``: a chunk of evaluated tokens at one epsilon -> releases -> the attacker's guesses ->
+  success counts per frequency band (summed per epsilon and band).
+* ``LinkFn``: a chunk of queries at one epsilon -> released windows -> likelihood of every pool
+  record -> the expected top-k success in each nested set, and whether the layout alone is unique.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, Optional
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+
+from textdp.audit_attacks import (TOP_K, CountTable, KernelPosterior, Prior, fill_guesses, inversion_outcomes,
+                                  kernel_of, linkage_success, log_normalizers, rank_band, structure_unique)
+from textdp.audit_corpus import (LogZLookup, encode_record, kernel_log_likelihood, linkage_scores, nested_order,
+                                 record_key, release_keys)
+from textdp.audit_pairs import TokenReleaser
+from textdp.tokenize import Tokenizer
+from transforms.audit_common import NAMESPACE, AuditConfig, Progress, acquire_holder
+
+TOKEN_CHUNK = 4000
+QUERY_CHUNK = 50
+WORD_CHUNK = 256
+DRAW_CHUNK = 20000
+
+
+class EncodeRecordFn(beam.DoFn):
+    """(source, position, payload) -> (order key, word keys, layout int); payload text from ``text_field``."""
+
+    def __init__(self, shared_handle, config: AuditConfig, text_fields):
+        self._shared_handle = shared_handle
+        self.config = config
+        self.text_fields = tuple(text_fields)
+        self._tokenizer = None
+        self._records = Metrics.counter(NAMESPACE, "records_encoded")
+
+    def setup(self):
+        holder = acquire_holder(self._shared_handle, self.config)
+        self._tokenizer = Tokenizer(holder.artifact.word_to_id)
+
+    def process(self, record):
+        source, position, payload = record
+        if isinstance(payload, dict):
+            text = "\n".join(str(payload[field]) for field in self.text_fields if isinstance(payload.get(field), str))
+        else:
+            text = payload
+        ids, layout = encode_record(self._tokenizer, text)
+        self._records.inc()
+        yield record_key(self.config.seed, source, position), ids, layout
+
+
+class CountPriorWordsFn(beam.DoFn):
+    """Reference-corpus records -> (word id, count) for its vocabulary words."""
+
+    def __init__(self, shared_handle, config: AuditConfig, text_fields):
+        self._shared_handle = shared_handle
+        self.config = config
+        self.text_fields = tuple(text_fields)
+        self._tokenizer = None
+
+    def setup(self):
+        holder = acquire_holder(self._shared_handle, self.config)
+        self._tokenizer = Tokenizer(holder.artifact.word_to_id)
+
+    def process(self, record):
+        _, _, payload = record
+        if isinstance(payload, dict):
+            text = "\n".join(str(payload[field]) for field in self.text_fields if isinstance(payload.get(field), str))
+        else:
+            text = payload
+        ids = self._tokenizer.tokenize(text).ids
+        words, counts = np.unique(ids[ids >= 0], return_counts=True)
+        for word, count in zip(words.tolist(), counts.tolist()):
+            yield word, count
+
+
+class _Worker(beam.DoFn):
+    """Common setup: the artifact holder, a generator, mechanisms per epsilon, a progress reporter."""
+
+    STAGE = "work"
+    UNIT = "items"
+
+    def __init__(self, shared_handle, config: AuditConfig, planned: Optional[int] = None):
+        self._shared_handle = shared_handle
+        self.config = config
+        self.planned = planned
+        self._holder = None
+        self._rng = None
+        self._progress = None
+        self._cache: Dict = {}
+
+    def setup(self):
+        self._holder = acquire_holder(self._shared_handle, self.config)
+        self._rng = self.config.rng()
+        self._progress = Progress(self.STAGE, self.UNIT, self.planned, self.config.progress_seconds).start()
+        self._cache = {}
+
+    def teardown(self):
+        if self._progress is not None:
+            self._progress.stop()
+
+    def mechanism(self, epsilon: float):
+        key = ("mechanism", epsilon)
+        if key not in self._cache:
+            self._cache[key] = self.config.build_mechanism(self._holder.artifact, epsilon)
+        return self._cache[key]
+
+    def releaser(self) -> TokenReleaser:
+        artifact = self._holder.artifact
+        return TokenReleaser(lambda: None, artifact, oov_policy=self.config.oov_policy, prune=self.config.prune)
+
+    def rng_for(self, *parts) -> np.random.Generator:
+        return self._rng if self.config.seed is None else self.config.rng(*parts)
+
+
+class LogNormalizersFn(_Worker):
+    """A chunk of word ids -> (ids, ln Z matrix: one column per epsilon), for closed-form mechanisms."""
+
+    STAGE = "normalisers"
+    UNIT = "words"
+
+    def process(self, ids):
+        kernels = [kernel_of(self.mechanism(eps)) for eps in self.config.epsilons]
+        metric = kernels[0].metric
+        self._progress.working(True)
+        try:
+            values = log_normalizers(self._holder.points(metric, np.float32), ids, kernels,
+                                     points64=self._holder.points(metric, np.float64))
+        finally:
+            self._progress.working(False)
+        self._progress.add(len(ids))
+        yield np.asarray(ids, dtype=np.int64), values
+
+
+class McDrawsFn(_Worker):
+    """(kind, epsilon, chunk index, payload) -> ((kind, epsilon), (inputs, outputs)).
+
+    ``inversion``: payload = number of inputs to draw from the prior (side input); ``linkage``:
+    payload = the pool windows' vocabulary tokens of this chunk. One release per input.
+    """
+
+    STAGE = "Monte Carlo draws"
+    UNIT = "draws"
+
+    def process(self, element, prior):
+        kind, epsilon, index, payload = element
+        rng = self.rng_for("mc", kind, epsilon, index)
+        if kind == "inversion":
+            inputs = prior.sample(int(payload), rng)
+        else:
+            inputs = np.asarray(payload, dtype=np.int64)
+        self._progress.working(True)
+        try:
+            outputs = self.releaser().release_many(self.mechanism(epsilon), inputs, rng)
+        finally:
+            self._progress.working(False)
+        self._progress.add(len(inputs))
+        yield (kind, float(epsilon)), (inputs, outputs)
+
+
+class ConcatPairs(beam.CombineFn):
+    """Concatenate (inputs, outputs) arrays."""
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, accumulator, element):
+        accumulator.append(element)
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        return [part for accumulator in accumulators for part in accumulator]
+
+    def extract_output(self, accumulator):
+        if not accumulator:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        return (np.concatenate([a for a, _ in accumulator]), np.concatenate([b for _, b in accumulator]))
+
+
+def _log_z_lookups(normalizers, epsilons) -> Dict[float, LogZLookup]:
+    ids = np.concatenate([chunk_ids for chunk_ids, _ in normalizers]) if normalizers else np.empty(0, np.int64)
+    values = np.concatenate([chunk for _, chunk in normalizers]) if normalizers else np.empty((0, len(epsilons)))
+    return {eps: LogZLookup(ids, values[:, k]) for k, eps in enumerate(epsilons)}
+
+
+class InvertFn(_Worker):
+    """(epsilon, chunk index, token ids) -> ((epsilon, band), success counts) for the bands present."""
+
+    STAGE = "inversion"
+    UNIT = "tokens"
+
+    def process(self, element, prior: Prior, normalizers, tables):
+        epsilon, index, tokens = element
+        tokens = np.asarray(tokens, dtype=np.int64)
+        mechanism = self.mechanism(epsilon)
+        rng = self.rng_for("invert", epsilon, index)
+        self._progress.working(True)
+        try:
+            outputs = self.releaser().release_many(mechanism, tokens, rng)
+            prior_top = prior.top(TOP_K)
+            kernel = kernel_of(mechanism)
+            distinct, inverse = np.unique(outputs, return_inverse=True)
+            if kernel is not None:
+                posterior = self._posterior(epsilon, kernel, prior, normalizers)
+                guesses = posterior.top_guesses(distinct)[inverse.reshape(-1)]
+            else:
+                known = self._table_guesses(epsilon, prior, tables)
+                guesses = fill_guesses(known, distinct, prior_top)[inverse.reshape(-1)]
+        finally:
+            self._progress.working(False)
+        self._progress.add(len(tokens))
+        outcomes = inversion_outcomes(tokens, outputs, guesses, prior_top)
+        bands = rank_band(tokens)
+        for band in np.unique(bands):
+            mask = bands == band
+            counts = {key: int(value[mask].sum()) for key, value in outcomes.items()}
+            counts["tokens"] = int(mask.sum())
+            yield (float(epsilon), int(band)), counts
+
+    def _posterior(self, epsilon, kernel, prior, normalizers) -> KernelPosterior:
+        key = ("posterior", epsilon, id(normalizers))
+        if key not in self._cache:
+            lookup = _log_z_lookups(normalizers, self.config.epsilons)[epsilon]
+            points = self._holder.points(kernel.metric, np.float64)
+            self._cache[key] = KernelPosterior(points, prior, lookup(prior.support), kernel)
+        return self._cache[key]
+
+    def _table_guesses(self, epsilon, prior, tables) -> dict:
+        key = ("guesses", epsilon, id(tables))
+        if key not in self._cache:
+            self._cache[key] = tables[("inversion", float(epsilon))].guesses(prior)
+        return self._cache[key]
+
+
+class SumCounts(beam.CombineFn):
+    def create_accumulator(self):
+        return {}
+
+    def add_input(self, accumulator, element):
+        for key, value in element.items():
+            accumulator[key] = accumulator.get(key, 0) + value
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        merged = {}
+        for accumulator in accumulators:
+            self.add_input(merged, accumulator)
+        return merged
+
+    def extract_output(self, accumulator):
+        return accumulator
+
+
+class LinkFn(_Worker):
+    """(epsilon, chunk index, query rows) -> one row per query with its linkage success per set size."""
+
+    STAGE = "linkage"
+    UNIT = "queries"
+
+    def process(self, element, plan, normalizers, tables):
+        epsilon, index, rows = element
+        config = self.config
+        artifact = self._holder.artifact
+        mechanism = self.mechanism(epsilon)
+        kernel = kernel_of(mechanism)
+        if kernel is not None:
+            key = ("link-z", epsilon, id(normalizers))
+            if key not in self._cache:
+                self._cache[key] = _log_z_lookups(normalizers, config.epsilons)[epsilon]
+            log_likelihood = kernel_log_likelihood(self._holder.points(kernel.metric, np.float64), kernel,
+                                                   self._cache[key])
+            basis = "closed form"
+        else:
+            log_likelihood = tables[("linkage", float(epsilon))].log_likelihood
+            basis = "Monte Carlo estimate"
+        windows = plan.pool_windows
+        releaser = self.releaser()
+        for row in np.asarray(rows, dtype=np.int64):
+            rng = self.rng_for("link", epsilon, int(row))
+            self._progress.working(True)
+            try:
+                released = release_keys(mechanism, windows[row], config.oov_policy, artifact.vocab_size, rng,
+                                        release_ids=lambda ids, g: releaser.release_many(mechanism, ids, g))
+                scores = linkage_scores(windows, released, config.oov_policy, artifact.vocab_size, log_likelihood)
+                order = nested_order(rng, len(windows), int(row))
+                success = linkage_success(scores, int(row), order, config.linkage_sizes)
+                unique = structure_unique(plan.pool_layouts, int(row), order, config.linkage_sizes)
+            finally:
+                self._progress.working(False)
+            self._progress.add(1)
+            for size, by_k in success.items():
+                yield {"epsilon": float(epsilon), "query": int(row), "set_size": int(size),
+                       "top1": float(by_k[1]), "top5": float(by_k[5]), "structure_unique": bool(unique[size]),
+                       "likelihood": basis, "window_words": int(config.window),
+                       "source_score": float(scores[row]) if math.isfinite(scores[row]) else None}
+
+
+def chunks(array: np.ndarray, size: int):
+    array = np.asarray(array)
+    for index, start in enumerate(range(0, len(array), size)):
+        yield index, array[start:start + size]
+
+
+def table_from(element, vocab_size: int):
+    (kind, epsilon), (inputs, outputs) = element
+    return (kind, epsilon), CountTable(inputs, outputs, vocab_size)
