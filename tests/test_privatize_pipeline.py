@@ -217,7 +217,7 @@ def test_build_pipeline_returns_an_unrun_pipeline_and_beam_flags_pass_through(tm
     assert options.get_all_options()["parallelism"] == 4
     assert options.view_as(PrivatizeOptions).text_field is None  # JSONL default field: text
     labels = {t.full_label for t in pipeline.transforms_stack[0].parts}
-    assert {"Read", "Perturb", "Write", "WriteErrors", "WriteSummary"} <= labels
+    assert {"Read", "Privatize", "Write", "WriteErrors", "WriteSummary"} <= labels
     assert not glob.glob(f"{output}*")
 
     dataflow = PipelineOptions(ours + ["--runner=DataflowRunner", "--project=some-project",
@@ -261,7 +261,8 @@ def test_cli_privatizes_and_prints_where_the_output_is(tmp_path, small_artifact_
                 f"--artifact={small_artifact_dir}", "--runner=FnApiRunner"])
     printed = capsys.readouterr().out
     assert code == 0
-    assert f"summary: {output}-summary.json" in printed and f"output:  {output}-*-of-*.jsonl" in printed
+    exact = f"{output}-{'[0-9]' * 5}-of-{'[0-9]' * 5}.jsonl"
+    assert f"summary: {output}-summary.json" in printed and f"output:  {exact}" in printed
     assert "records: 30 in, 30 out, 0 failed" in printed
     assert run(["--input=/nowhere/*.txt", f"--output={output}", "--epsilon=1"]) == 2
     assert run(["--help"]) == 0 and "--oov-policy" in capsys.readouterr().out

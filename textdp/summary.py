@@ -17,7 +17,7 @@ claims (without the author counts behind them).
 from __future__ import annotations
 
 import time
-from typing import Dict, Optional
+from typing import Dict, Optional, Sequence
 
 from textdp import __version__
 from textdp.statements import (FLOATING_POINT_STATEMENT, STRUCTURE_STATEMENT, errors_statement, oov_statement,
@@ -84,7 +84,7 @@ def build_summary(counts: Dict[str, int], *, input_pattern: str, output: str, er
                   artifact: dict, oov_policy: str, unk_token: str, seed: Optional[int],
                   max_record_bytes: int, amplifier_steps: Optional[dict] = None,
                   amplification_report: Optional[str] = None, public_summary: Optional[str] = None,
-                  extra: Optional[dict] = None) -> dict:
+                  warnings: Sequence[str] = (), extra: Optional[dict] = None) -> dict:
     """The operator's summary for one run, from the counters combined in the pipeline."""
     tokens = int(counts.get("tokens", 0))
     changed = int(counts.get("changed_tokens", 0))
@@ -117,6 +117,7 @@ def build_summary(counts: Dict[str, int], *, input_pattern: str, output: str, er
         "seed": seed,
         "privacy": privacy_section(mechanism_statement, oov_policy, unk_token, unknown, seed is not None,
                                    amplifier_steps, amplification_report),
+        "warnings": list(warnings),
     }
     summary["raw_data_figures"]["figures"] = [
         figure for figure in RAW_DATA_FIGURES if figure.split(".")[1] in summary[figure.split(".")[0]]]
@@ -157,7 +158,7 @@ def public_amplification(section: dict) -> dict:
 def build_public_summary(*, records_out: int, output: str, data_format: str, text_fields,
                          mechanism_parameters: dict, mechanism_statement: dict, artifact: dict, oov_policy: str,
                          unk_token: str, seed: Optional[int], amplifier_steps: Optional[dict] = None,
-                         amplification: Optional[dict] = None) -> dict:
+                         amplification: Optional[dict] = None, warnings: Sequence[str] = ()) -> dict:
     """The publishable summary: only what the guarantee covers or the output itself shows."""
     document = {
         "textdp_version": __version__,
@@ -177,6 +178,7 @@ def build_public_summary(*, records_out: int, output: str, data_format: str, tex
         "seed_used": seed is not None,
         "privacy": privacy_section(mechanism_statement, oov_policy, unk_token, None, seed is not None,
                                    amplifier_steps, None),
+        "warnings": list(warnings),
     }
     if amplification is not None:
         document["amplification"] = public_amplification(amplification)
