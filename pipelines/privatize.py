@@ -81,10 +81,17 @@ class PrivatizeOptions(PipelineOptions):
                  "against anyone who knows the seed (the summary records it). Default: OS entropy")
         add("--max-record-bytes", "--max_record_bytes", dest="max_record_bytes", type=int,
             default=DEFAULT_MAX_RECORD_BYTES,
-            help=f"records longer than this (bytes of text) go to the error output; default {DEFAULT_MAX_RECORD_BYTES}")
+            help="a record larger than this many bytes goes to the error output (reason too_large) unread: for "
+                 "text and JSONL the bytes of its line as read (after decompression, without the line ending; "
+                 "for JSONL the whole line, every field), for Parquet the UTF-8 bytes of its text fields "
+                 f"together; default {DEFAULT_MAX_RECORD_BYTES}")
         add("--keep-failed-text", "--keep_failed_text", dest="keep_failed_text", action="store_true", default=False,
             help="also write the text of failed records into the error output (which must then be protected "
-                 "like the input); default: position and reason only")
+                 "like the input). Default: each error record holds only its source file, position (line or "
+                 "row), reason code and a detail with exact numbers about the record (its size in bytes, the "
+                 "offset of an invalid byte, the character where JSON parsing failed) and names of text fields "
+                 "or Parquet columns. Even so the error output is operator data derived from the raw input: "
+                 "do not publish it with the output")
         add("--batch-records", "--batch_records", dest="batch_records", type=int, default=DEFAULT_BATCH_RECORDS,
             help=f"maximum records per perturbation batch (one mechanism call); default {DEFAULT_BATCH_RECORDS}")
         add("--diagnostics-output", "--diagnostics_output", dest="diagnostics_output", default=None,
@@ -219,7 +226,7 @@ def build_pipeline(options: PipelineOptions) -> beam.Pipeline:
     opts = options.view_as(PrivatizeOptions)
     data_format = validate(opts)
     text_fields = text_fields_of(opts, data_format)
-    schema = parquet_schema(opts.input) if data_format == "parquet" else None
+    schema = parquet_schema(opts.input, text_fields) if data_format == "parquet" else None
     if schema is not None:
         for field in text_fields:
             if schema.get_field_index(field) < 0:

@@ -13,6 +13,10 @@ from textdp import __version__
 
 FAILED_PREFIX = "failed:"
 
+# Error reasons whose record stands for the unread rest of a file (transforms/io.py FILE_REASONS): the
+# records after the point where reading stopped were never counted, so such a run is never "reconciled".
+FILE_REASONS = ("unreadable_file", "truncated_file", "schema_mismatch")
+
 
 def oov_statement(policy: str, unk_token: str, unknown_tokens: int) -> str:
     """What the out-of-vocabulary policy implies for the guarantee."""
@@ -82,6 +86,7 @@ def build_summary(counts: Dict[str, int], *, input_pattern: str, output: str, er
     unknown = int(counts.get("unknown_tokens", 0))
     failed_by_reason = {key[len(FAILED_PREFIX):]: int(value) for key, value in sorted(counts.items())
                         if key.startswith(FAILED_PREFIX)}
+    files_not_read_to_end = sum(failed_by_reason.get(reason, 0) for reason in FILE_REASONS)
     summary = {
         "textdp_version": __version__,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -95,7 +100,8 @@ def build_summary(counts: Dict[str, int], *, input_pattern: str, output: str, er
             "out": records_out,
             "failed": records_failed,
             "failed_by_reason": failed_by_reason,
-            "reconciled": records_in == records_out + records_failed + records_dropped,
+            "reconciled": (records_in == records_out + records_failed + records_dropped
+                           and not files_not_read_to_end),
         },
         "tokens": {
             "total": tokens,
@@ -114,6 +120,8 @@ def build_summary(counts: Dict[str, int], *, input_pattern: str, output: str, er
         "privacy": privacy_section(mechanism_statement, oov_policy, unk_token, unknown, seed is not None,
                                    amplification_report),
     }
+    if files_not_read_to_end:
+        summary["records"]["files_not_read_to_end"] = files_not_read_to_end
     if "records_dropped" in counts:
         summary["records"]["dropped"] = records_dropped
     if amplification_report:
