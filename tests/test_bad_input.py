@@ -35,6 +35,7 @@ from textdp.summary import FILE_REASONS as SUMMARY_FILE_REASONS
 from transforms.compressed import TruncatedStream, open_decompressed
 from transforms.io import MAX_JSON_DEPTH, WriteRecords
 from transforms.parquet_io import OutputSchemaError
+from tests.gcs_emulator import beam_gcs_anonymous, gcs_bucket, gcs_emulator  # noqa: F401 (pytest fixtures)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(REPO, "docs", "privatize.md")
@@ -188,6 +189,24 @@ def test_every_compressed_format_reads_whole_or_reports_an_early_end(extension):
             open_decompressed(io.BytesIO(packed[:cut]), path).read()
 
 
+@pytest.mark.parametrize("extension", sorted(PACKERS))
+def test_damaged_data_of_every_compressed_format_is_reported_as_damaged(extension):
+    """Overwritten bytes raise each decompressor's own error (a checksum, at the latest at the end of
+    the stream); the reader names it "damaged" (the unreadable_file detail), never with the
+    decompressor's message. zstd frames carry a checksum only when written with one, so a zstd file
+    without it cannot reveal damage to stored data."""
+    noise = random.Random(1)
+    pack = (lambda data: zstandard.ZstdCompressor(write_checksum=True).compress(data)) if extension == "zst" \
+        else PACKERS[extension]
+    packed = bytearray(pack(noise.randbytes(200_000)))
+    middle = len(packed) // 2
+    packed[middle:middle + 256] = bytes(range(256))
+    with pytest.raises(Exception) as raised:
+        open_decompressed(io.BytesIO(bytes(packed)), f"corpus.txt.{extension}").read()
+    assert io_module._unreadable_detail(raised.value, f"corpus.txt.{extension}", "text").endswith(
+        "data is damaged from here on")
+
+
 def test_a_truncated_gzip_file_is_reported_and_never_called_reconciled(tmp_path, small_artifact_dir, caplog,
                                                                          capfd):
     """Issue 13.6: a .gz cut in half read its first 142 of 300 lines, reported nothing, and the
@@ -251,6 +270,27 @@ def test_a_byte_order_mark_crlf_endings_and_empty_files_are_not_content(tmp_path
     assert sorted(read_lines(f"{output}-*-of-*.txt")) == ["A good film.", "Fine."]
     assert summary_of(output)["records"] == {"in": 2, "out": 2, "failed": 0, "failed_by_reason": {},
                                              "reconciled": True}
+
+
+def test_on_gcs_parquet_schemas_are_checked_and_a_truncated_gz_is_reported(
+        gcs_emulator, gcs_bucket, beam_gcs_anonymous, tmp_path, small_artifact_dir):
+    """The same checks through Beam's gs:// file system (the emulator): footers read in parallel
+    before the run, and the decompressing reader over a GCS download stream."""
+    bucket = gcs_emulator.client().bucket(gcs_bucket)
+    for name, ids in (("a", pa.array([1, 2], pa.int64())), ("b", pa.array(["x", "y"]))):
+        sink = pa.BufferOutputStream()
+        pq.write_table(pa.table({"id": ids, "text": ["A good film.", "Bad."]}), sink)
+        bucket.blob(f"in/{name}.parquet").upload_from_string(sink.getvalue().to_pybytes())
+    with pytest.raises(TextdpError, match=rf"gs://{gcs_bucket}/in/b.parquet has column 'id' of type string"):
+        build_pipeline(PipelineOptions([f"--input=gs://{gcs_bucket}/in/*.parquet", f"--output={tmp_path}/o",
+                                        "--epsilon=1"]))
+    packed = gzip.compress(corpus_bytes(300))
+    bucket.blob("text/reviews.txt.gz").upload_from_string(packed[: len(packed) // 2])
+    _, output = privatize(tmp_path, small_artifact_dir, f"--input=gs://{gcs_bucket}/text/*.txt.gz",
+                          "--epsilon=8", "--oov-policy=unk")
+    errors = errors_of(output)
+    assert [e["reason"] for e in errors] == ["truncated_file"]
+    assert errors[0]["position"] == len(read_lines(f"{output}-*-of-*.txt")) + 1 > 1
 
 
 # issue 13, item 5: invalid UTF-8 (and other unconvertible cells) in Parquet --------------------------

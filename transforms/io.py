@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import lzma
 import re
 import sys
 import zlib
@@ -200,6 +201,12 @@ def _compression_name(path: str) -> str:
                 CompressionTypes.detect_compression_type(path), "")
 
 
+def decompression_errors() -> tuple:
+    """What the decompressors raise on damaged data (bz2 raises OSError; zstd its own error)."""
+    import zstandard  # pylint: disable=import-outside-toplevel  (a dependency of apache-beam)
+    return zlib.error, lzma.LZMAError, zstandard.ZstdError, OSError, EOFError
+
+
 def _unreadable_detail(exc: Exception, path: str, data_format: str) -> str:
     """Why reading a file stopped, in the user's words; never the exception's message, which could
     quote file content."""
@@ -208,7 +215,7 @@ def _unreadable_detail(exc: Exception, path: str, data_format: str) -> str:
         import pyarrow as pa  # pylint: disable=import-outside-toplevel
         if isinstance(exc, pa.ArrowException) and not isinstance(exc, pa.ArrowIOError):
             return "not a valid Parquet file, or damaged from here on"
-    if compression and isinstance(exc, (zlib.error, OSError, EOFError, ValueError)) \
+    if compression and isinstance(exc, decompression_errors()) \
             and not isinstance(exc, (ConnectionError, PermissionError, FileNotFoundError)):
         return f"the {compression} data is damaged from here on"
     if isinstance(exc, OSError):
@@ -332,7 +339,7 @@ class ReadFileRecords(beam.DoFn):
                 return self._failed(path, position, MISSING_FIELD, f"no field {field!r}", text)
             if not isinstance(payload[field], str):
                 kind = describe_json_value(payload[field]) if json_input else \
-                    "null (no value)" if payload[field] is None else "not a string"
+                    "null (no value)" if payload[field] is None else "a value of another type"
                 return self._failed(path, position, NOT_A_STRING, f"field {field!r} is {kind}, not a string", text)
         if all(not payload[field].strip() for field in self.text_fields):
             return self._failed(path, position, EMPTY, "every text field is empty", text)
