@@ -82,7 +82,9 @@ def _duplicate_names(schema: pa.Schema) -> List[str]:
 def check_input_schemas(paths: Sequence[str], text_fields: Sequence[str]) -> pa.Schema:
     """The one output schema for Parquet files ``paths`` (sorted; the first file's column order and
     metadata); raises ``TextdpError`` if the files differ in columns or types, or if a text field is
-    not a string column. Reads only the footers."""
+    not a string column. Reads only the footers, in parallel (gs:// round trips). A file whose footer
+    cannot be read is skipped here: the worker that reads it reports it as an ``unreadable_file``,
+    so one damaged file among thousands does not stop the run."""
     if not paths:
         raise TextdpError("no Parquet input file to read the schema from")
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(SCHEMA_READ_THREADS, len(paths))) as pool:
