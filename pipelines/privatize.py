@@ -81,7 +81,7 @@ class PrivatizeOptions(PipelineOptions):
                  "against anyone who knows the seed (the summary records it). Default: OS entropy")
         add("--max-record-bytes", "--max_record_bytes", dest="max_record_bytes", type=int,
             default=DEFAULT_MAX_RECORD_BYTES,
-            help="a record larger than this many bytes goes to the error output (reason too_large) unread: for "
+            help="a record larger than this many bytes goes to the error output (reason too_large), not privatized: for "
                  "text and JSONL the bytes of its line as read (after decompression, without the line ending; "
                  "for JSONL the whole line, every field), for Parquet the UTF-8 bytes of its text fields "
                  f"together; default {DEFAULT_MAX_RECORD_BYTES}")
