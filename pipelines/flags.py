@@ -172,12 +172,18 @@ class PrivatizeOptions(PipelineOptions):
         parser.add_argument(
             "--max-record-bytes", "--max_record_bytes", dest="max_record_bytes", type=int,
             default=DEFAULT_MAX_RECORD_BYTES,
-            help=f"records larger than this go to the error output; default {DEFAULT_MAX_RECORD_BYTES} "
-                 "(see docs/privatize.md for what is counted per format)")
+            help="a record larger than this many bytes goes to the error output (reason too_large), not privatized: for "
+                 "text and JSONL the bytes of its line as read (after decompression, without the line ending; "
+                 "for JSONL the whole line, every field), for Parquet the UTF-8 bytes of its text fields "
+                 f"together; default {DEFAULT_MAX_RECORD_BYTES}")
         parser.add_argument(
             "--keep-failed-text", "--keep_failed_text", dest="keep_failed_text", action="store_true", default=False,
-            help="also write the text of failed records into the error output (which must then be protected like "
-                 "the input); default: source file, position, reason and a detail only")
+            help="also write the text of failed records into the error output (which must then be protected "
+                 "like the input). Default: each error record holds only its source file, position (line or "
+                 "row), reason code and a detail with exact numbers about the record (its size in bytes, the "
+                 "offset of an invalid byte, the character where JSON parsing failed) and names of text fields "
+                 "or Parquet columns. Even so the error output is operator data derived from the raw input: "
+                 "do not publish it with the output")
         parser.add_argument(
             "--batch-tokens", "--batch_tokens", dest="batch_tokens", type=int, default=DEFAULT_BATCH_TOKENS,
             help=f"target words per perturbation batch (one mechanism call), whatever the records' sizes; default "

@@ -111,11 +111,7 @@ def check(options: PipelineOptions) -> Checked:
     inputs = _matches(opts.input)
     if not inputs:
         raise TextdpError(f"no file matches --input {opts.input!r}")
-    schema = parquet_schema(opts.input) if data_format == "parquet" else None
-    if schema is not None:
-        for field in text_fields:
-            if schema.get_field_index(field) < 0:
-                raise TextdpError(f"--text-field {field!r} is not a column of the Parquet input")
+    schema = parquet_schema(opts.input, text_fields) if data_format == "parquet" else None  # refuses mismatches
     paths = output_paths(out.output, data_format)
     earlier = _check_outputs(out.output, paths, inputs, opts.public_summary, out.overwrite)
     warnings = []

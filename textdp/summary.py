@@ -25,8 +25,12 @@ from textdp.statements import (FLOATING_POINT_STATEMENT, STRUCTURE_STATEMENT, er
 
 FAILED_PREFIX = "failed:"
 
+# Error reasons whose record stands for the unread rest of a file (transforms/io.py FILE_REASONS): the
+# records after the point where reading stopped were never counted, so such a run is never "reconciled".
+FILE_REASONS = ("unreadable_file", "truncated_file", "schema_mismatch")
+
 RAW_DATA_FIGURES = ("records.in", "records.failed", "records.failed_by_reason", "records.dropped",
-                    "records.reconciled", "tokens.total", "tokens.changed", "tokens.changed_fraction",
+                    "records.reconciled", "records.files_not_read_to_end", "tokens.total", "tokens.changed", "tokens.changed_fraction",
                     "tokens.unknown", "tokens.unknown_fraction", "privacy.unknown_words")
 
 RAW_DATA_STATEMENT = (
@@ -66,14 +70,18 @@ def _record_counts(counts: Dict[str, int]) -> dict:
     records_out = int(counts.get("records_out", 0))
     records_failed = int(counts.get("records_failed", 0))
     records_dropped = int(counts.get("records_dropped", 0))  # by an amplification stage (sub-sampling)
+    failed_by_reason = {key[len(FAILED_PREFIX):]: int(value) for key, value in sorted(counts.items())
+                        if key.startswith(FAILED_PREFIX)}
+    files_not_read_to_end = sum(failed_by_reason.get(reason, 0) for reason in FILE_REASONS)
     records = {
         "in": records_in,
         "out": records_out,
         "failed": records_failed,
-        "failed_by_reason": {key[len(FAILED_PREFIX):]: int(value) for key, value in sorted(counts.items())
-                             if key.startswith(FAILED_PREFIX)},
-        "reconciled": records_in == records_out + records_failed + records_dropped,
+        "failed_by_reason": failed_by_reason,
+        "reconciled": records_in == records_out + records_failed + records_dropped and not files_not_read_to_end,
     }
+    if files_not_read_to_end:
+        records["files_not_read_to_end"] = files_not_read_to_end
     if "records_dropped" in counts:
         records["dropped"] = records_dropped
     return records
