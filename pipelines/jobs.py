@@ -94,7 +94,7 @@ class JobRefused(Exception):
 def option_classes(job: Job) -> list:
     from pipelines import flags  # pylint: disable=import-outside-toplevel
 
-    return [getattr(flags, name) for name in job.groups]
+    return [getattr(flags, group) if isinstance(group, str) else group for group in job.groups]
 
 
 def help_parser(name: str) -> argparse.ArgumentParser:
@@ -125,6 +125,7 @@ def _accepted_parser(job: Job) -> argparse.ArgumentParser:
 
     parser_class = getattr(pipeline_options, "_BeamArgumentParser", argparse.ArgumentParser)
     parser = parser_class(allow_abbrev=False)
+    parser.error = _refuse
     beams = [c for c in pipeline_options.PipelineOptions.__subclasses__() if c.__module__.startswith("apache_beam.")]
     for cls in {str(c): c for c in beams + option_classes(job)}.values():
         cls._add_argparse_args(parser)  # pylint: disable=protected-access
@@ -135,6 +136,10 @@ def unknown_arguments(name: str, argv: Sequence[str]) -> List[str]:
     """The arguments of ``argv`` that neither Beam nor job ``name`` accepts."""
     _, unknown = _accepted_parser(JOBS[name]).parse_known_args(list(argv))
     return unknown
+
+
+def _refuse(message: str):
+    raise JobRefused(message)
 
 
 def _suggestion(argument: str, parser: argparse.ArgumentParser) -> str:
@@ -153,8 +158,10 @@ def parse_job_options(name: str, argv: Sequence[str]):
     unknown = unknown_arguments(name, argv)
     if unknown:
         first = unknown[0]
-        shown = first.split("=", 1)[0] if first.startswith("-") else "a positional argument"
-        raise JobRefused(f"unrecognized argument {shown}{_suggestion(first, job_parser)}; "
+        if first.startswith("-"):
+            raise JobRefused(f"unrecognized argument {first.split('=', 1)[0]}{_suggestion(first, job_parser)}; "
+                             f"see `textdp {name} --help` (nothing was run)")
+        raise JobRefused(f"unexpected argument {first[:40]!r} (every textdp argument is a --flag); "
                          f"see `textdp {name} --help` (nothing was run)")
     own = [action for action in job_parser._actions  # pylint: disable=protected-access
            if action.option_strings and not isinstance(action, argparse._HelpAction)]  # pylint: disable=protected-access
@@ -168,7 +175,7 @@ def parse_job_options(name: str, argv: Sequence[str]):
             if isinstance(action, argparse._AppendAction):  # pylint: disable=protected-access
                 kwargs["action"] = "append"
         checker.add_argument(*action.option_strings, **kwargs)
-    checker.error = lambda message: (_ for _ in ()).throw(JobRefused(message))  # type: ignore[assignment]
+    checker.error = _refuse  # type: ignore[assignment]
     values, _ = checker.parse_known_args(list(argv))
     missing = [dest for dest in job.required if getattr(values, dest, None) in (None, "", [])]
     if missing:
@@ -199,7 +206,7 @@ def is_local(options) -> bool:
 def _quiet_beam(verbose: bool) -> None:
     """Beam's own warnings ("Discarding unparseable args", "No semi_persistent_directory") are noise to a
     user; they stay visible with --verbose."""
-    level = logging.INFO if verbose else logging.ERROR
+    level = logging.INFO if verbose else logging.CRITICAL  # a failure is reported by run_job in one line
     logging.getLogger("apache_beam").setLevel(level)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -264,6 +271,28 @@ def _one_line(exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
+def _noting_interrupts(noted: list):
+    """Ctrl-C as usual (KeyboardInterrupt), but noted first: a local runner running the DoFn in this
+    process reports it as its own error ("RuntimeError: KeyboardInterrupt [while running ...]")."""
+    import signal  # pylint: disable=import-outside-toplevel
+    import threading  # pylint: disable=import-outside-toplevel
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        noted.append(signum)
+        signal.default_int_handler(signum, frame)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
 def _progress(name: str, plan: Plan, directory: Optional[str]):
     monitor = None
     if directory and plan.progress:
@@ -307,16 +336,18 @@ def run_job(name: str, argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_REFUSED
     before = _temp_folders(plan.temp_parents)
     progress_dir = tempfile.mkdtemp(prefix="textdp-progress-") if is_local(options) else None
+    interrupted = []
     try:
-        with _progress(name, plan, progress_dir):
+        with _progress(name, plan, progress_dir), _noting_interrupts(interrupted):
             pipeline = plan.build(progress_dir)
             pipeline.run().wait_until_finish()
-    except KeyboardInterrupt:
+    except BaseException as exc:  # pylint: disable=broad-except
         _remove_temp_folders(_temp_folders(plan.temp_parents) - before)
-        print(f"textdp {name}: interrupted; the run's temporary files were removed", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Exception as exc:  # pylint: disable=broad-except
-        _remove_temp_folders(_temp_folders(plan.temp_parents) - before)
+        if interrupted or isinstance(exc, KeyboardInterrupt):  # a local runner may wrap it in its own error
+            print(f"textdp {name}: interrupted; the run's temporary files were removed", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        if not isinstance(exc, Exception):
+            raise
         if verbose:
             traceback.print_exc()
         say(_one_line(exc) + ("" if verbose else " (--verbose shows the traceback)"))

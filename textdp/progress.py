@@ -124,6 +124,8 @@ class ProgressMonitor:
         self.stream = stream or sys.stderr
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.interval = tty_interval if self.tty else log_interval
+        if os.environ.get("TEXTDP_PROGRESS_INTERVAL"):  # seconds between lines (tests, impatient operators)
+            self.interval = float(os.environ["TEXTDP_PROGRESS_INTERVAL"])
         self.clock = clock
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import logging
 import lzma
 import re
@@ -495,8 +496,21 @@ class WriteErrors(beam.PTransform):
                                                 shard_name_template=ERRORS_SHARD_TEMPLATE))
 
 
+def strict_json(value):
+    """``value`` with every non-finite float written as a string ("inf", "-inf", "nan"): JSON has no
+    Infinity or NaN, and a summary must parse with any JSON reader (an epsilon_0 of a run that keeps
+    unknown words is unbounded, for instance)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {key: strict_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(item) for item in value]
+    return value
+
+
 def write_json(path: str, document: dict) -> None:
-    """Write one JSON document to a local or gs:// path through Beam's filesystems."""
-    data = (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    """Write one JSON document to a local or gs:// path through Beam's filesystems (strict JSON)."""
+    data = (json.dumps(strict_json(document), indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
     with FileSystems.create(path, mime_type="application/json") as handle:
         handle.write(data)
