@@ -37,7 +37,17 @@ help_parser = build_parser  # the same name as the Beam jobs' --help parsers (te
 
 
 def run(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+
+    def refuse(message: str):  # one line, exit 2, as every textdp job (pipelines/jobs.py)
+        print(f"textdp build-index: error: {message}; see `textdp build-index --help`", file=sys.stderr)
+        raise SystemExit(2)
+
+    parser.error = refuse
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
     try:
         source = parse_source(args.embeddings, args.vocab_file)
         if args.output.startswith("gs://"):
@@ -48,9 +58,12 @@ def run(argv=None) -> int:
         else:
             path = build_artifact(source, args.output, vocab_size=args.vocab_size, trees=args.trees,
                                   seed=args.seed, progress=stderr_progress)
-    except (TextdpError, ValueError) as exc:
+    except (TextdpError, ValueError, OSError) as exc:
         print(f"textdp build-index: error: {exc}", file=sys.stderr)
-        return 1
+        return 2
+    except KeyboardInterrupt:  # the build writes into a staging directory: nothing half-built remains
+        print("textdp build-index: interrupted; nothing was written", file=sys.stderr)
+        return 130
     print(f"artifact written to {path}")
     return 0
 

@@ -1,25 +1,20 @@
-"""The ``textdp`` command: one subcommand per job, each handled by its own module's ``run(argv)``.
+"""The ``textdp`` command: one subcommand per job of the registry ``pipelines.jobs.JOBS``.
 
-The flags of every job are declared once, in that job's module (PipelineOptions subclasses for
-the Beam jobs), so ``textdp <job> --help`` is always the job's own help.
+``textdp <job> --help`` is the job's own help; every job runs through ``pipelines.jobs.run_job``
+(one error line, one exit-code convention: 0 done, 1 failed while running, 2 refused before
+starting, 130 interrupted).
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 
-COMMANDS = {
-    "build-index": ("pipelines.build_index", "build a vocabulary artifact (vectors + Annoy index) from embeddings"),
-    "privatize": ("pipelines.privatize", "privatize a corpus with Madlib or TEM (Beam pipeline)"),
-    "neighbours": ("pipelines.neighbours", "pre-compute every word's K nearest neighbours for TEM (Beam pipeline)"),
-    "calibrate": ("pipelines.calibrate", "plausible-deniability statistics N_w, S_w to choose epsilon (Beam pipeline)"),
-}
+from pipelines.jobs import JOBS, run_job
 
 
 def usage() -> str:
     lines = ["usage: textdp <command> [flags]   (textdp <command> --help for its flags)", "", "commands:"]
-    lines += [f"  {name:<12} {text}" for name, (_, text) in COMMANDS.items()]
+    lines += [f"  {name:<12} {job.description}" for name, job in JOBS.items()]
     return "\n".join(lines)
 
 
@@ -29,17 +24,15 @@ def main(argv=None) -> int:
         print(usage())
         return 0
     if argv[0] in ("-V", "--version"):
-        from textdp import __version__
+        from textdp import __version__  # pylint: disable=import-outside-toplevel
 
         print(f"textdp {__version__}")
         return 0
     name = argv[0]
-    if name not in COMMANDS:
-        print(f"textdp: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+    if name not in JOBS:
+        print(f"textdp: error: unknown command {name!r}; one of {', '.join(JOBS)}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
-    result = module.run(argv[1:])
-    return result if isinstance(result, int) else 0
+    return run_job(name, argv[1:])
 
 
 if __name__ == "__main__":

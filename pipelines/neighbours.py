@@ -12,7 +12,6 @@ workers fetch the artifact and the table is uploaded next to it (``transforms.ne
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -21,103 +20,80 @@ from typing import List, Optional
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.options import flag_adder, job_options
-from textdp.locate import read_manifest, resolve_artifact
+from pipelines.flags import ArtifactOptions, NeighbourOptions, WorkerResourceOptions
+from pipelines.jobs import Plan, run_job
 from textdp.errors import TextdpError
+from textdp.locate import read_manifest, resolve_artifact, verify_artifact
 from textdp.neighbours import METRICS, table_files_exist
 from transforms.neighbours import ComputeNeighbourTable
 
-DEFAULT_K = 100
-DEFAULT_SHARD_ROWS = 8192
 
-
-class NeighbourOptions(PipelineOptions):
-    """Flags of ``textdp neighbours`` (the single source of truth, also for template metadata)."""
-
-    @classmethod
-    def _add_argparse_args(cls, parser):
-        add = flag_adder(parser)
-
-        add("--artifact", dest="artifact", default=None,
-            help="artifact to add the table to: a local directory or a gs:// URL; default: the bundled GloVe 50d "
-                 "artifact in the textdp cache (TEXTDP_CACHE_DIR). With gs:// any runner works (Dataflow "
-                 "included): the workers fetch the artifact, and the table's two files and then the new manifest "
-                 "are uploaded next to it when the job ends")
-        add("--k", dest="k", type=int, default=DEFAULT_K,
-            help=f"neighbours stored per word, the word itself included (default {DEFAULT_K}); larger K makes TEM "
-                 "faster at middle epsilons and the table bigger: N x K x 8 bytes")
-        add("--metric", dest="metric", choices=METRICS, default="euclidean",
-            help="distance between embeddings: euclidean (default) or angular (chord between directions, "
-                 "sqrt(2 - 2 cos)); TEM's privacy statement is in this metric")
-        add("--shard-rows", "--shard_rows", dest="shard_rows", type=int, default=DEFAULT_SHARD_ROWS,
-            help=f"vocabulary rows per work item (default {DEFAULT_SHARD_ROWS}); smaller spreads work over more workers")
-
-
-def artifact_location(opts: NeighbourOptions) -> str:
+def artifact_location(options: PipelineOptions) -> str:
     """The gs:// URL as given (without a trailing slash), or the local directory (default: the cache's)."""
-    if (opts.artifact or "").startswith("gs://"):
-        return opts.artifact.rstrip("/")
-    return resolve_artifact(opts.artifact)
+    artifact = options.view_as(ArtifactOptions).artifact
+    if (artifact or "").startswith("gs://"):
+        return artifact.rstrip("/")
+    return resolve_artifact(artifact)
 
 
-def validate(opts: NeighbourOptions) -> tuple:
+def validate(options: PipelineOptions) -> tuple:
     """Check the flags and the artifact; returns (artifact location: local directory or gs:// URL, manifest).
 
-    A gs:// artifact is only read here (its manifest): the workers fetch it and the writer uploads the table.
+    A gs:// artifact is only read here (its manifest and object sizes): the workers fetch it and the
+    writer uploads the table.
     """
+    opts = options.view_as(NeighbourOptions)
     if opts.metric not in METRICS:
         raise TextdpError(f"--metric must be one of {', '.join(METRICS)}")
     if opts.shard_rows is None or opts.shard_rows < 1:
         raise TextdpError("--shard-rows must be >= 1")
-    location = artifact_location(opts)
-    remote_artifact = location.startswith("gs://")
-    manifest = read_manifest(location)
-    if "neighbours" in manifest or (not remote_artifact and table_files_exist(location)):
+    location = artifact_location(options)
+    manifest = verify_artifact(location)
+    if "neighbours" in manifest or (not location.startswith("gs://") and table_files_exist(location)):
         raise TextdpError(f"{location} already has a neighbour table (artifacts are never overwritten)")
     if not 1 <= opts.k <= int(manifest["vocab_size"]):
         raise TextdpError(f"--k must be between 1 and the vocabulary size {manifest['vocab_size']}")
     return location, manifest
 
 
-def build_pipeline(options: PipelineOptions) -> beam.Pipeline:
+def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None, validated=None) -> beam.Pipeline:
     """The neighbour job as an unrun pipeline (tests inspect or run it)."""
     opts = options.view_as(NeighbourOptions)
-    location, manifest = validate(opts)
+    location, manifest = validated or validate(options)
     vocab_size = int(manifest["vocab_size"])
+    worker = options.view_as(WorkerResourceOptions).worker_config(progress_dir)
     pipeline = beam.Pipeline(options=options)
     _ = pipeline | "NeighbourTable" >> ComputeNeighbourTable(
         location, vocab_size, opts.k, opts.metric, opts.shard_rows,
-        extra={"created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "shard_rows": opts.shard_rows})
+        extra={"created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "shard_rows": opts.shard_rows},
+        worker=worker)
     return pipeline
 
 
-def help_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="textdp neighbours", description=__doc__.splitlines()[0].replace("``", ""),
-        epilog="Beam flags (--runner, --direct_num_workers, --direct_running_mode, ...) are passed to Beam.")
-    NeighbourOptions._add_argparse_args(parser)  # pylint: disable=protected-access
-    return parser
+def prepare(options: PipelineOptions) -> Plan:
+    validated = validate(options)
+    location, manifest = validated
+    started = time.perf_counter()
+
+    def report() -> List[str]:
+        section = read_manifest(location)["neighbours"]
+        summary = {"artifact": location, "seconds": round(time.perf_counter() - started, 1),
+                   "k": section["k"], "metric": section["metric"], "kth_distance": section["kth_distance"],
+                   "fallback_rows": section["fallback_rows"]}
+        return [json.dumps(summary, indent=2)]
+
+    return Plan(build=lambda progress_dir: build_pipeline(options, progress_dir, validated), report=report,
+                progress=("rows", int(manifest["vocab_size"]), "rows"))
+
+
+def help_parser():
+    from pipelines.jobs import help_parser as job_help  # pylint: disable=import-outside-toplevel
+
+    return job_help("neighbours")
 
 
 def run(argv: Optional[List[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    options = job_options(argv, help_parser)
-    if options is None:
-        return 0
-    opts = options.view_as(NeighbourOptions)
-    started = time.perf_counter()
-    try:
-        build_pipeline(options).run().wait_until_finish()  # validates first
-        location = artifact_location(opts)
-        section = read_manifest(location)["neighbours"]
-    except TextdpError as exc:
-        print(f"textdp neighbours: error: {exc}", file=sys.stderr)
-        return 1
-    report = {"artifact": location, "seconds": round(time.perf_counter() - started, 1),
-              "k": section["k"], "metric": section["metric"], "kth_distance": section["kth_distance"],
-              "fallback_rows": section["fallback_rows"]}
-    print(json.dumps(report, indent=2))
-    return 0
+    return run_job("neighbours", argv)
 
 
 if __name__ == "__main__":

@@ -1,316 +1,294 @@
 """``textdp privatize``: privatize a corpus word by word with Madlib (or TEM), as a Beam pipeline.
 
-Read (text / JSONL / Parquet, local or gs://) -> Reshuffle -> PerturbTokens in batches -> write in
-the input's format; failed records go to ``<output>-errors-*.jsonl`` and the run's counts, parameters
-and privacy statement to ``<output>-summary.json``, both written by the pipeline itself so they
-exist on every runner. Beam's own flags (``--runner``, ``--direct_num_workers``, ``--project``, ...)
-pass through unchanged, so the same command line targets the local runner, Dataflow or Flink.
+Read (text / JSONL / Parquet, local or gs://) -> ``Privatize`` (transforms/privatize.py) -> the LAC
+Amplifier if asked (transforms/amplifier.py) -> write in the input's format; failed records go to
+``<output>-errors-SSSSS.jsonl`` and the run's counts, parameters and privacy statement to
+``<output>-summary.json`` (the operator's) and, with ``--public-summary``, a publishable one; all
+written by the pipeline itself so they exist on every runner. Beam's own flags (``--runner``,
+``--direct_num_workers``, ``--project``, ...) pass through unchanged, so the same command line
+targets the local runner, Dataflow or Flink. Everything that can be checked is checked before the
+pipeline starts (``prepare``).
 """
 
 from __future__ import annotations
 
-import argparse
+import fnmatch
 import json
+import math
 import os
 import sys
-from typing import List, Optional
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.utils import shared
 
+from pipelines.flags import (MAX_EPSILON, VACUOUS_EPSILON, AmplifierOptions, ArtifactOptions, MechanismOptions,
+                             OutputOptions, PrivatizeOptions, SeedOptions, WorkerResourceOptions)
+from pipelines.jobs import Plan, run_job
 from textdp.errors import TextdpError
 from textdp.locate import artifact_needs, verify_artifact
-from textdp.mechanisms import MECHANISMS
 from textdp.summary import FAILED_PREFIX
-from textdp.text_privatizer import OOV_POLICIES
-from transforms.io import (FORMATS, OUTPUT_SUFFIX, ReadRecords, WriteErrors, WriteRecords, infer_format,
-                           matched_paths, parquet_schema)
 from transforms.amplifier import Amplify
-from transforms.perturb import PerturbConfig, PerturbTokens, WriteSummary
+from transforms.io import OUTPUT_SUFFIX, ReadRecords, WriteErrors, WriteRecords, infer_format, matched_paths, parquet_schema
+from transforms.perturb import WriteSummary
+from transforms.privatize import Privatize, SumCounts
 from transforms.shard_writer import WriteShuffledShards
-from pipelines.lac_options import SHAPE_FIELD, AmplifierOptions
-from pipelines.options import flag_adder, job_options
 
-DEFAULT_MAX_RECORD_BYTES = 1_000_000
-DEFAULT_BATCH_RECORDS = 64
-
-
-class PrivatizeOptions(PipelineOptions):
-    """Flags of ``textdp privatize`` (the single source of truth, also for template metadata)."""
-
-    @classmethod
-    def _add_argparse_args(cls, parser):
-        add = flag_adder(parser)
-        add("--input", dest="input",
-            help="input file pattern, local or gs:// (e.g. 'data/*.jsonl', 'gs://bucket/corpus-*.txt.gz'); required")
-        add("--output", dest="output",
-            help="output prefix, local or gs://: writes <output>-SSSSS-of-NNNNN.<ext>, <output>-errors-*.jsonl "
-                 "and <output>-summary.json; required")
-        add("--format", dest="format", choices=FORMATS, default=None,
-            help="input format text|jsonl|parquet; default: inferred from the input's extension "
-                 "(.txt, .jsonl/.ndjson/.json, .parquet, optionally followed by .gz). The output keeps it")
-        add("--text-field", "--text_field", dest="text_field", action="append", default=None,
-            help="JSONL/Parquet: field to privatize (repeat the flag or separate with commas for several); "
-                 "every other field passes through unchanged. Default for JSONL/Parquet: 'text'")
-        add("--mechanism", dest="mechanism", choices=MECHANISMS, default="madlib",
-            help="privacy mechanism: madlib (multivariate Laplace on embeddings, default) or tem "
-                 "(truncated exponential mechanism)")
-        add("--epsilon", dest="epsilon", type=float, default=None,
-            help="privacy parameter epsilon > 0 (per unit of embedding distance; smaller = more private); required")
-        add("--nn", dest="nn", choices=("exact", "annoy"), default="exact",
-            help="Madlib nearest-word search: exact (brute force, default) or annoy (approximate, faster; "
-                 "same guarantee, lower utility at small epsilon)")
-        add("--search-k", "--search_k", dest="search_k", type=int, default=-1,
-            help="Annoy search_k for --nn annoy (-1: trees * n, Annoy's default)")
-        add("--gamma", dest="gamma", type=float, default=None,
-            help="TEM truncation radius gamma; default: from --beta (Thm. 4.2 of Carvalho et al.)")
-        add("--beta", dest="beta", type=float, default=0.001,
-            help="TEM: probability mass allowed outside the gamma-ball when gamma is derived; default 0.001")
-        add("--artifact", dest="artifact", default=None,
-            help="vocabulary artifact directory or gs:// URL; default: the bundled GloVe 6B 50d artifact "
-                 "(400k words), built once into the local cache")
-        add("--oov-policy", "--oov_policy", dest="oov_policy", choices=OOV_POLICIES, default="random",
-            help="words not in the vocabulary: random (default; a uniformly random vocabulary word, independent "
-                 "of the input), unk (the --unk-token marker) or keep (released unchanged and NOT covered by "
-                 "the guarantee)")
-        add("--unk-token", "--unk_token", dest="unk_token", default="<unk>",
-            help="marker written for unknown words with --oov-policy unk; default '<unk>'")
-        add("--seed", dest="seed", type=int, default=None,
-            help="fixed seed for reproducible tests and benchmarks ONLY: output made with it is not private "
-                 "against anyone who knows the seed (the summary records it). Default: OS entropy")
-        add("--max-record-bytes", "--max_record_bytes", dest="max_record_bytes", type=int,
-            default=DEFAULT_MAX_RECORD_BYTES,
-            help=f"records longer than this (bytes of text) go to the error output; default {DEFAULT_MAX_RECORD_BYTES}")
-        add("--public-summary", "--public_summary", dest="public_summary", default=None, metavar="PATH",
-            help="also write a publishable summary to PATH (local or gs://): the mechanism, its parameters, the "
-                 "artifact, the privacy statements and the number of records released, with no figure computed "
-                 "from the raw input. <output>-summary.json is the operator's and must not be published")
-        add("--keep-failed-text", "--keep_failed_text", dest="keep_failed_text", action="store_true", default=False,
-            help="also write the text of failed records into the error output (which must then be protected "
-                 "like the input); default: position and reason only")
-        add("--batch-records", "--batch_records", dest="batch_records", type=int, default=DEFAULT_BATCH_RECORDS,
-            help=f"maximum records per perturbation batch (one mechanism call); default {DEFAULT_BATCH_RECORDS}")
-        add("--diagnostics-output", "--diagnostics_output", dest="diagnostics_output", default=None,
-            help="for tests and operations: write one JSON line per bundle with the worker's pid, how often "
-                 "its process loaded the artifact and a SHA-256 fingerprint of its generator's first noise draws "
-                 "(no input text, no noise values) "
-                 "to this prefix")
-
-
-def text_fields_of(opts: PrivatizeOptions, data_format: str) -> tuple:
-    if data_format == "text":
-        return ()
-    raw = opts.text_field or ["text"]
-    fields = [f.strip() for value in raw for f in value.split(",") if f.strip()]
-    return tuple(dict.fromkeys(fields))
-
-
-def validate(opts: PrivatizeOptions) -> str:
-    """Check the flags before anything runs; returns the input format. Raises TextdpError."""
-    if not opts.input:
-        raise TextdpError("--input is required (a file pattern, local or gs://)")
-    if not opts.output:
-        raise TextdpError("--output is required (an output prefix, local or gs://)")
-    if opts.epsilon is None or not opts.epsilon > 0:
-        raise TextdpError("--epsilon is required and must be > 0")
-    if opts.max_record_bytes < 1 or opts.batch_records < 1:
-        raise TextdpError("--max-record-bytes and --batch-records must be >= 1")
-    if opts.text_field and (opts.format == "text" or infer_format(opts.input) == "text"):
-        raise TextdpError("--text-field applies to JSONL and Parquet input only")
-    data_format = opts.format or infer_format(opts.input)
-    if data_format is None:
-        raise TextdpError(f"cannot infer the format of {opts.input!r} from its extension; give --format "
-                          f"({'|'.join(FORMATS)})")
-    if opts.mechanism == "tem":
-        try:
-            import textdp.tem  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-        except ImportError as exc:
-            raise TextdpError(f"--mechanism tem is not available (textdp.tem cannot be imported: {exc})") from None
-    if opts.artifact and not opts.artifact.startswith("gs://") and not os.path.isdir(opts.artifact):
-        raise TextdpError(f"--artifact {opts.artifact!r} is not a directory")
-    if opts.mechanism == "tem" and not (opts.artifact or "").startswith("gs://"):
-        verify_artifact(opts.artifact, needs=artifact_needs("tem"))  # refused here, not in a worker, without a table
-    if not matched_paths(opts.input):
-        raise TextdpError(f"no file matches --input {opts.input!r}")
-    return data_format
+# the field in which the privatize workers hand each record's word count and layout digest to the
+# Amplifier's accounting; it never reaches the output (an input field of that name is overwritten)
+SHAPE_FIELD = "__textdp_shape__"
+FIVE_DIGITS = "[0-9]" * 5
 
 
 def output_paths(output: str, data_format: str) -> dict:
+    """Where a run writes. The globs match this run's files only: ``news`` never matches ``news-2024-...``."""
+    suffix = OUTPUT_SUFFIX[data_format]
     return {
-        "output": f"{output}-*-of-*{OUTPUT_SUFFIX[data_format]}",
+        "output": f"{output}-{FIVE_DIGITS}-of-{FIVE_DIGITS}{suffix}",
         "errors_prefix": f"{output}-errors",
-        "errors": f"{output}-errors-*.jsonl",
+        "errors": f"{output}-errors-{FIVE_DIGITS}.jsonl",
         "summary": f"{output}-summary.json",
         "amplification": f"{output}-amplification.json",
-        "diagnostics": None,
+        # what Beam's file sinks delete before writing (any shard count): must hold no other run's files
+        "sink_globs": (f"{output}-*-of-*{suffix}", f"{output}-errors-*.jsonl"),
     }
 
 
-class SumCounts(beam.CombineFn):
-    """Adds dicts of counts key by key (the summary's counters, combined across workers)."""
+@dataclass
+class Checked:
+    """What ``check`` found out about a run, for building its pipeline."""
 
-    def create_accumulator(self):
-        return {}
-
-    def add_input(self, accumulator, element):
-        for key, value in element.items():
-            accumulator[key] = accumulator.get(key, 0) + value
-        return accumulator
-
-    def merge_accumulators(self, accumulators):
-        merged = {}
-        for accumulator in accumulators:
-            self.add_input(merged, accumulator)
-        return merged
-
-    def extract_output(self, accumulator):
-        return accumulator
+    data_format: str
+    text_fields: Tuple[str, ...]
+    schema: object
+    paths: dict
+    inputs: List[str]
+    earlier_files: List[str]
+    warnings: List[str]
 
 
-# --- stages: one function each, so a stage (e.g. the LAC shuffle) can be inserted between them ---
-
-def read_stage(pipeline, opts, data_format, text_fields):
-    return pipeline | "Read" >> ReadRecords(opts.input, data_format, text_fields, opts.max_record_bytes,
-                                            opts.keep_failed_text)
+def _matches(pattern: str) -> List[str]:
+    return matched_paths(pattern)
 
 
-def perturb_stage(records, config: PerturbConfig, shared_handle, batch_records: int, diagnostics: bool):
-    return (records
-            | "Redistribute" >> beam.Reshuffle()
-            | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=batch_records)
-            | "Perturb" >> beam.ParDo(PerturbTokens(shared_handle, config, diagnostics)).with_outputs(
-                PerturbTokens.STATS, PerturbTokens.DIAGNOSTICS, main="released"))
-
-
-def write_stage(released, opts, data_format, schema, shards=None):
-    """Write the released records; returns a one-element PCollection with their number.
-
-    ``shards`` (from a shuffling Amplifier) are written file by file in their shuffled order; Beam's
-    own sinks would choose files and order themselves."""
-    if shards is not None:
-        shards | "Write" >> WriteShuffledShards(opts.output, data_format, OUTPUT_SUFFIX[data_format], schema)
-        return (shards | "ShardSizes" >> beam.Map(lambda shard: len(shard[2]))
-                | "CountOut" >> beam.CombineGlobally(sum))
-    released | "Write" >> WriteRecords(opts.output, data_format, schema)
-    return released | "CountOut" >> beam.combiners.Count.Globally()
-
-
-def errors_stage(errors, errors_prefix):
-    errors | "WriteErrors" >> WriteErrors(errors_prefix)
-
-
-def summary_stage(counts_in, stats, errors, records_out_count, summary_writer, records_dropped=None,
-                  amplification=None):
-    """Combine every count into one dict and write the summaries. ``records_dropped``: numbers of records
-    a stage between perturbation and writing removed on purpose (sub-sampling); they reconcile too.
-    ``amplification``: the Amplifier's report (one dict), for the public summary's claims."""
-    parts = (
-        counts_in | "RecordsIn" >> beam.Map(lambda path_count: {"records_in": path_count[1]}),
-        stats | "TokenStats" >> beam.Map(dict),
-        errors | "FailedCounts" >> beam.Map(lambda rec: {"records_failed": 1, FAILED_PREFIX + rec["reason"]: 1}),
-        records_out_count | "RecordsOut" >> beam.Map(lambda n: {"records_out": n}),
-    )
-    if records_dropped is not None:
-        parts += (records_dropped | "RecordsDropped" >> beam.Map(lambda n: {"records_dropped": n}),)
-    return (parts
-            | "AllCounts" >> beam.Flatten()
-            | "SumCounts" >> beam.CombineGlobally(SumCounts())
-            | "WriteSummary" >> beam.ParDo(summary_writer, amplification=beam.pvalue.AsList(amplification)
-                                          if amplification is not None else []))
-
-
-def build_pipeline(options: PipelineOptions) -> beam.Pipeline:
-    """The privatize pipeline for ``options``, not yet run (tests inspect or run it)."""
+def check(options: PipelineOptions) -> Checked:
+    """Every check that needs no worker: flags, the artifact, inputs and outputs. Raises TextdpError."""
     opts = options.view_as(PrivatizeOptions)
-    data_format = validate(opts)
-    text_fields = text_fields_of(opts, data_format)
-    schema = parquet_schema(opts.input) if data_format == "parquet" else None
-    if schema is not None:
-        for field in text_fields:
-            if schema.get_field_index(field) < 0:
-                raise TextdpError(f"--text-field {field!r} is not a column of the Parquet input")
-    paths = output_paths(opts.output, data_format)
+    out = options.view_as(OutputOptions)
+    mech = options.view_as(MechanismOptions)
+    if not opts.input:
+        raise TextdpError("--input is required (a file pattern, local or gs://)")
+    if not out.output:
+        raise TextdpError("--output is required (an output prefix, local or gs://)")
+    if opts.epsilon is None:
+        raise TextdpError("--epsilon is required (a finite number > 0)")
+    if not (math.isfinite(opts.epsilon) and 0 < opts.epsilon <= MAX_EPSILON):
+        raise TextdpError(f"--epsilon must be > 0, finite and at most {MAX_EPSILON:g} (got {opts.epsilon:g}): at "
+                          f"{MAX_EPSILON:g} Madlib's noise is already far below any distance between words, so a "
+                          "larger value would only hide that the output is the input")
+    mech.validate_mechanism()
+    options.view_as(SeedOptions).validate_seed()
+    if opts.max_record_bytes < 1 or opts.batch_tokens < 1:
+        raise TextdpError("--max-record-bytes and --batch-tokens must be >= 1")
+    data_format = opts.format or infer_format(opts.input)
+    if data_format is None:
+        raise TextdpError(f"cannot infer the format of {opts.input!r} from its extension; give --format "
+                          "(text|jsonl|parquet)")
+    if opts.text_field and data_format == "text":
+        raise TextdpError("--text-field applies to JSONL and Parquet input only")
+    text_fields = opts.text_fields(data_format)
+    amplifier = options.view_as(AmplifierOptions).amplifier_config()
+    if data_format == "text" and amplifier.user_field:
+        raise TextdpError("--user-field needs JSONL or Parquet input (plain-text lines have no author field)")
+    if set(amplifier.drop_fields) & set(text_fields) or amplifier.user_field in text_fields:
+        raise TextdpError("a text field cannot also be the author field or a dropped field")
+    artifact = options.view_as(ArtifactOptions).artifact
+    if artifact and not artifact.startswith("gs://") and not os.path.isdir(artifact):
+        raise TextdpError(f"--artifact {artifact!r} is not a directory")
+    verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
+    inputs = _matches(opts.input)
+    if not inputs:
+        raise TextdpError(f"no file matches --input {opts.input!r}")
+    schema = parquet_schema(opts.input, text_fields) if data_format == "parquet" else None  # refuses mismatches
+    paths = output_paths(out.output, data_format)
+    earlier = _check_outputs(out.output, paths, inputs, opts.public_summary, out.overwrite)
+    warnings = []
+    if opts.epsilon > VACUOUS_EPSILON:
+        warnings.append(f"epsilon {opts.epsilon:g} is above {VACUOUS_EPSILON:g}: the bound exp(epsilon * d) exceeds "
+                        f"e^{VACUOUS_EPSILON:g} even for words at distance 1 (GloVe neighbours are 2-5 apart), so it "
+                        "protects nothing, and nearly every word is released unchanged")
+    return Checked(data_format, text_fields, schema, paths, inputs, earlier, warnings)
+
+
+def _check_outputs(output: str, paths: dict, inputs: List[str], public_summary: Optional[str],
+                   overwrite: bool) -> List[str]:
+    """The earlier run's files at ``output`` (refused unless --overwrite), after refusing outputs that would
+    overwrite an input or let Beam's sinks delete another run's files. Returns the files --overwrite removes."""
+    own_patterns = [paths["output"], paths["errors"], paths["summary"], paths["amplification"]]
+    targets = own_patterns + ([public_summary] if public_summary else [])
+    for path in inputs:
+        if any(fnmatch.fnmatchcase(path, pattern) or path == pattern for pattern in targets):
+            raise TextdpError(f"--input matches {path}, which this run would overwrite as one of its outputs; "
+                              "choose another --output")
+    own = sorted({p for pattern in own_patterns for p in _matches(pattern)})
+    foreign = sorted({p for pattern in paths["sink_globs"] for p in _matches(pattern)} - set(own))
+    if foreign:
+        raise TextdpError(f"--output {output} shares its prefix with {len(foreign)} file(s) of another run (e.g. "
+                          f"{foreign[0]}), which Beam's file sink would delete when it writes; choose another --output")
+    if own and not overwrite:
+        raise TextdpError(f"--output {output} already holds {len(own)} file(s) of an earlier run (e.g. {own[0]}); "
+                          "give --overwrite to replace them all, or choose another --output")
+    return own
+
+
+def _count_records(inputs: List[str], data_format: str) -> Optional[int]:
+    """Records in local uncompressed inputs (lines, or Parquet row counts), for the progress line's
+    percentage and time left; None when that would mean reading compressed or remote data."""
+    total = 0
+    for path in inputs:
+        if "://" in path or infer_format(path) is None or path.lower().endswith((".gz", ".bz2", ".zst", ".xz",
+                                                                                   ".deflate", ".lzma")):
+            return None
+        if data_format == "parquet":
+            import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+
+            try:
+                total += pq.ParquetFile(path).metadata.num_rows
+            except Exception:  # pylint: disable=broad-except
+                return None
+            continue
+        size = os.path.getsize(path)
+        if size > (8 << 30):
+            return None
+        last = b"\n"
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 22), b""):
+                total += chunk.count(b"\n")
+                last = chunk[-1:]
+        total += 0 if last == b"\n" else 1
+    return total
+
+
+def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
+                   checked: Optional[Checked] = None) -> beam.Pipeline:
+    """The privatize pipeline for ``options``, not yet run (tests and templates inspect or run it)."""
+    checked = checked or check(options)
+    if checked.earlier_files:  # --overwrite: the earlier run's files go before this run writes
+        FileSystems.delete(checked.earlier_files)
+        checked.earlier_files = []
+    opts = options.view_as(PrivatizeOptions)
+    mech = options.view_as(MechanismOptions)
+    seed = options.view_as(SeedOptions).seed
+    output = options.view_as(OutputOptions).output
+    data_format, text_fields, paths = checked.data_format, checked.text_fields, checked.paths
     amplifier = options.view_as(AmplifierOptions).amplifier_config()
     amplify = amplifier.requested()
-    config = PerturbConfig(artifact=opts.artifact, mechanism=opts.mechanism, epsilon=opts.epsilon, nn=opts.nn,
-                           search_k=opts.search_k, gamma=opts.gamma, beta=opts.beta, oov_policy=opts.oov_policy,
-                           unk_token=opts.unk_token, seed=opts.seed, text_fields=text_fields,
-                           shape_field=SHAPE_FIELD if amplify else None)
-    shared_handle = shared.Shared()
-    summary_writer = WriteSummary(shared_handle, config, paths["summary"], public_path=opts.public_summary, context={
+    worker = options.view_as(WorkerResourceOptions).worker_config(progress_dir)
+    privatize = Privatize(
+        epsilon=opts.epsilon, mechanism=mech.mechanism, artifact=options.view_as(ArtifactOptions).artifact,
+        text_fields=text_fields, oov_policy=opts.oov_policy, unk_token=opts.unk_token, seed=seed,
+        batch_tokens=opts.batch_tokens, shape_field=SHAPE_FIELD if amplify else None, keyed=True,
+        diagnostics=bool(opts.diagnostics_output), worker=worker, **mech.mechanism_kwargs())
+    summary_writer = WriteSummary(privatize.shared_handle, privatize.config, paths["summary"],
+                                  public_path=opts.public_summary, worker=worker, context={
         "input_pattern": opts.input, "output": paths["output"], "errors_output": paths["errors"],
         "data_format": data_format, "text_fields": text_fields, "max_record_bytes": opts.max_record_bytes,
-        "amplifier_steps": amplifier.steps() if amplify else None,
+        "amplifier_steps": amplifier.steps() if amplify else None, "warnings": checked.warnings,
         "amplification_report": paths["amplification"] if amplify else None})
 
     pipeline = beam.Pipeline(options=options)
-    read = read_stage(pipeline, opts, data_format, text_fields)
-    perturbed = perturb_stage(read["records"], config, shared_handle, opts.batch_records,
-                              diagnostics=bool(opts.diagnostics_output))
-    released, records_dropped, shards, section = perturbed.released, None, None, None
+    read = pipeline | "Read" >> ReadRecords(opts.input, data_format, text_fields, opts.max_record_bytes,
+                                            opts.keep_failed_text)
+    privatized = (read["records"]
+                  | "Keyed" >> beam.Map(lambda item: ((item[0], item[1]), item[2]))
+                  | "Redistribute" >> beam.Reshuffle()
+                  | "Privatize" >> privatize)
+    released, dropped, shards, section = privatized.released, None, None, None
     if amplify:  # LAC Amplifier (docs/lac.md)
-        amplified = released | "Amplifier" >> Amplify(amplifier, config, shared_handle, data_format, text_fields,
-                                                       paths["amplification"])
-        released, records_dropped = amplified["records"], amplified["dropped"]
-        shards, section = amplified["shards"], amplified["section"]
-    records_out = write_stage(released, opts, data_format, schema, shards)
-    errors_stage(read["errors"], paths["errors_prefix"])
-    summary_stage(read["counts"], perturbed[PerturbTokens.STATS], read["errors"], records_out, summary_writer,
-                  records_dropped, section)
+        amplified = released | "Amplifier" >> Amplify(amplifier, privatize.config, privatize.shared_handle,
+                                                       data_format, text_fields, paths["amplification"])
+        released, dropped, shards, section = (amplified["records"], amplified["dropped"], amplified["shards"],
+                                              amplified["section"])
+    if shards is not None:  # the shuffled order is kept file by file; Beam's sinks would choose their own
+        shards | "Write" >> WriteShuffledShards(output, data_format, OUTPUT_SUFFIX[data_format], checked.schema)
+        records_out = (shards | "ShardSizes" >> beam.Map(lambda shard: len(shard[2]))
+                       | "CountOut" >> beam.CombineGlobally(sum))
+    else:
+        released | "Write" >> WriteRecords(output, data_format, checked.schema)
+        records_out = released | "CountOut" >> beam.combiners.Count.Globally()
+    errors = (read["errors"], privatized.errors) | "AllErrors" >> beam.Flatten()
+    errors | "WriteErrors" >> WriteErrors(paths["errors_prefix"])
+    parts = (
+        read["counts"] | "RecordsIn" >> beam.Map(lambda path_count: {"records_in": path_count[1]}),
+        privatized.batch_stats | "TokenStats" >> beam.Map(
+            lambda s: {k: s[k] for k in ("tokens", "changed_tokens", "unknown_tokens")}),
+        errors | "FailedCounts" >> beam.Map(lambda rec: {"records_failed": 1, FAILED_PREFIX + rec["reason"]: 1}),
+        records_out | "RecordsOut" >> beam.Map(lambda n: {"records_out": n}),
+    )
+    if dropped is not None:
+        parts += (dropped | "RecordsDropped" >> beam.Map(lambda n: {"records_dropped": n}),)
+    amplification = beam.pvalue.AsList(section) if section is not None else []
+    _ = (parts
+         | "AllCounts" >> beam.Flatten()
+         | "SumCounts" >> beam.CombineGlobally(SumCounts())
+         | "WriteSummary" >> beam.ParDo(summary_writer, amplification=amplification))
     if opts.diagnostics_output:
-        (perturbed[PerturbTokens.DIAGNOSTICS]
+        (privatized.diagnostics
          | "DiagnosticsJson" >> beam.Map(lambda rec: json.dumps(rec, sort_keys=True))
          | "WriteDiagnostics" >> beam.io.WriteToText(opts.diagnostics_output, file_name_suffix=".jsonl"))
     return pipeline
 
 
-def help_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="textdp privatize", description=__doc__.split("\n\n")[0].replace("``", ""),
-        epilog="Beam flags (--runner, --direct_num_workers, --direct_running_mode, --project, --region, "
-               "--temp_location, --setup_file, ...) pass through unchanged.")
-    PrivatizeOptions._add_argparse_args(parser)  # pylint: disable=protected-access
-    AmplifierOptions._add_argparse_args(parser)  # pylint: disable=protected-access
-    return parser
-
-
-def run(argv: Optional[List[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    options = job_options(argv, help_parser)
-    if options is None:
-        return 0
-    try:
-        pipeline = build_pipeline(options)
-    except (TextdpError, ValueError) as exc:
-        print(f"textdp privatize: error: {exc}", file=sys.stderr)
-        return 2
+def prepare(options: PipelineOptions) -> Plan:
+    """``run_job``'s entry: check everything, then the plan (pipeline builder, progress, report)."""
+    checked = check(options)
     opts = options.view_as(PrivatizeOptions)
-    paths = output_paths(opts.output, opts.format or infer_format(opts.input))
-    result = pipeline.run()
-    result.wait_until_finish()
-    print(f"output:  {paths['output']}")
-    print(f"errors:  {paths['errors']}")
-    print(f"summary: {paths['summary']}  (operator's: raw-data figures, not for publication)")
-    if opts.public_summary:
-        print(f"public summary: {opts.public_summary}")
-    if options.view_as(AmplifierOptions).amplifier_requested():
-        print(f"amplification: {paths['amplification']}")
-    _print_headline(paths["summary"])
-    return 0
+    output = options.view_as(OutputOptions).output
+    amplify = options.view_as(AmplifierOptions).amplifier_config().requested()
+    for warning in checked.warnings:
+        print(f"textdp privatize: WARNING: {warning}", file=sys.stderr)
+    total = _count_records(checked.inputs, checked.data_format)
+    paths = checked.paths
+
+    def report() -> List[str]:
+        lines = [f"output:  {paths['output']}", f"errors:  {paths['errors']}",
+                 f"summary: {paths['summary']}  (the operator's: raw-data figures, not for publication)"]
+        if opts.public_summary:
+            lines.append(f"public summary: {opts.public_summary}")
+        if amplify:
+            lines.append(f"amplification: {paths['amplification']}")
+        headline = _headline(paths["summary"])
+        return lines + ([headline] if headline else []) + [f"WARNING: {w}" for w in checked.warnings]
+
+    parent = FileSystems.split(output)[0] if "://" in output else (os.path.dirname(os.path.abspath(output)))
+    return Plan(build=lambda progress_dir: build_pipeline(options, progress_dir, checked), report=report,
+                temp_parents=(parent,), progress=("records", total, "tokens"))
 
 
-def _print_headline(summary_path: str) -> None:
+def _headline(summary_path: str) -> Optional[str]:
     """One line of counts from the summary, when this machine can read it (local or gs:// access)."""
     try:
         with FileSystems.open(summary_path) as handle:
             summary = json.loads(handle.read().decode("utf-8"))
     except Exception:  # pylint: disable=broad-except
-        return
+        return None
     records, tokens = summary["records"], summary["tokens"]
-    print(f"records: {records['in']} in, {records['out']} out, {records['failed']} failed; "
-          f"tokens: {tokens['total']} ({tokens['changed_fraction']:.1%} changed, {tokens['unknown']} unknown)")
+    reconciled = "" if records["reconciled"] else "  NOT RECONCILED: see the summary"
+    return (f"records: {records['in']} in, {records['out']} out, {records['failed']} failed; "
+            f"tokens: {tokens['total']} ({tokens['changed_fraction']:.1%} changed, {tokens['unknown']} unknown)"
+            f"{reconciled}")
+
+
+def help_parser():
+    from pipelines.jobs import help_parser as job_help  # pylint: disable=import-outside-toplevel
+
+    return job_help("privatize")
+
+
+def run(argv: Optional[List[str]] = None) -> int:
+    return run_job("privatize", argv)
 
 
 if __name__ == "__main__":

@@ -114,8 +114,8 @@ def test_same_seed_same_results(madlib_run, small_artifact_dir, tmp_path):
     result = run_pipeline(["--artifact", small_artifact_dir, "--epsilons", "2,8,20", "--words", "12", "--samples",
                            "150", "--seed", "3", "--output", out, "--direct_num_workers", "2"])
     counters = {c.key.metric.name: c.committed for c in result.metrics().query()["counters"]
-                if c.key.metric.namespace == "textdp.calibrate"}
-    assert counters["words"] == 12 and counters["draws"] == 12 * 3 * 150 and counters.get("unknown_words", 0) == 0
+                if c.key.metric.namespace == "textdp"}
+    assert counters["calibrated_words"] == 12 and counters["draws"] == 12 * 3 * 150 and counters.get("unknown_words", 0) == 0
     key = lambda r: (r["word_id"], r["epsilon"])  # noqa: E731
     first = sorted(pq.read_table(os.path.join(madlib_run, "per_word.parquet")).to_pylist(), key=key)
     second = sorted(pq.read_table(os.path.join(out, "per_word.parquet")).to_pylist(), key=key)
@@ -148,7 +148,7 @@ def test_cli_errors_and_help(capsys, tmp_path):
                  "--output", "--max-nw", "--min-sw", "--coverage", "--seed", "--no-prune"):
         assert flag in text
     assert cli_main(["calibrate", "--words", "3"] + RUNNER) == 2
-    assert "--output is required" in capsys.readouterr().err
+    assert "missing required flag --output" in capsys.readouterr().err
     assert cli_main(["calibrate", "--output", str(tmp_path), "--epsilons", "1,x"] + RUNNER) == 2
     assert "--epsilons" in capsys.readouterr().err
     assert cli_main(["calibrate", "--output", str(tmp_path), "--words", "3", "--word-list", "w.txt"] + RUNNER) == 2

@@ -85,7 +85,7 @@ def test_job_metrics_count_every_row(small_artifact_dir, tmp_path):
     counters = {c.key.metric.name: c.committed for c in found["counters"]}
     distributions = {d.key.metric.name: d.committed for d in found["distributions"]}
     assert counters["neighbour_rows"] == 5000 and counters["neighbour_fallback_rows"] == 0
-    assert distributions["vectors_load_ms"].count >= 1 and distributions["neighbour_block_ms"].count == 5
+    assert distributions["artifact_load_ms"].count >= 1 and distributions["neighbour_block_ms"].count == 5
 
 
 def test_duplicate_vectors_keep_the_word_itself_first(tmp_path):
@@ -161,7 +161,7 @@ def test_refusals_are_clear(neighbour_artifact_dir, small_artifact_dir, capsys):
         build_pipeline(PipelineOptions([f"--artifact={neighbour_artifact_dir}"]))
     with pytest.raises(TextdpError, match="--k must be between"):
         build_pipeline(PipelineOptions([f"--artifact={small_artifact_dir}", "--k=0"]))
-    assert run([f"--artifact={neighbour_artifact_dir}", "--runner=FnApiRunner"]) == 1
+    assert run([f"--artifact={neighbour_artifact_dir}", "--runner=FnApiRunner"]) == 2  # refused before running
     assert "already has a neighbour table" in capsys.readouterr().err
     assert run(["--help"]) == 0
     out = capsys.readouterr().out

@@ -165,7 +165,8 @@ def test_parquet_keeps_its_schema_and_passes_other_columns_through(tmp_path, sma
 
 
 def test_an_unreadable_file_becomes_an_error_record(tmp_path, small_artifact_dir):
-    """A corrupt Parquet file among good ones: the job finishes, the file is one error record."""
+    """A corrupt Parquet file among good ones: the job finishes, the file is one error record, and the
+    summary does not call the counts reconciled (the file's records were never counted)."""
     folder = tmp_path / "in"
     folder.mkdir()
     pq.write_table(pa.table({"text": ["A good film.", "Bad."]}), str(folder / "a.parquet"))
@@ -174,8 +175,8 @@ def test_an_unreadable_file_becomes_an_error_record(tmp_path, small_artifact_dir
     errors = [json.loads(line) for line in read_lines(f"{output}-errors-*.jsonl")]
     assert [(os.path.basename(e["source"]), e["position"], e["reason"]) for e in errors] == \
         [("b.parquet", 1, "unreadable_file")]
-    assert summary_of(output)["records"] == {"in": 3, "out": 2, "failed": 1,
-                                             "failed_by_reason": {"unreadable_file": 1}, "reconciled": True}
+    assert summary_of(output)["records"] == {"in": 3, "out": 2, "failed": 1, "failed_by_reason": {"unreadable_file": 1},
+                                             "reconciled": False, "files_not_read_to_end": 1}
 
 
 def test_gzipped_text_and_seeded_runs_are_reproducible(tmp_path, small_artifact_dir):
@@ -217,7 +218,7 @@ def test_build_pipeline_returns_an_unrun_pipeline_and_beam_flags_pass_through(tm
     assert options.get_all_options()["parallelism"] == 4
     assert options.view_as(PrivatizeOptions).text_field is None  # JSONL default field: text
     labels = {t.full_label for t in pipeline.transforms_stack[0].parts}
-    assert {"Read", "Perturb", "Write", "WriteErrors", "WriteSummary"} <= labels
+    assert {"Read", "Privatize", "Write", "WriteErrors", "WriteSummary"} <= labels
     assert not glob.glob(f"{output}*")
 
     dataflow = PipelineOptions(ours + ["--runner=DataflowRunner", "--project=some-project",
@@ -261,7 +262,8 @@ def test_cli_privatizes_and_prints_where_the_output_is(tmp_path, small_artifact_
                 f"--artifact={small_artifact_dir}", "--runner=FnApiRunner"])
     printed = capsys.readouterr().out
     assert code == 0
-    assert f"summary: {output}-summary.json" in printed and f"output:  {output}-*-of-*.jsonl" in printed
+    exact = f"{output}-{'[0-9]' * 5}-of-{'[0-9]' * 5}.jsonl"
+    assert f"summary: {output}-summary.json" in printed and f"output:  {exact}" in printed
     assert "records: 30 in, 30 out, 0 failed" in printed
     assert run(["--input=/nowhere/*.txt", f"--output={output}", "--epsilon=1"]) == 2
     assert run(["--help"]) == 0 and "--oov-policy" in capsys.readouterr().out

@@ -69,7 +69,7 @@ def test_dataflow_job_graph_is_built_offline_with_dry_run(corpus_on_gcs):
     assert job.name and job.type.name == "JOB_TYPE_BATCH"
     transforms = result.job.proto_pipeline.components.transforms
     labels = {t.unique_name for t in transforms.values()}
-    for label in ("Read", "Perturb", "Write", "WriteErrors", "WriteSummary"):
+    for label in ("Read", "Privatize", "Write", "WriteErrors", "WriteSummary"):
         assert any(l == label or l.startswith(label + "/") for l in labels), label
     images = {env.payload for env in result.job.proto_pipeline.components.environments.values()}
     assert any(b"textdp/textdp:0.1.0" in payload for payload in images)
@@ -109,7 +109,7 @@ def test_neighbours_job_for_dataflow_is_built_offline_with_dry_run(corpus_on_gcs
     assert not os.path.exists(corpus_on_gcs["cache"] / "remote"), "submitting must not download the artifact"
     manifest = json.loads(corpus_on_gcs["bucket"].blob("artifacts/glove5k/manifest.json").download_as_text())
     assert "neighbours" not in manifest
-    assert neighbours.run(["--runner=FnApiRunner", f"--artifact=gs://{name}/artifacts/missing", "--k=10"]) == 1
+    assert neighbours.run(["--runner=FnApiRunner", f"--artifact=gs://{name}/artifacts/missing", "--k=10"]) == 2  # refused before running
     assert "cannot read" in capsys.readouterr().err
 
 
@@ -133,7 +133,7 @@ def test_neighbour_table_added_to_a_gcs_artifact_is_used_by_tem(corpus_on_gcs, t
     assert "neighbours" not in json.loads(open(os.path.join(before, "manifest.json")).read()), "cache untouched"
     assert not [p for p in os.listdir(tempfile.gettempdir()) if p.startswith("textdp-neighbours-")
                 and p not in temp_before], "the writer's working copy is removed"
-    assert neighbours.run(["--runner=FnApiRunner", f"--artifact={url}", "--k=10"]) == 1
+    assert neighbours.run(["--runner=FnApiRunner", f"--artifact={url}", "--k=10"]) == 2  # refused before running
     assert "already has a neighbour table" in capsys.readouterr().err
 
     output = f"gs://{name}/privatized-tem/reviews"

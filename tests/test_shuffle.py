@@ -14,7 +14,8 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from scipy import stats
 
-from pipelines.lac_options import SHAPE_FIELD, AmplifierOptions
+from pipelines.flags import AmplifierOptions
+from pipelines.privatize import SHAPE_FIELD
 from textdp import accounting
 from textdp.tokenize import WORD_PATTERN
 from transforms.shuffle import ShuffleAmplifier, count_words, replace_rare_words, word_types
@@ -200,8 +201,8 @@ def test_options_validation():
         PipelineOptions(["--k-threshold", "0"]).view_as(AmplifierOptions).amplifier_config()
     with pytest.raises(ValueError, match="--shuffle-shard-records"):
         PipelineOptions(["--shuffle-shard-records", "0"]).view_as(AmplifierOptions).amplifier_config()
-    assert not PipelineOptions([]).view_as(AmplifierOptions).amplifier_requested()
-    assert PipelineOptions(["--shuffle"]).view_as(AmplifierOptions).amplifier_requested()
+    assert not PipelineOptions([]).view_as(AmplifierOptions).amplifier_config().requested()
+    assert PipelineOptions(["--shuffle"]).view_as(AmplifierOptions).amplifier_config().requested()
     with pytest.raises(ValueError, match="cannot also be dropped"):
         ShuffleAmplifier(drop_fields=["text"])
 
@@ -243,24 +244,18 @@ def _amplifier_actions():
 
 
 def test_amplify_for_text_payloads_writes_the_section(small_artifact_dir, imdb_rows, tmp_path):
-    """The privatize wiring: PerturbTokens' text payloads in, str records out, the section file written
+    """The privatize wiring: Privatize's text payloads in, str records out, the section file written
     by a worker, with epsilon_0 from the real Madlib on the 5,000-word artifact."""
-    from apache_beam.utils import shared
-
+    from transforms import Privatize
     from transforms.amplifier import Amplify, AmplifierConfig
-    from transforms.perturb import PerturbConfig, PerturbTokens
 
     texts = [row["text"] for row in imdb_rows[:200]]
-    config = PerturbConfig(artifact=small_artifact_dir, mechanism="madlib", epsilon=5.0, text_fields=(),
-                           shape_field=SHAPE_FIELD)
     section_path = str(tmp_path / "amplification.json")
-    handle = shared.Shared()
+    privatize = Privatize(epsilon=5.0, artifact=small_artifact_dir, shape_field=SHAPE_FIELD)
     with beam.Pipeline(runner="FnApiRunner") as pipeline:
-        released = (pipeline | beam.Create([("in", i, text) for i, text in enumerate(texts)])
-                    | beam.BatchElements(min_batch_size=1, max_batch_size=50)
-                    | beam.ParDo(PerturbTokens(handle, config)).with_outputs(PerturbTokens.STATS, main="released"))
-        amplified = released.released | Amplify(AmplifierConfig(shuffle=True, subsample=0.5), config, handle, "text",
-                                                (), section_path)
+        released = pipeline | beam.Create(texts) | privatize
+        amplified = released.released | Amplify(AmplifierConfig(shuffle=True, subsample=0.5), privatize.config,
+                                                privatize.shared_handle, "text", (), section_path)
         amplified["records"] | "W1" >> beam.io.WriteToText(str(tmp_path / "out"))
         amplified["dropped"] | beam.Map(str) | "W2" >> beam.io.WriteToText(str(tmp_path / "dropped"))
     out = [line.rstrip("\n") for path in glob.glob(str(tmp_path / "out*")) for line in open(path, encoding="utf-8")]

@@ -49,7 +49,9 @@ def test_privatize_help_lists_the_amplifier_flags():
 def test_user_field_with_plain_text_is_a_clear_error(small_artifact_dir, tmp_path):
     input_path = tmp_path / "lines.txt"
     input_path.write_text("a line\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="--user-field needs JSONL or Parquet"):
+    from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+
+    with pytest.raises(TextdpError, match="--user-field needs JSONL or Parquet"):
         _privatize(tmp_path, small_artifact_dir, input_path, "--shuffle", "--user-field=u")
 
 

@@ -67,7 +67,7 @@ def test_parameters_are_well_formed_and_documented(job):
 class ExampleOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
-        parser.add_argument("--corpus", help="where the corpus is; required")
+        parser.add_argument("--corpus", help="where the corpus is")
         parser.add_argument("--rounds", "--round_count", dest="rounds", type=int, default=3, help="how many")
         parser.add_argument("--rate", type=float, default=0.5, help="a rate")
         parser.add_argument("--mode", choices=("fast", "exact"), default="fast", help="which mode")
@@ -79,7 +79,7 @@ def test_derivation_rules_for_names_required_and_types():
 
     parser = argparse.ArgumentParser()
     ExampleOptions._add_argparse_args(parser)  # pylint: disable=protected-access
-    params = {p["name"]: p for p in jobs.parameters(parser)}
+    params = {p["name"]: p for p in jobs.parameters(parser, required=("corpus",))}
     assert list(params) == ["corpus", "rounds", "rate", "mode", "verbose_log"]
     assert params["corpus"]["isOptional"] is False and params["rounds"]["isOptional"] is True
     assert params["rounds"]["regexes"] == [jobs.INT_REGEX] and params["mode"]["regexes"] == ["^(fast|exact)$"]

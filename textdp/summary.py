@@ -17,7 +17,7 @@ claims (without the author counts behind them).
 from __future__ import annotations
 
 import time
-from typing import Dict, Optional
+from typing import Dict, Optional, Sequence
 
 from textdp import __version__
 from textdp.statements import (FLOATING_POINT_STATEMENT, STRUCTURE_STATEMENT, errors_statement, oov_statement,
@@ -25,8 +25,12 @@ from textdp.statements import (FLOATING_POINT_STATEMENT, STRUCTURE_STATEMENT, er
 
 FAILED_PREFIX = "failed:"
 
+# Error reasons whose record stands for the unread rest of a file (transforms/io.py FILE_REASONS): the
+# records after the point where reading stopped were never counted, so such a run is never "reconciled".
+FILE_REASONS = ("unreadable_file", "truncated_file", "schema_mismatch")
+
 RAW_DATA_FIGURES = ("records.in", "records.failed", "records.failed_by_reason", "records.dropped",
-                    "records.reconciled", "tokens.total", "tokens.changed", "tokens.changed_fraction",
+                    "records.reconciled", "records.files_not_read_to_end", "tokens.total", "tokens.changed", "tokens.changed_fraction",
                     "tokens.unknown", "tokens.unknown_fraction", "privacy.unknown_words")
 
 RAW_DATA_STATEMENT = (
@@ -66,14 +70,18 @@ def _record_counts(counts: Dict[str, int]) -> dict:
     records_out = int(counts.get("records_out", 0))
     records_failed = int(counts.get("records_failed", 0))
     records_dropped = int(counts.get("records_dropped", 0))  # by an amplification stage (sub-sampling)
+    failed_by_reason = {key[len(FAILED_PREFIX):]: int(value) for key, value in sorted(counts.items())
+                        if key.startswith(FAILED_PREFIX)}
+    files_not_read_to_end = sum(failed_by_reason.get(reason, 0) for reason in FILE_REASONS)
     records = {
         "in": records_in,
         "out": records_out,
         "failed": records_failed,
-        "failed_by_reason": {key[len(FAILED_PREFIX):]: int(value) for key, value in sorted(counts.items())
-                             if key.startswith(FAILED_PREFIX)},
-        "reconciled": records_in == records_out + records_failed + records_dropped,
+        "failed_by_reason": failed_by_reason,
+        "reconciled": records_in == records_out + records_failed + records_dropped and not files_not_read_to_end,
     }
+    if files_not_read_to_end:
+        records["files_not_read_to_end"] = files_not_read_to_end
     if "records_dropped" in counts:
         records["dropped"] = records_dropped
     return records
@@ -84,7 +92,7 @@ def build_summary(counts: Dict[str, int], *, input_pattern: str, output: str, er
                   artifact: dict, oov_policy: str, unk_token: str, seed: Optional[int],
                   max_record_bytes: int, amplifier_steps: Optional[dict] = None,
                   amplification_report: Optional[str] = None, public_summary: Optional[str] = None,
-                  extra: Optional[dict] = None) -> dict:
+                  warnings: Sequence[str] = (), extra: Optional[dict] = None) -> dict:
     """The operator's summary for one run, from the counters combined in the pipeline."""
     tokens = int(counts.get("tokens", 0))
     changed = int(counts.get("changed_tokens", 0))
@@ -117,6 +125,7 @@ def build_summary(counts: Dict[str, int], *, input_pattern: str, output: str, er
         "seed": seed,
         "privacy": privacy_section(mechanism_statement, oov_policy, unk_token, unknown, seed is not None,
                                    amplifier_steps, amplification_report),
+        "warnings": list(warnings),
     }
     summary["raw_data_figures"]["figures"] = [
         figure for figure in RAW_DATA_FIGURES if figure.split(".")[1] in summary[figure.split(".")[0]]]
@@ -157,7 +166,7 @@ def public_amplification(section: dict) -> dict:
 def build_public_summary(*, records_out: int, output: str, data_format: str, text_fields,
                          mechanism_parameters: dict, mechanism_statement: dict, artifact: dict, oov_policy: str,
                          unk_token: str, seed: Optional[int], amplifier_steps: Optional[dict] = None,
-                         amplification: Optional[dict] = None) -> dict:
+                         amplification: Optional[dict] = None, warnings: Sequence[str] = ()) -> dict:
     """The publishable summary: only what the guarantee covers or the output itself shows."""
     document = {
         "textdp_version": __version__,
@@ -177,6 +186,7 @@ def build_public_summary(*, records_out: int, output: str, data_format: str, tex
         "seed_used": seed is not None,
         "privacy": privacy_section(mechanism_statement, oov_policy, unk_token, None, seed is not None,
                                    amplifier_steps, None),
+        "warnings": list(warnings),
     }
     if amplification is not None:
         document["amplification"] = public_amplification(amplification)

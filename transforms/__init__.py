@@ -1,1 +1,5 @@
-"""Beam PTransforms and DoFns that wrap the core library ``textdp``."""
+"""Beam PTransforms and DoFns of textdp. ``from transforms import Privatize`` is the drop-in step."""
+
+from transforms.privatize import Privatize, PrivatizeResult  # noqa: F401
+
+__all__ = ["Privatize", "PrivatizeResult"]

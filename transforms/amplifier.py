@@ -68,21 +68,21 @@ class AmplificationSection(beam.DoFn):
 
     def __init__(self, shared_handle, perturb_config, amplifier: AmplifierConfig, path: Optional[str]):
         super().__init__()
-        self._shared_handle = shared_handle
+        from transforms.perturb import holder_state  # pylint: disable=import-outside-toplevel
+
         self.perturb_config = perturb_config
         self.amplifier = amplifier
         self.path = path
-        self._holder = None
+        self._state = holder_state(shared_handle, perturb_config)
 
     def setup(self):
-        from transforms.perturb import load_holder  # pylint: disable=import-outside-toplevel
-
-        self._holder = load_holder(self._shared_handle, self.perturb_config)
+        self._state.setup()
 
     def process(self, stats):
         amp = self.amplifier
+        holder = self._state.value
         token_eps0, diameter = accounting.local_token_epsilon0(
-            self._holder.mechanism, self._holder.artifact.vectors, self.perturb_config.oov_policy)
+            holder.mechanism, holder.artifact.vectors, self.perturb_config.oov_policy)
         section = accounting.amplification_section(
             stats, token_eps0, shuffled=amp.shuffle, delta=amp.delta, subsample_rate=amp.subsample,
             k_threshold=amp.k_threshold, seed_used=self.perturb_config.seed is not None,

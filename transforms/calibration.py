@@ -30,8 +30,7 @@ from textdp.calibration import K_VALUES, WordCalibrator, build_summary
 from textdp.locate import open_artifact
 from textdp.mechanisms import make_mechanism
 from textdp.report import build_report_files
-
-NAMESPACE = "textdp.calibrate"
+from transforms.worker import NAMESPACE, WorkerConfig, WorkerState
 SUMMARY_FILE = "summary.json"
 TABLE_PREFIX = "per_word"
 TABLE_FILE = f"{TABLE_PREFIX}.parquet"
@@ -50,13 +49,15 @@ class CalibrationConfig:
     beta: float = 0.001
     prune: bool = True
     seed: Optional[int] = None
+    gamma: Optional[float] = None
 
     def artifact_tag(self) -> str:
         """Shared cache key: the artifact alone (every calibration of it shares one loaded copy)."""
         return f"textdp-calibrate-artifact:{self.artifact or '<default>'}"
 
     def build_mechanisms(self, artifact) -> dict:
-        return {eps: make_mechanism(self.mechanism, artifact, eps, nn=self.nn, search_k=self.search_k, beta=self.beta)
+        return {eps: make_mechanism(self.mechanism, artifact, eps, nn=self.nn, search_k=self.search_k, beta=self.beta,
+                                    gamma=self.gamma)
                 for eps in self.epsilons}
 
 
@@ -72,53 +73,49 @@ def parquet_schema() -> pa.Schema:
     return pa.schema(fields)
 
 
-class ArtifactHolder:
+def load_artifact(location: Optional[str]):
     """Per-process, read-only, thread-safe: the memory-mapped artifact (with its row norms computed)."""
+    artifact = open_artifact(location)
+    _ = artifact.sqnorms  # computed once per process, shared by every DoFn instance
+    return artifact
 
-    def __init__(self, location: Optional[str]):
-        started = time.perf_counter()
-        self.artifact = open_artifact(location)
-        _ = self.artifact.sqnorms  # computed once per process, shared by every DoFn instance
-        self.load_ms = (time.perf_counter() - started) * 1000.0
+
+def artifact_state(shared_handle, config: CalibrationConfig, worker: Optional[WorkerConfig] = None) -> WorkerState:
+    location = config.artifact
+    return WorkerState(shared_handle, config.artifact_tag(), lambda: load_artifact(location), worker)
 
 
 class CalibrateWordFn(beam.DoFn):
     """``(word_id | word, stratum)`` -> one row per epsilon; unknown words (word lists) go to 'unknown'.
 
-    Metrics (namespace ``textdp.calibrate``): words, draws, unknown_words, artifact_load_ms.
+    Metrics (namespace ``textdp``): calibrated_words, draws, unknown_words, artifact_loads, artifact_load_ms.
     """
 
     UNKNOWN = "unknown"
 
-    def __init__(self, shared_handle, config: CalibrationConfig):
-        self._shared_handle = shared_handle
+    def __init__(self, shared_handle, config: CalibrationConfig, worker: Optional[WorkerConfig] = None):
         self.config = config
-        self._words = Metrics.counter(NAMESPACE, "words")
+        self._state = artifact_state(shared_handle, config, worker)
+        self._words = Metrics.counter(NAMESPACE, "calibrated_words")
         self._draws = Metrics.counter(NAMESPACE, "draws")
         self._unknown = Metrics.counter(NAMESPACE, "unknown_words")
-        self._load_ms = Metrics.distribution(NAMESPACE, "artifact_load_ms")
         self._calibrator = None
         self._rng = None
-        self._holder = None
-        self._load_reported = False
 
     def setup(self):
         config = self.config
-        self._holder = self._shared_handle.acquire(lambda: ArtifactHolder(config.artifact), tag=config.artifact_tag())
-        self._calibrator = WordCalibrator(self._holder.artifact, config.mechanism,
-                                          config.build_mechanisms(self._holder.artifact),
+        artifact = self._state.setup()
+        self._calibrator = WordCalibrator(artifact, config.mechanism, config.build_mechanisms(artifact),
                                           samples=config.samples, prune=config.prune)
         self._rng = np.random.default_rng()  # OS entropy, fresh in every worker and DoFn instance
-        self._load_reported = False
 
-    def start_bundle(self):
-        if not self._load_reported:  # once per DoFn instance: how long its process took to load the artifact
-            self._load_ms.update(int(self._holder.load_ms))
-            self._load_reported = True
+    def finish_bundle(self):
+        self._state.progress.flush()
 
     def process(self, element):
+        self._state.report()
         key, stratum = element
-        artifact = self._holder.artifact
+        artifact = self._state.value
         if isinstance(key, str):  # a word from --word-list: (line number is the stratum)
             word_id = artifact.word_to_id.get(key)
             if word_id is None:
@@ -131,6 +128,7 @@ class CalibrateWordFn(beam.DoFn):
         rows = self._calibrator.calibrate(word_id, rng)
         self._words.inc()
         self._draws.inc(len(rows) * self.config.samples)
+        self._state.progress.add(words=1, draws=len(rows) * self.config.samples)
         for row in rows:
             row["stratum"] = int(stratum)
             yield row
@@ -139,15 +137,16 @@ class CalibrateWordFn(beam.DoFn):
 class CalibrateWords(beam.PTransform):
     """Spread the words over workers (Reshuffle) and compute their statistics."""
 
-    def __init__(self, shared_handle, config: CalibrationConfig):
+    def __init__(self, shared_handle, config: CalibrationConfig, worker: Optional[WorkerConfig] = None):
         super().__init__()
         self._shared_handle = shared_handle
         self.config = config
+        self.worker = worker
 
     def expand(self, pcoll):
         return (pcoll
                 | "SpreadWords" >> beam.Reshuffle()
-                | "Statistics" >> beam.ParDo(CalibrateWordFn(self._shared_handle, self.config)).with_outputs(
+                | "Statistics" >> beam.ParDo(CalibrateWordFn(self._shared_handle, self.config, self.worker)).with_outputs(
                     CalibrateWordFn.UNKNOWN, main="rows"))
 
 
@@ -159,21 +158,20 @@ def _write_bytes(path: str, data: bytes, mime_type: str) -> None:
 class WriteCalibrationOutputs(beam.DoFn):
     """All rows and the unknown-word line numbers -> summary.json, PNG plots, report.html."""
 
-    def __init__(self, shared_handle, config: CalibrationConfig, output_dir: str, run_info: dict):
-        self._shared_handle = shared_handle
+    def __init__(self, shared_handle, config: CalibrationConfig, output_dir: str, run_info: dict,
+                 worker: Optional[WorkerConfig] = None):
         self.config = config
         self.output_dir = output_dir.rstrip("/")
         self.run_info = run_info
-        self._holder = None
+        self._state = artifact_state(shared_handle, config, worker)
 
     def setup(self):
-        config = self.config
-        self._holder = self._shared_handle.acquire(lambda: ArtifactHolder(config.artifact), tag=config.artifact_tag())
+        self._state.setup()
 
     def process(self, element, unknown_lines):
         rows = sorted(element, key=lambda r: (r["word_id"], r["epsilon"]))
         config, info = self.config, dict(self.run_info)
-        artifact = self._holder.artifact
+        artifact = self._state.value
         mechanisms = config.build_mechanisms(artifact)
         words = dict(info["words"])
         words["count"] = len({r["word_id"] for r in rows})

@@ -10,35 +10,73 @@ its exact line number, which an error report needs; the price is that one file i
 between workers. Give a large corpus as many files (shards), and the ``Reshuffle`` after reading
 spreads the records of each file over all workers for the expensive perturbation step.
 
-Text is read as bytes and decoded here, so undecodable bytes become error records instead of
-crashing the job. Nothing here puts input text into a log, metric or exception message; error
-records carry the text only when explicitly asked (``keep_failed_text``).
+Bad input never crashes the job and is never lost without a trace: every line or row read becomes
+either a record or an error record with one of the reason codes below (the table "What happens to
+bad input" in docs/privatize.md lists every case), and a file that cannot be read to its end
+(damaged, truncated, or of another Parquet schema) becomes an error record where reading stopped.
+Text is read as bytes and decoded here, compressed files are decompressed here
+(``transforms/compressed.py``, which notices a truncated stream), and Parquet batches that fail to
+convert are converted cell by cell (``transforms/parquet_io.py``). Nothing here puts input text into
+a log, metric or exception message; error records carry the text only when explicitly asked
+(``keep_failed_text``), and their ``detail`` holds only numbers, JSON type words, reason phrases and
+names of text fields or Parquet columns.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import math
+import logging
+import lzma
+import re
+import sys
+import zlib
 from typing import Iterable, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.compressed import TruncatedStream, open_decompressed
+from transforms.parquet_io import (RowsToArrowTables, batch_rows, cells_as_text, check_input_schemas,
+                                   schema_differences)
+
+_LOG = logging.getLogger(__name__)
+
 FORMATS = ("text", "jsonl", "parquet")
 _EXTENSIONS = {".txt": "text", ".text": "text", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl",
                ".parquet": "parquet", ".pq": "parquet"}
 OUTPUT_SUFFIX = {"text": ".txt", "jsonl": ".jsonl", "parquet": ".parquet"}
-_COMPRESSED = (".gz", ".bz2", ".deflate", ".zst", ".lzma", ".xz")
+_COMPRESSED = (".gz", ".bz2", ".deflate", ".zst", ".zstd", ".lzma", ".xz")
 
-# Error reasons (the ``reason`` field of an error record).
-UNDECODABLE = "undecodable"
-MALFORMED_JSON = "malformed_json"
-NOT_AN_OBJECT = "not_an_object"
-MISSING_FIELD = "missing_field"
-NOT_A_STRING = "not_a_string"
-EMPTY = "empty"
-TOO_LARGE = "too_large"
-UNREADABLE_FILE = "unreadable_file"
+# Error reasons: the ``reason`` field of an error record and the keys of the summary's
+# ``failed_by_reason``, so part of the public contract (docs/privatize.md, "What happens to bad input").
+# One record (line or row):
+UNDECODABLE = "undecodable"                # invalid UTF-8 (a text/JSONL line, or a Parquet string cell)
+MALFORMED_JSON = "malformed_json"          # not JSON
+NOT_AN_OBJECT = "not_an_object"            # JSON, but not an object
+MISSING_FIELD = "missing_field"            # a --text-field is absent
+NOT_A_STRING = "not_a_string"              # a --text-field is null, a number, a list, ...
+EMPTY = "empty"                            # no text (blank line; every text field blank)
+TOO_LARGE = "too_large"                    # over --max-record-bytes
+TOO_DEEP = "too_deep"                      # JSON nested deeper than MAX_JSON_DEPTH
+LONE_SURROGATE = "lone_surrogate"          # a JSON \uD800-\uDFFF escape without its pair: no UTF-8 form
+UNSUPPORTED_NUMBER = "unsupported_number"  # an integer over Python's digit limit, a float beyond 1.8e308
+DUPLICATE_KEY = "duplicate_key"            # a JSON object with the same key twice
+UNSUPPORTED_VALUE = "unsupported_value"    # a Parquet cell Python cannot represent (e.g. a date after 9999)
+# One file (the record stands for the unread rest of the file; its position is where reading stopped):
+UNREADABLE_FILE = "unreadable_file"        # damaged or not of its format; I/O error
+TRUNCATED_FILE = "truncated_file"          # a compressed file that ends before its stream's end marker
+SCHEMA_MISMATCH = "schema_mismatch"        # a Parquet file (matched on a worker) of another schema
+FILE_REASONS = (UNREADABLE_FILE, TRUNCATED_FILE, SCHEMA_MISMATCH)
+
+# JSON nested deeper than this is refused: Python's parser and encoder recurse, and a record that
+# parses near the interpreter's recursion limit could fail later, while being written.
+MAX_JSON_DEPTH = 200
+MAX_LISTED_PROBLEMS = 6
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # only an escape can put a surrogate into a str
 
 
 def infer_format(pattern: str) -> Optional[str]:
@@ -69,24 +107,144 @@ def _strip_newline(raw: bytes) -> bytes:
     return raw
 
 
+def describe_json_value(value) -> str:
+    """A JSON value's kind in the user's words ("a JSON null", "a list"), never a Python type name."""
+    if value is None:
+        return "a JSON null"
+    if isinstance(value, bool):
+        return "true or false (a JSON boolean)"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return "not a string"
+
+
+class _FileProblem(Exception):
+    """Reading a file stops here for a reason of ours (reason code and detail are safe to report)."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(reason)
+        self.reason, self.detail = reason, detail
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+class _NonFiniteNumber(ValueError):
+    pass
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if value in (float("inf"), float("-inf")):
+        raise _NonFiniteNumber()
+    return value
+
+
+def _unique_keys(pairs) -> dict:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise _DuplicateKey()
+    return result
+
+
+def parse_json_line(text: str):
+    """``(payload, None)`` or ``(None, (reason, detail))`` for one JSON line, never an exception."""
+    try:
+        return json.loads(text, parse_float=_finite_float, object_pairs_hook=_unique_keys), None
+    except json.JSONDecodeError as exc:  # its message is a fixed phrase ("Expecting value"), never content
+        return None, (MALFORMED_JSON, f"{exc.msg} at character {exc.colno} of the line")
+    except _DuplicateKey:
+        return None, (DUPLICATE_KEY, "an object has the same key twice (only one value could be kept)")
+    except _NonFiniteNumber:
+        return None, (UNSUPPORTED_NUMBER, "a number too large for 64-bit floating point (over about 1.8e308): "
+                                          "it cannot be written back as it was")
+    except RecursionError:
+        return None, (TOO_DEEP, f"objects and lists nested too deep to parse (the limit is {MAX_JSON_DEPTH} levels)")
+    except ValueError:  # the only other ValueError json.loads raises on a str: Python's int-digit limit
+        return None, (UNSUPPORTED_NUMBER, f"an integer with more than {sys.get_int_max_str_digits()} digits "
+                                          "(Python's limit for converting an integer)")
+
+
+def json_structure_problem(payload, text: str, text_fields: Sequence[str]):
+    """``(reason, detail)`` if ``payload`` (parsed from ``text``) is nested deeper than
+    ``MAX_JSON_DEPTH`` or holds a lone surrogate in any key or string, else None."""
+    look_for_surrogates = _SURROGATE_ESCAPE.search(text) is not None
+    stack = [(payload, 1, None)]
+    while stack:
+        value, depth, field = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            return TOO_DEEP, f"objects and lists nested more than {MAX_JSON_DEPTH} levels deep (the limit)"
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            where = key if field is None else field  # the top-level field it is in
+            if look_for_surrogates and isinstance(key, str) and _SURROGATE.search(key):
+                return LONE_SURROGATE, ("a field name holds a lone UTF-16 surrogate escape (\\uD800-\\uDFFF "
+                                        "without its pair), which has no UTF-8 form")
+            if isinstance(item, (dict, list)):
+                stack.append((item, depth + 1, where))
+            elif look_for_surrogates and isinstance(item, str) and _SURROGATE.search(item):
+                place = f"text field {where!r}" if where in text_fields else "a field that is not privatized"
+                return LONE_SURROGATE, (f"{place} holds a lone UTF-16 surrogate escape (\\uD800-\\uDFFF without "
+                                        "its pair), which has no UTF-8 form")
+    return None
+
+
+def _compression_name(path: str) -> str:
+    return {CompressionTypes.GZIP: "gzip", CompressionTypes.BZIP2: "bzip2", CompressionTypes.LZMA: "xz/lzma",
+            CompressionTypes.DEFLATE: "deflate (zlib)", CompressionTypes.ZSTD: "zstd"}.get(
+                CompressionTypes.detect_compression_type(path), "")
+
+
+def decompression_errors() -> tuple:
+    """What the decompressors raise on damaged data (bz2 raises OSError; zstd its own error)."""
+    import zstandard  # pylint: disable=import-outside-toplevel  (a dependency of apache-beam)
+    return zlib.error, lzma.LZMAError, zstandard.ZstdError, OSError, EOFError
+
+
+def _unreadable_detail(exc: Exception, path: str, data_format: str) -> str:
+    """Why reading a file stopped, in the user's words; never the exception's message, which could
+    quote file content."""
+    compression = _compression_name(path)
+    if data_format == "parquet":
+        import pyarrow as pa  # pylint: disable=import-outside-toplevel
+        if isinstance(exc, pa.ArrowException) and not isinstance(exc, pa.ArrowIOError):
+            return "not a valid Parquet file, or damaged from here on"
+    if compression and isinstance(exc, decompression_errors()) \
+            and not isinstance(exc, (ConnectionError, PermissionError, FileNotFoundError)):
+        return f"the {compression} data is damaged from here on"
+    if isinstance(exc, OSError):
+        return "an I/O error while reading (the file system's message is not shown)"
+    _LOG.warning("textdp: reading %s stopped on an unexpected %s (message not shown)", path, type(exc).__name__)
+    return "an unexpected error while reading (its message is not shown, as it could quote the input)"
+
+
 class ReadFileRecords(beam.DoFn):
     """One matched file -> records (main), error records ('errors') and (file, records read) ('counts').
 
     Every record read is either emitted or turned into an error record, and the count emitted for
-    the file is the number of records read, so records in = records out + records failed.
+    the file is the number of records read (plus one for a file-level error record that stands for the
+    unread rest of a file), so records in = records out + records failed.
     """
 
     ERRORS = "errors"
     COUNTS = "counts"
 
     def __init__(self, data_format: str, text_fields: Sequence[str], max_record_bytes: int,
-                 keep_failed_text: bool):
+                 keep_failed_text: bool, parquet_schema=None):
         if data_format not in FORMATS:
             raise ValueError(f"unknown format {data_format!r}")
         self.data_format = data_format
         self.text_fields = tuple(text_fields or ())
         self.max_record_bytes = int(max_record_bytes)
         self.keep_failed_text = bool(keep_failed_text)
+        self.parquet_schema = parquet_schema  # the schema every Parquet file must have (checked before the run)
 
     def process(self, readable_file) -> Iterable:
         path = readable_file.metadata.path
@@ -96,35 +254,69 @@ class ReadFileRecords(beam.DoFn):
             for item in reader(readable_file, path):
                 count += 1
                 yield item
-        except Exception as exc:  # pylint: disable=broad-except
-            # A truncated .gz or a corrupt Parquet footer: report where reading stopped. The exception
-            # type is safe to show; its message could quote file content, so it is not used.
+        except _FileProblem as problem:
+            count += 1
+            yield beam.pvalue.TaggedOutput(self.ERRORS, error_record(path, count, problem.reason, problem.detail))
+        except TruncatedStream:
             count += 1
             yield beam.pvalue.TaggedOutput(self.ERRORS, error_record(
-                path, count, UNREADABLE_FILE, f"reading stopped here: {type(exc).__name__}"))
+                path, count, TRUNCATED_FILE,
+                f"the {_compression_name(path)} data ends before its end-of-stream marker: the file is cut "
+                f"after {count - 1} complete record(s) and the rest of it is missing"))
+        except Exception as exc:  # pylint: disable=broad-except
+            # A damaged .gz or Parquet file: report where reading stopped; the records before are kept.
+            count += 1
+            yield beam.pvalue.TaggedOutput(self.ERRORS, error_record(
+                path, count, UNREADABLE_FILE, _unreadable_detail(exc, path, self.data_format)))
         yield beam.pvalue.TaggedOutput(self.COUNTS, (path, count))
-
-    # text and JSONL -------------------------------------------------------------------------
-    def _lines(self, readable_file, path):
-        with readable_file.open(mime_type="application/octet-stream") as handle:
-            position = 0
-            for raw in iter(handle.readline, b""):
-                position += 1
-                yield self._line_record(path, position, _strip_newline(raw))
 
     def _failed(self, path, position, reason, detail, text):
         return beam.pvalue.TaggedOutput(
             self.ERRORS, error_record(path, position, reason, detail, text if self.keep_failed_text else None))
 
+    # text and JSONL -------------------------------------------------------------------------
+    def _lines(self, readable_file, path):
+        """Lines as bytes, each read with a bounded ``readline`` so that one huge line cannot fill the
+        worker's memory: a line over ``max_record_bytes`` is measured and skipped, not held."""
+        window = self.max_record_bytes + 2  # room for "\r\n" after a line of exactly the limit
+        with readable_file.open(mime_type="application/octet-stream",
+                                compression_type=CompressionTypes.UNCOMPRESSED) as raw:
+            handle = open_decompressed(raw, path)
+            position = 0
+            while True:
+                raw_line = handle.readline(window)
+                if not raw_line:
+                    return
+                position += 1
+                if len(raw_line) == window and not raw_line.endswith(b"\n"):
+                    yield self._too_long_line(handle, path, position, raw_line)
+                else:
+                    yield self._line_record(path, position, _strip_newline(raw_line))
+
+    def _too_long_line(self, handle, path, position, head: bytes):
+        """Skip the rest of a line longer than the limit, counting its bytes (without the line ending)."""
+        length, last = len(head), head[-2:]
+        while not last.endswith(b"\n"):
+            chunk = handle.readline(1 << 20)
+            if not chunk:
+                break
+            length += len(chunk)
+            last = (last + chunk)[-2:]
+        length -= 2 if last == b"\r\n" else 1 if last.endswith(b"\n") else 0
+        return self._failed(path, position, TOO_LARGE,
+                            f"a line of {length} bytes as read (without its line ending) > --max-record-bytes "
+                            f"{self.max_record_bytes}",
+                            head[:self.max_record_bytes].decode("utf-8", "replace"))
+
     def _line_record(self, path: str, position: int, raw: bytes):
         if len(raw) > self.max_record_bytes:
             return self._failed(path, position, TOO_LARGE,
-                                f"{len(raw)} bytes > --max-record-bytes {self.max_record_bytes}",
-                                raw.decode("utf-8", "replace"))
+                                f"a line of {len(raw)} bytes as read (without its line ending) > "
+                                f"--max-record-bytes {self.max_record_bytes}", raw.decode("utf-8", "replace"))
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            return self._failed(path, position, UNDECODABLE, f"invalid UTF-8 at byte {exc.start}",
+            return self._failed(path, position, UNDECODABLE, f"invalid UTF-8 at byte {exc.start} of the line",
                                 raw.decode("utf-8", "replace"))
         if position == 1 and text.startswith("\ufeff"):
             text = text[1:]  # a UTF-8 byte order mark is not content
@@ -132,22 +324,23 @@ class ReadFileRecords(beam.DoFn):
             return self._failed(path, position, EMPTY, "no text", text)
         if self.data_format == "text":
             return (path, position, text)
-        try:
-            payload = json.loads(text)
-        except ValueError as exc:
-            column = getattr(exc, "colno", None)
-            message = getattr(exc, "msg", "invalid JSON")
-            return self._failed(path, position, MALFORMED_JSON, f"{message} (column {column})", text)
-        return self._checked_object(path, position, payload, text)
+        payload, problem = parse_json_line(text)
+        if problem is None:
+            if not isinstance(payload, dict):
+                problem = NOT_AN_OBJECT, f"the line is {describe_json_value(payload)}, not a JSON object"
+            else:
+                problem = json_structure_problem(payload, text, self.text_fields)
+        if problem is not None:
+            return self._failed(path, position, problem[0], problem[1], text)
+        return self._checked_object(path, position, payload, text, json_input=True)
 
-    def _checked_object(self, path, position, payload, text):
-        if not isinstance(payload, dict):
-            return self._failed(path, position, NOT_AN_OBJECT, f"a JSON {type(payload).__name__}, not an object", text)
+    def _checked_object(self, path, position, payload, text, json_input):
         for field in self.text_fields:
             if field not in payload:
                 return self._failed(path, position, MISSING_FIELD, f"no field {field!r}", text)
             if not isinstance(payload[field], str):
-                kind = "null" if payload[field] is None else type(payload[field]).__name__
+                kind = describe_json_value(payload[field]) if json_input else \
+                    "null (no value)" if payload[field] is None else "a value of another type"
                 return self._failed(path, position, NOT_A_STRING, f"field {field!r} is {kind}, not a string", text)
         if all(not payload[field].strip() for field in self.text_fields):
             return self._failed(path, position, EMPTY, "every text field is empty", text)
@@ -160,11 +353,39 @@ class ReadFileRecords(beam.DoFn):
         with readable_file.open(mime_type="application/octet-stream",
                                 compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             parquet = pq.ParquetFile(handle)
+            if self.parquet_schema is not None:
+                differences = schema_differences(self.parquet_schema, parquet.schema_arrow,
+                                                 "the schema checked before the run")
+                if differences:
+                    raise _FileProblem(SCHEMA_MISMATCH, (
+                        f"this file {'; '.join(differences[:MAX_LISTED_PROBLEMS])}: none of its "
+                        f"{parquet.metadata.num_rows} row(s) were read"))
             position = 0
             for batch in parquet.iter_batches(batch_size=1024):
-                for row in batch.to_pylist():
+                for index, (row, problems) in enumerate(batch_rows(batch)):
                     position += 1
-                    yield self._row_record(path, position, row)
+                    if problems:
+                        yield self._bad_cells(path, position, problems, batch, index)
+                    else:
+                        yield self._row_record(path, position, row)
+
+    def _bad_cells(self, path, position, problems, batch, index):
+        undecodable = [(column, offset) for column, kind, offset in problems if kind == "utf8"]
+        text = None
+        if self.keep_failed_text:
+            try:
+                text = json.dumps(cells_as_text(batch, index, self.text_fields), ensure_ascii=False)
+            except Exception:  # pylint: disable=broad-except  (the text is a courtesy; the record is not)
+                text = None
+        if undecodable:
+            detail = "; ".join(f"invalid UTF-8 in column {column!r}"
+                               + (f" at byte {offset} of its value" if offset is not None else "")
+                               for column, offset in undecodable[:MAX_LISTED_PROBLEMS])
+            return self._failed(path, position, UNDECODABLE, detail, text)
+        columns = ", ".join(repr(column) for column, _, _ in problems[:MAX_LISTED_PROBLEMS])
+        return self._failed(path, position, UNSUPPORTED_VALUE,
+                            f"column(s) {columns} hold a value Python cannot represent (e.g. a date after "
+                            "year 9999)", text)
 
     def _row_record(self, path, position, row):
         text = None
@@ -173,18 +394,26 @@ class ReadFileRecords(beam.DoFn):
         size = sum(len(row[f].encode("utf-8")) for f in self.text_fields if isinstance(row.get(f), str))
         if size > self.max_record_bytes:
             return self._failed(path, position, TOO_LARGE,
-                                f"{size} bytes of text > --max-record-bytes {self.max_record_bytes}", text)
-        return self._checked_object(path, position, row, text)
+                                f"text fields of {size} bytes (UTF-8, together) > --max-record-bytes "
+                                f"{self.max_record_bytes}", text)
+        return self._checked_object(path, position, row, text, json_input=False)
 
 
 class ReadRecords(beam.PTransform):
-    """``file pattern -> {'records', 'errors', 'counts'}`` (see ``ReadFileRecords``)."""
+    """``file pattern -> {'records', 'errors', 'counts'}`` (see ``ReadFileRecords``).
+
+    For Parquet, ``expected_schema`` is the schema every file must have (default: the one
+    ``parquet_schema(pattern, text_fields)`` checks before the run); a file matched on a worker with
+    another schema becomes one ``schema_mismatch`` error record.
+    """
 
     def __init__(self, pattern: str, data_format: str, text_fields: Sequence[str], max_record_bytes: int,
-                 keep_failed_text: bool = False):
+                 keep_failed_text: bool = False, expected_schema=None):
         super().__init__()
         self.pattern = pattern
-        self.reader = ReadFileRecords(data_format, text_fields, max_record_bytes, keep_failed_text)
+        if data_format == "parquet" and expected_schema is None:
+            expected_schema = parquet_schema(pattern, text_fields)
+        self.reader = ReadFileRecords(data_format, text_fields, max_record_bytes, keep_failed_text, expected_schema)
 
     def expand(self, pbegin):
         from apache_beam.io import fileio  # pylint: disable=import-outside-toplevel
@@ -198,14 +427,20 @@ class ReadRecords(beam.PTransform):
                 "counts": results[ReadFileRecords.COUNTS]}
 
 
-def parquet_schema(pattern: str):
-    """The Arrow schema of the first file matching ``pattern`` (the output keeps it)."""
-    import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+def parquet_schema(pattern: str, text_fields: Sequence[str] = ()):
+    """The one Arrow schema of the Parquet files matching ``pattern``, checked before the run: every
+    file with a readable footer must have the same columns and types, and every text field must be a
+    string column; otherwise ``TextdpError`` naming the files and columns (never a value). The output
+    keeps this schema. Checked once per set of files (sizes and times included) and text fields."""
+    result = FileSystems.match([pattern])[0]
+    files = tuple(sorted((meta.path, meta.size_in_bytes, meta.last_updated_in_seconds)
+                         for meta in result.metadata_list))
+    return _checked_parquet_schema(files, tuple(text_fields or ()))
 
-    first = matched_paths(pattern)[0]
-    with FileSystems.open(first, mime_type="application/octet-stream",
-                          compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        return pq.read_schema(handle)
+
+@functools.lru_cache(maxsize=16)
+def _checked_parquet_schema(files: tuple, text_fields: tuple):
+    return check_input_schemas([path for path, _, _ in files], text_fields)
 
 
 def matched_paths(pattern: str):
@@ -215,7 +450,11 @@ def matched_paths(pattern: str):
 
 
 class WriteRecords(beam.PTransform):
-    """Payloads -> files ``<output>-SSSSS-of-NNNNN<ext>`` in the input's format."""
+    """Payloads -> files ``<output>-SSSSS-of-NNNNN<ext>`` in the input's format.
+
+    Parquet rows are converted to Arrow tables by ``RowsToArrowTables``, whose errors name the column
+    but never the value (Beam's ``WriteToParquet`` would quote it into the log and the exception).
+    """
 
     def __init__(self, output: str, data_format: str, schema=None):
         super().__init__()
@@ -226,8 +465,10 @@ class WriteRecords(beam.PTransform):
     def expand(self, payloads):
         suffix = OUTPUT_SUFFIX[self.data_format]
         if self.data_format == "parquet":
-            return payloads | "WriteParquet" >> beam.io.WriteToParquet(
-                self.output, self.schema, file_name_suffix=suffix)
+            return (payloads
+                    | "ToArrow" >> beam.ParDo(RowsToArrowTables(self.schema))
+                    | "WriteParquet" >> beam.io.WriteToParquetBatched(self.output, self.schema,
+                                                                      file_name_suffix=suffix))
         if self.data_format == "jsonl":
             payloads = payloads | "ToJson" >> beam.Map(lambda obj: json.dumps(obj, ensure_ascii=False))
         return payloads | "WriteText" >> beam.io.WriteToText(self.output, file_name_suffix=suffix)
@@ -255,8 +496,21 @@ class WriteErrors(beam.PTransform):
                                                 shard_name_template=ERRORS_SHARD_TEMPLATE))
 
 
+def strict_json(value):
+    """``value`` with every non-finite float written as a string ("inf", "-inf", "nan"): JSON has no
+    Infinity or NaN, and a summary must parse with any JSON reader (an epsilon_0 of a run that keeps
+    unknown words is unbounded, for instance)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {key: strict_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(item) for item in value]
+    return value
+
+
 def write_json(path: str, document: dict) -> None:
-    """Write one JSON document to a local or gs:// path through Beam's filesystems."""
-    data = (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    """Write one JSON document to a local or gs:// path through Beam's filesystems (strict JSON)."""
+    data = (json.dumps(strict_json(document), indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
     with FileSystems.create(path, mime_type="application/json") as handle:
         handle.write(data)

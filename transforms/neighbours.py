@@ -18,7 +18,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Tuple
+from typing import Optional, Tuple
 
 import apache_beam as beam
 import numpy as np
@@ -28,22 +28,19 @@ from apache_beam.utils import shared
 from textdp import gcs
 from textdp.locate import open_artifact
 from textdp.neighbours import QUERY_ROWS, TableWriter, knn_rows, metric_points
-
-NAMESPACE = "textdp"
+from transforms.worker import NAMESPACE, WorkerConfig, WorkerState
 
 
 class VocabularyPoints:
     """Per-process read-only state: the artifact's vectors mapped to the metric's points."""
 
     def __init__(self, artifact: str, metric: str):
-        started = time.perf_counter()
         artifact = open_artifact(artifact)  # a gs:// URL is fetched into this machine's cache once
         if metric == "euclidean":
             self.points = artifact.vectors  # the memory map itself: shared through the page cache
         else:
             self.points = metric_points(artifact.vectors, metric)
         self.sqnorms = np.einsum("ij,ij->i", self.points, self.points, dtype=np.float32)
-        self.load_ms = (time.perf_counter() - started) * 1000.0
 
 
 def row_ranges(vocab_size: int, shard_rows: int) -> list:
@@ -56,33 +53,33 @@ def row_ranges(vocab_size: int, shard_rows: int) -> list:
 class ComputeNeighbourBlocks(beam.DoFn):
     """(start, stop) -> (start, ids int32 (m x k), distances float32 (m x k), fallback rows)."""
 
-    def __init__(self, shared_handle, artifact_dir: str, k: int, metric: str, query_rows: int = QUERY_ROWS):
-        self._shared_handle = shared_handle
+    def __init__(self, shared_handle, artifact_dir: str, k: int, metric: str, query_rows: int = QUERY_ROWS,
+                 worker: Optional[WorkerConfig] = None):
         self.artifact_dir, self.k, self.metric, self.query_rows = artifact_dir, int(k), metric, int(query_rows)
+        key = (artifact_dir, metric)
+        self._state = WorkerState(shared_handle, f"textdp-points:{key}", lambda: VocabularyPoints(*key), worker)
         self._rows = Metrics.counter(NAMESPACE, "neighbour_rows")
         self._fallback = Metrics.counter(NAMESPACE, "neighbour_fallback_rows")
-        self._load_ms = Metrics.distribution(NAMESPACE, "vectors_load_ms")
         self._block_ms = Metrics.distribution(NAMESPACE, "neighbour_block_ms")
-        self._holder = None
-        self._load_reported = False
 
     def setup(self):
-        key = (self.artifact_dir, self.metric)
-        self._holder = self._shared_handle.acquire(lambda: VocabularyPoints(*key), tag=f"{key}")
-        self._load_reported = False
+        self._state.setup()
+
+    def finish_bundle(self):
+        self._state.progress.flush()
 
     def process(self, row_range: Tuple[int, int]):
-        if not self._load_reported:  # metrics are only recorded inside a bundle
-            self._load_reported = True
-            self._load_ms.update(int(round(self._holder.load_ms)))
+        self._state.report()
+        holder = self._state.value
         start, stop = row_range
         for lo in range(start, stop, self.query_rows):
             hi = min(lo + self.query_rows, stop)
             began = time.perf_counter()
-            ids, distances, fallback = knn_rows(self._holder.points, self._holder.sqnorms, lo, hi, self.k)
+            ids, distances, fallback = knn_rows(holder.points, holder.sqnorms, lo, hi, self.k)
             self._block_ms.update(int((time.perf_counter() - began) * 1000))
             self._rows.inc(hi - lo)
             self._fallback.inc(fallback)
+            self._state.progress.add(rows=hi - lo)
             yield lo, ids, distances, fallback
 
 
@@ -120,17 +117,19 @@ class WriteNeighbourTable(beam.DoFn):
 class ComputeNeighbourTable(beam.PTransform):
     """Pipeline root -> PCollection with one element: the manifest section of the new table."""
 
-    def __init__(self, artifact_dir: str, vocab_size: int, k: int, metric: str, shard_rows: int, extra: dict):
+    def __init__(self, artifact_dir: str, vocab_size: int, k: int, metric: str, shard_rows: int, extra: dict,
+                 worker: Optional[WorkerConfig] = None):
         super().__init__()
         self.artifact_dir, self.vocab_size, self.k, self.metric = artifact_dir, vocab_size, k, metric
-        self.shard_rows, self.extra = shard_rows, extra
+        self.shard_rows, self.extra, self.worker = shard_rows, extra, worker
 
     def expand(self, pbegin):
         handle = shared.Shared()
         return (pbegin
                 | "RowRanges" >> beam.Create(row_ranges(self.vocab_size, self.shard_rows))
                 | "Distribute" >> beam.Reshuffle()
-                | "NearestK" >> beam.ParDo(ComputeNeighbourBlocks(handle, self.artifact_dir, self.k, self.metric))
+                | "NearestK" >> beam.ParDo(ComputeNeighbourBlocks(handle, self.artifact_dir, self.k, self.metric,
+                                                                 worker=self.worker))
                 | "OneKey" >> beam.Map(lambda block: (None, block))
                 | "Gather" >> beam.GroupByKey()
                 | "WriteTable" >> beam.ParDo(WriteNeighbourTable(self.artifact_dir, self.vocab_size, self.k,

@@ -1,24 +1,26 @@
-"""PerturbTokens: the DoFn that privatizes batches of records with a mechanism.
+"""PerturbTokens: the DoFn that privatizes batches of records with a mechanism (inside ``Privatize``).
 
-The heavy, read-only state (the memory-mapped artifact, the mechanism, the tokenizer) is loaded
-once per worker process: ``setup()`` acquires it from an ``apache_beam.utils.shared.Shared`` handle
-that holds one ``PrivatizerHolder``, so every DoFn instance (thread) of the process uses the same
-object, and the artifact's memory map is shared with the other processes through the page cache.
+The heavy, read-only state (the memory-mapped artifact and a reference mechanism) is loaded once
+per worker process by ``transforms.worker.WorkerState`` (``Shared`` + one load metric). Each DoFn
+instance builds its own ``TextPrivatizer`` from it in ``setup()`` (the exact search keeps a
+scratch buffer, so mechanisms are not shared between threads). The DoFn only batches, seeds and
+counts: checking a record, taking its texts out and putting the released texts back is
+``textdp.records``; tokenizing and releasing is ``textdp.text_privatizer``.
 
 Randomness is per DoFn instance and created in ``setup()`` from OS entropy, never in ``__init__``
 (which is pickled and copied to every worker: a generator made there would repeat the same noise
 on every worker). With ``seed`` set (tests, benchmarks) every text instead gets its own generator
-seeded from (seed, file, position, field), which is reproducible on any runner and any number
-of workers and still never repeats a stream between records.
+seeded from (seed, the record's key, field), which is reproducible on any runner and any number of
+workers and never repeats a stream between records; records without a key (``Privatize`` on a
+plain PCollection) are keyed by a hash of their texts, so equal records get equal noise.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import os
-import threading
-import time
 import uuid
 import zlib
 from dataclasses import astuple, dataclass
@@ -31,12 +33,9 @@ from apache_beam.metrics import Metrics
 from textdp.compact_vocab import SharedVocabularyArtifact
 from textdp.locate import resolve_artifact
 from textdp.mechanisms import make_mechanism
+from textdp.records import check_record, record_texts, released_record
 from textdp.text_privatizer import TextPrivatizer
-
-NAMESPACE = "textdp"
-
-_PROCESS_LOADS = 0  # how many times this process has loaded a holder (diagnostics: must stay 1)
-_PROCESS_LOADS_LOCK = threading.Lock()
+from transforms.worker import NAMESPACE, WorkerConfig, WorkerState, blas_threads_in_use, process_loads
 
 
 @dataclass(frozen=True)
@@ -57,60 +56,36 @@ class PerturbConfig:
     # when set, every released record is a dict carrying {"words": n, "layout": digest} in this field
     # (text input: {"text": released, field: ...}), for the shuffle accounting (transforms/shuffle.py)
     shape_field: Optional[str] = None
+    max_text_bytes: Optional[int] = None
+
+    def tag(self) -> str:
+        """The Shared cache key: the state depends on the artifact and the mechanism's parameters only."""
+        return "textdp-privatizer:" + repr(astuple(self)[:8])
 
 
 class PrivatizerHolder:
-    """The per-process state: the artifact (and a reference mechanism for the summary's statement).
-
-    The artifact's vectors and vocabulary are memory-mapped, so a second process on the same
-    machine adds little more than its own small index arrays (see benchmarks/bench_pipeline.py).
-    It is read-only and shared by every DoFn instance (thread) of the process. Mechanisms are not
-    shared: the exact search keeps a scratch buffer, so each DoFn instance gets its own mechanism
-    from ``make_privatizer()`` (cheap: it only references the artifact's arrays).
-    """
+    """The per-process state: the artifact (vocabulary memory-mapped like the vectors, so shared by every
+    process on the machine) and a reference mechanism that describes the run in the summary."""
 
     def __init__(self, config: PerturbConfig):
-        global _PROCESS_LOADS  # pylint: disable=global-statement
-        started = time.perf_counter()
         self.config = config
-        # the vocabulary is memory-mapped like the vectors: shared by every process on the machine
         self.artifact = SharedVocabularyArtifact(resolve_artifact(config.artifact))
-        self.mechanism = self._make_mechanism()  # fails early on bad parameters; describes the run
-        self.load_ms = (time.perf_counter() - started) * 1000.0
-        with _PROCESS_LOADS_LOCK:
-            _PROCESS_LOADS += 1
-            self.load_number = _PROCESS_LOADS
-        self._reported = False
-        self._report_lock = threading.Lock()
+        self.mechanism = self.make_mechanism()  # fails early on bad parameters; describes the run
 
-    def _make_mechanism(self):
+    def make_mechanism(self):
         config = self.config
         return make_mechanism(config.mechanism, self.artifact, config.epsilon, nn=config.nn,
                               search_k=config.search_k, gamma=config.gamma, beta=config.beta)
 
     def make_privatizer(self) -> TextPrivatizer:
         """A TextPrivatizer with its own mechanism instance, for one DoFn instance (one thread)."""
-        return TextPrivatizer(self._make_mechanism(), self.artifact.words, self.artifact.word_to_id,
+        return TextPrivatizer(self.make_mechanism(), self.artifact.words, self.artifact.word_to_id,
                               self.config.oov_policy, self.config.unk_token)
 
-    def claim_load_report(self) -> bool:
-        """True exactly once per holder: the first bundle that sees it reports the load metrics."""
-        with self._report_lock:
-            if self._reported:
-                return False
-            self._reported = True
-            return True
 
-
-def load_holder(shared_handle, config: PerturbConfig) -> PrivatizerHolder:
-    return shared_handle.acquire(lambda: PrivatizerHolder(config), tag=astuple(config))
-
-
-def record_shape(text_shapes) -> dict:
-    """One record's shape from its text fields' (words, layout) pairs, in field order."""
-    layouts = "/".join(layout for _, layout in text_shapes)
-    layout = layouts if len(text_shapes) == 1 else hashlib.sha256(layouts.encode("ascii")).hexdigest()[:32]
-    return {"words": int(sum(words for words, _ in text_shapes)), "layout": layout}
+def holder_state(shared_handle, config: PerturbConfig, worker: Optional[WorkerConfig] = None) -> WorkerState:
+    """The WorkerState that loads (once per process) the PrivatizerHolder for ``config``."""
+    return WorkerState(shared_handle, config.tag(), lambda: PrivatizerHolder(config), worker)
 
 
 def stream_fingerprint(rng: np.random.Generator, count: int = 8) -> str:
@@ -124,27 +99,42 @@ def stream_fingerprint(rng: np.random.Generator, count: int = 8) -> str:
     return hashlib.sha256(draws.tobytes()).hexdigest()
 
 
-class PerturbTokens(beam.DoFn):
-    """Batches of ``(source, position, payload)`` -> privatized payloads (+ 'stats', 'diagnostics').
+def _key_seed(key, record, text_fields) -> list:
+    """Integers identifying a record for seeded runs: its (source, position) key, or a hash of its texts."""
+    if isinstance(key, (tuple, list)) and len(key) == 2 and isinstance(key[1], int):
+        return [zlib.crc32(str(key[0]).encode("utf-8")), int(key[1])]
+    digest = hashlib.sha256(json.dumps(record_texts(record, text_fields), ensure_ascii=False)
+                            .encode("utf-8", "surrogatepass")).digest()
+    return [int.from_bytes(digest[:8], "big")]
 
-    Metrics (namespace ``textdp``): counters records, tokens, changed_tokens, unknown_tokens,
-    artifact_loads (one per load, i.e. one per worker process), distribution artifact_load_ms.
+
+def error_record(key, reason: str, detail: str) -> dict:
+    """An error record without the text: where (the key: file and position, if known) and why."""
+    if isinstance(key, (tuple, list)) and len(key) == 2:
+        return {"source": key[0], "position": key[1], "reason": reason, "detail": detail}
+    return {"source": None, "position": None, "reason": reason, "detail": detail}
+
+
+class PerturbTokens(beam.DoFn):
+    """Batches of ``(key, record)`` -> released records, + 'errors', 'stats' and 'diagnostics' outputs.
+
+    Metrics (namespace ``textdp``): records, tokens, changed_tokens, unknown_tokens (figures of the
+    raw input: operator diagnostics, see textdp/summary.py), artifact_loads, artifact_load_ms.
     """
 
+    ERRORS = "errors"
     STATS = "stats"
     DIAGNOSTICS = "diagnostics"
 
-    def __init__(self, shared_handle, config: PerturbConfig, diagnostics: bool = False):
-        self._shared_handle = shared_handle
+    def __init__(self, shared_handle, config: PerturbConfig, diagnostics: bool = False,
+                 worker: Optional[WorkerConfig] = None):
         self.config = config
         self.diagnostics = diagnostics
+        self._state = holder_state(shared_handle, config, worker)
         self._records = Metrics.counter(NAMESPACE, "records")
         self._tokens = Metrics.counter(NAMESPACE, "tokens")
         self._changed = Metrics.counter(NAMESPACE, "changed_tokens")
         self._unknown = Metrics.counter(NAMESPACE, "unknown_tokens")
-        self._loads = Metrics.counter(NAMESPACE, "artifact_loads")
-        self._load_ms = Metrics.distribution(NAMESPACE, "artifact_load_ms")
-        self._holder = None
         self._privatizer = None
         self._rng = None
         self._instance = None
@@ -152,8 +142,8 @@ class PerturbTokens(beam.DoFn):
         self._bundle_reported = False
 
     def setup(self):
-        self._holder = load_holder(self._shared_handle, self.config)
-        self._privatizer = self._holder.make_privatizer()
+        holder = self._state.setup()
+        self._privatizer = holder.make_privatizer()
         self._rng = np.random.default_rng()  # OS entropy, fresh in every worker and DoFn instance
         self._instance = uuid.uuid4().hex
         self._stream_fingerprint = stream_fingerprint(self._rng)
@@ -161,65 +151,59 @@ class PerturbTokens(beam.DoFn):
     def start_bundle(self):
         self._bundle_reported = False
 
+    def finish_bundle(self):
+        self._state.progress.flush()
+
     def process(self, batch):
-        holder = self._holder
-        if holder.claim_load_report():
-            self._loads.inc()
-            self._load_ms.update(int(round(holder.load_ms)))
+        self._state.report()
         if self.diagnostics and not self._bundle_reported:
             self._bundle_reported = True
-            yield beam.pvalue.TaggedOutput(self.DIAGNOSTICS, self._diagnostics(holder))
-
+            yield beam.pvalue.TaggedOutput(self.DIAGNOSTICS, self._diagnostics())
         fields = self.config.text_fields
-        texts, seeds = [], []
-        for source, position, payload in batch:
-            if fields:
-                for index, field in enumerate(fields):
-                    texts.append(payload[field])
-                    seeds.append((source, position, index))
-            else:
-                texts.append(payload)
-                seeds.append((source, position, 0))
+        good, texts, seeds = [], [], []
+        failed = {}
+        for key, record in batch:
+            problem = check_record(record, fields, self.config.max_text_bytes)
+            if problem:
+                failed[problem[0]] = failed.get(problem[0], 0) + 1
+                yield beam.pvalue.TaggedOutput(self.ERRORS, error_record(key, *problem))
+                continue
+            good.append(record)
+            record_seed = _key_seed(key, record, fields) if self.config.seed is not None else None
+            for index, text in enumerate(record_texts(record, fields)):
+                texts.append(text)
+                seeds.append(record_seed + [index] if record_seed is not None else None)
         shape_field = self.config.shape_field
         shapes = [] if shape_field else None
         released, stats = self._privatizer.privatize(texts, self._generators(seeds), shapes)
-
-        at = 0
-        for _source, _position, payload in batch:
-            if fields:
-                out = dict(payload)
-                for field in fields:
-                    out[field] = released[at]
-                    at += 1
-                if shape_field:
-                    out[shape_field] = record_shape(shapes[at - len(fields):at])
-                yield out
-            elif shape_field:
-                yield {"text": released[at], shape_field: record_shape(shapes[at:at + 1])}
-                at += 1
-            else:
-                yield released[at]
-                at += 1
-        self._records.inc(len(batch))
+        per_record = max(1, len(fields))
+        for index, record in enumerate(good):
+            span = slice(index * per_record, (index + 1) * per_record)
+            yield released_record(record, fields, released[span], shape_field, shapes[span] if shapes else None)
+        self._records.inc(len(good))
         self._tokens.inc(stats["tokens"])
         self._changed.inc(stats["changed_tokens"])
         self._unknown.inc(stats["unknown_tokens"])
+        self._state.progress.add(records=len(good) + sum(failed.values()), tokens=stats["tokens"])
+        stats = dict(stats, records=len(good), failed=sum(failed.values()),
+                     **{f"failed:{reason}": count for reason, count in failed.items()})
         yield beam.pvalue.TaggedOutput(self.STATS, stats)
 
     def _generators(self, seeds):
         if self.config.seed is None:
             return self._rng
-        return [np.random.default_rng([self.config.seed, zlib.crc32(source.encode("utf-8")), position, index])
-                for source, position, index in seeds]
+        return [np.random.default_rng([self.config.seed] + seed) for seed in seeds]
 
-    def _diagnostics(self, holder) -> dict:
+    def _diagnostics(self) -> dict:
+        state = self._state.state
         return {
             "pid": os.getpid(),
             "dofn_instance": self._instance,
-            "holder_id": id(holder),
-            "holder_load_number": holder.load_number,
-            "process_loads": _PROCESS_LOADS,
-            "load_ms": holder.load_ms,
+            "holder_id": id(state),
+            "holder_load_number": state.load_number,
+            "process_loads": process_loads(),
+            "load_ms": state.load_ms,
+            "blas_threads": blas_threads_in_use(),
             "seeded": self.config.seed is not None,
             "noise_stream_sha256": None if self.config.seed is not None else self._stream_fingerprint,
         }
@@ -235,29 +219,30 @@ class WriteSummary(beam.DoFn):
     """
 
     def __init__(self, shared_handle, config: PerturbConfig, summary_path: str, context: dict,
-                 public_path: Optional[str] = None):
-        self._shared_handle = shared_handle
+                 public_path: Optional[str] = None, worker: Optional[WorkerConfig] = None):
         self.config = config
         self.summary_path = summary_path
         self.public_path = public_path
         self.context = context
-        self._holder = None
+        self._state = holder_state(shared_handle, config, worker)
 
     def setup(self):
-        self._holder = load_holder(self._shared_handle, self.config)
+        self._state.setup()
 
     def process(self, counts, amplification=()):
         from textdp.summary import build_public_summary, build_summary  # pylint: disable=import-outside-toplevel
         from transforms.io import write_json  # pylint: disable=import-outside-toplevel
 
-        mechanism = self._holder.mechanism
+        holder = self._state.value
+        mechanism = holder.mechanism
         common = dict(mechanism_parameters=mechanism.parameters(), mechanism_statement=mechanism.privacy_statement(),
-                      artifact=self._holder.artifact.describe(), oov_policy=self.config.oov_policy,
-                      unk_token=self.config.unk_token, seed=self.config.seed)
-        summary = build_summary(counts, public_summary=self.public_path, **common, **self.context)
+                      artifact=holder.artifact.describe(), oov_policy=self.config.oov_policy,
+                      unk_token=self.config.unk_token, seed=self.config.seed,
+                      warnings=self.context.get("warnings") or [])
+        context = {key: value for key, value in self.context.items() if key != "warnings"}
+        summary = build_summary(counts, public_summary=self.public_path, **common, **context)
         write_json(self.summary_path, summary)
         if self.public_path:
-            context = self.context
             public = build_public_summary(
                 records_out=summary["records"]["out"], output=context["output"], data_format=context["data_format"],
                 text_fields=context["text_fields"], amplifier_steps=context.get("amplifier_steps"),

@@ -1,0 +1,324 @@
+"""Every flag of the textdp jobs, declared once, in groups the jobs read with ``options.view_as``.
+
+Beam parses the flags of every ``PipelineOptions`` subclass imported in a process with one
+argparse parser, so a flag may be declared by exactly one class. Flags with the same meaning in
+several jobs (``--artifact``, ``--output``, ``--mechanism``, ``--seed``, ...) therefore live in a
+shared group here; a job that needs a different help text for one of them says so in its
+registry entry (``pipelines/jobs.py``, ``help_overrides``), which the job's ``--help`` and its
+Flex Template metadata both use. Which flags a job requires is also said there, explicitly.
+
+Groups: ``ArtifactOptions``, ``OutputOptions``, ``MechanismOptions``, ``SeedOptions``,
+``WorkerResourceOptions`` (shared); ``PrivatizeOptions`` (privatize's input and text handling),
+``AmplifierOptions`` (privatize's LAC stage), ``EpsilonGridOptions`` (the epsilons calibrate and
+audit compare), ``CalibrateOptions``, ``NeighbourOptions``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from textdp import accounting
+from textdp.calibration import DEFAULT_SAMPLES
+from textdp.mechanisms import MECHANISMS
+from textdp.neighbours import METRICS
+from textdp.text_privatizer import OOV_POLICIES
+from transforms.amplifier import AmplifierConfig
+from transforms.shuffle import DEFAULT_RECORDS_PER_SHARD
+from transforms.worker import WorkerConfig
+
+FORMATS = ("text", "jsonl", "parquet")
+DEFAULT_MAX_RECORD_BYTES = 1_000_000
+DEFAULT_BATCH_TOKENS = 4096
+DEFAULT_BATCH_RECORDS = 1024
+MAX_EPSILON = 1e6
+VACUOUS_EPSILON = 100.0
+DEFAULT_EPSILONS = "1,2,5,10,20"
+DEFAULT_WORDS = 1000
+DEFAULT_K = 100
+DEFAULT_SHARD_ROWS = 8192
+
+
+def _fields(text: str) -> list:
+    return [name.strip() for name in (text or "").split(",") if name.strip()]
+
+
+class ArtifactOptions(PipelineOptions):
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument(
+            "--artifact", dest="artifact", default=None,
+            help="vocabulary artifact: a local directory or a gs:// URL; default: the bundled GloVe 6B 50d artifact "
+                 "(400k words), built once into the local cache ($TEXTDP_CACHE_DIR). Checked (manifest, sizes, "
+                 "checksums of the files this run uses) before anything runs")
+
+
+class OutputOptions(PipelineOptions):
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument("--output", dest="output", default=None, help="where the job writes (local or gs://)")
+        parser.add_argument(
+            "--overwrite", dest="overwrite", action="store_true", default=False,
+            help="replace the files of an earlier run at --output (all of them: shards, errors, summaries, "
+                 "reports) before this run starts; without it an --output that holds an earlier run's files is refused")
+
+
+class MechanismOptions(PipelineOptions):
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument(
+            "--mechanism", dest="mechanism", choices=MECHANISMS, default="madlib",
+            help="privacy mechanism: madlib (multivariate Laplace noise on the embedding, nearest word; default) or "
+                 "tem (truncated exponential mechanism; needs the artifact's neighbour table, `textdp neighbours`)")
+        parser.add_argument(
+            "--nn", dest="nn", choices=("exact", "annoy"), default="exact",
+            help="Madlib nearest-word search: exact (brute force, default) or annoy (approximate, faster; same "
+                 "guarantee, lower utility at small epsilon)")
+        parser.add_argument(
+            "--search-k", "--search_k", dest="search_k", type=int, default=-1,
+            help="Annoy search_k for --nn annoy (-1: trees * n, Annoy's default)")
+        parser.add_argument(
+            "--gamma", dest="gamma", type=float, default=None,
+            help="TEM truncation radius gamma >= 0; default: from --beta (Thm. 4.2 of Carvalho et al.)")
+        parser.add_argument(
+            "--beta", dest="beta", type=float, default=0.001,
+            help="TEM: probability mass allowed outside the gamma-ball when gamma is derived, in (0, 1); default 0.001")
+
+    def validate_mechanism(self) -> None:
+        from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+
+        if self.gamma is not None and not (math.isfinite(self.gamma) and self.gamma >= 0):
+            raise TextdpError("--gamma must be a finite number >= 0")
+        if not 0 < self.beta < 1:
+            raise TextdpError("--beta must be in (0, 1)")
+        if self.mechanism != "madlib" and self.nn != "exact":
+            raise TextdpError("--nn applies to --mechanism madlib only")
+        if self.mechanism != "tem" and self.gamma is not None:
+            raise TextdpError("--gamma applies to --mechanism tem only")
+        if self.mechanism == "tem":
+            try:
+                import textdp.tem  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+            except ImportError as exc:
+                raise TextdpError(f"--mechanism tem is not available (textdp.tem cannot be imported: {exc})") from None
+
+    def mechanism_kwargs(self) -> dict:
+        """Keyword arguments of ``textdp.mechanisms.make_mechanism`` for the chosen mechanism."""
+        return {"nn": self.nn, "search_k": self.search_k, "gamma": self.gamma, "beta": self.beta}
+
+
+class SeedOptions(PipelineOptions):
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument(
+            "--seed", dest="seed", type=int, default=None,
+            help="fixed seed (an integer >= 0) for reproducible tests and benchmarks ONLY: output made with it is not "
+                 "private against anyone who knows the seed, and the summary says so. Default: OS entropy")
+
+    def validate_seed(self) -> None:
+        from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+
+        if self.seed is not None and self.seed < 0:
+            raise TextdpError("--seed must be an integer >= 0")
+
+
+class WorkerResourceOptions(PipelineOptions):
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument(
+            "--blas-threads", "--blas_threads", dest="blas_threads", type=int, default=0,
+            help="BLAS/OpenMP threads per worker process; 0 (default): the machine's cores divided by the worker "
+                 "processes on it (local runners: --direct_num_workers; Dataflow: 1, as it runs one process per "
+                 "vCPU; see docs/scale.md)")
+        parser.add_argument(
+            "--verbose", dest="verbose", action="store_true", default=False,
+            help="show Beam's own log messages and full tracebacks (default: one line per error, progress only)")
+
+    def worker_config(self, progress_dir=None) -> WorkerConfig:
+        """Threads per process from the flag, or from the runner and its options
+        (``transforms.worker.WorkerConfig.for_options``)."""
+        return WorkerConfig.for_options(self, blas_threads=self.blas_threads, progress_dir=progress_dir)
+
+
+class PrivatizeOptions(PipelineOptions):
+    """``textdp privatize``: its input, epsilon and text handling (output, artifact, mechanism: shared groups)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument(
+            "--input", dest="input", default=None,
+            help="input file pattern, local or gs:// (e.g. 'data/*.jsonl', 'gs://bucket/corpus-*.txt.gz')")
+        parser.add_argument(
+            "--format", dest="format", choices=FORMATS, default=None,
+            help="input format text|jsonl|parquet; default: inferred from the input's extension (.txt, "
+                 ".jsonl/.ndjson/.json, .parquet, optionally followed by .gz). The output keeps it")
+        parser.add_argument(
+            "--text-field", "--text_field", dest="text_field", action="append", default=None,
+            help="JSONL/Parquet: field to privatize (repeat the flag or separate with commas for several); every "
+                 "other field passes through unchanged. Default for JSONL/Parquet: 'text'")
+        parser.add_argument(
+            "--epsilon", dest="epsilon", type=float, default=None,
+            help=f"privacy parameter epsilon, a finite number in (0, {MAX_EPSILON:g}] (per unit of embedding "
+                 f"distance; smaller = more private). Above {VACUOUS_EPSILON:g} the guarantee is vacuous and the "
+                 "summary and console say so")
+        parser.add_argument(
+            "--oov-policy", "--oov_policy", dest="oov_policy", choices=OOV_POLICIES, default="random",
+            help="words not in the vocabulary: random (default; the mechanism's release of a vocabulary word drawn "
+                 "uniformly at random, covered by the same per-word bound), unk (the --unk-token marker; shows where "
+                 "unknown words were) or keep (released unchanged and NOT covered by the guarantee)")
+        parser.add_argument(
+            "--unk-token", "--unk_token", dest="unk_token", default="<unk>",
+            help="marker written for unknown words with --oov-policy unk; default '<unk>'")
+        parser.add_argument(
+            "--max-record-bytes", "--max_record_bytes", dest="max_record_bytes", type=int,
+            default=DEFAULT_MAX_RECORD_BYTES,
+            help="a record larger than this many bytes goes to the error output (reason too_large), not privatized: for "
+                 "text and JSONL the bytes of its line as read (after decompression, without the line ending; "
+                 "for JSONL the whole line, every field), for Parquet the UTF-8 bytes of its text fields "
+                 f"together; default {DEFAULT_MAX_RECORD_BYTES}")
+        parser.add_argument(
+            "--keep-failed-text", "--keep_failed_text", dest="keep_failed_text", action="store_true", default=False,
+            help="also write the text of failed records into the error output (which must then be protected "
+                 "like the input). Default: each error record holds only its source file, position (line or "
+                 "row), reason code and a detail with exact numbers about the record (its size in bytes, the "
+                 "offset of an invalid byte, the character where JSON parsing failed) and names of text fields "
+                 "or Parquet columns. Even so the error output is operator data derived from the raw input: "
+                 "do not publish it with the output")
+        parser.add_argument(
+            "--batch-tokens", "--batch_tokens", dest="batch_tokens", type=int, default=DEFAULT_BATCH_TOKENS,
+            help=f"target words per perturbation batch (one mechanism call), whatever the records' sizes; default "
+                 f"{DEFAULT_BATCH_TOKENS} (measured: benchmarks/results/scaling.md)")
+        parser.add_argument(
+            "--public-summary", "--public_summary", dest="public_summary", default=None, metavar="PATH",
+            help="also write a publishable summary to PATH (local or gs://): the mechanism, its parameters, the "
+                 "artifact, the privacy statements and the number of records released, with no figure computed "
+                 "from the raw input. <output>-summary.json is the operator's and must not be published")
+        parser.add_argument(
+            "--diagnostics-output", "--diagnostics_output", dest="diagnostics_output", default=None,
+            help="for tests and operations: write one JSON line per bundle with the worker's pid, how often its "
+                 "process loaded the artifact, its BLAS threads and a SHA-256 fingerprint of its generator's first "
+                 "noise draws (no input text, no noise values) to this prefix")
+
+    def text_fields(self, data_format: str) -> tuple:
+        if data_format == "text":
+            return ()
+        raw = self.text_field or ["text"]
+        return tuple(dict.fromkeys(f.strip() for value in raw for f in value.split(",") if f.strip()))
+
+
+class AmplifierOptions(PipelineOptions):
+    """The LAC Amplifier stage of ``textdp privatize`` (docs/lac.md)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument(
+            "--shuffle", dest="shuffle", action="store_true", default=False,
+            help="de-link records from their authors before release: drop the author field and the --drop-fields, "
+                 "then output the records in a uniformly random order: each record goes to an output file drawn "
+                 "uniformly (OS CSPRNG) and each file is written in a uniformly random order. "
+                 "<output>-amplification.json reports whether any amplification theorem applies (usually not at "
+                 "these epsilons: it says so)")
+        parser.add_argument(
+            "--user-field", "--user_field", dest="user_field", default=None,
+            help="name of the field that identifies a record's author (JSONL/Parquet input). It is used to count "
+                 "distinct authors for --k-threshold and to account per author, then removed from the output. "
+                 "Without it every record is treated as written by a different person")
+        parser.add_argument(
+            "--drop-fields", "--drop_fields", dest="drop_fields", default="",
+            help="comma-separated fields to remove from every output record (ids, timestamps, anything that links "
+                 "a record to a person). Every other field is kept and listed in <output>-amplification.json")
+        parser.add_argument(
+            "--subsample", dest="subsample", type=float, default=None, metavar="Q",
+            help="Poisson sub-sampling: keep each record independently with probability Q in (0, 1] (OS CSPRNG). "
+                 "Reduces what is released; no amplification is claimed for it (see docs/lac.md)")
+        parser.add_argument(
+            "--k-threshold", "--k_threshold", dest="k_threshold", type=int, default=None, metavar="K",
+            help="replace every released word used by fewer than K distinct authors (records, without "
+                 "--user-field) by a marker. A heuristic: no formal amplification is claimed")
+        parser.add_argument(
+            "--shuffle-shard-records", "--shuffle_shard_records", dest="shuffle_shard_records", type=int,
+            default=DEFAULT_RECORDS_PER_SHARD, metavar="N",
+            help=f"with --shuffle: at most about N records per output file (default {DEFAULT_RECORDS_PER_SHARD}); each "
+                 "file is shuffled in the memory of one worker, and files are also kept under 64 MiB of text")
+        parser.add_argument(
+            "--delta", dest="delta", type=float, default=accounting.DEFAULT_DELTA,
+            help=f"delta of the (epsilon, delta) shuffle-amplification bound (default {accounting.DEFAULT_DELTA:g}); "
+                 "the bound is only reported where its theorem's condition holds")
+
+    def amplifier_config(self) -> AmplifierConfig:
+        """The flags as the stage's configuration (validated: ValueError naming the flag)."""
+        config = AmplifierConfig(
+            shuffle=bool(self.shuffle), user_field=self.user_field or None,
+            drop_fields=tuple(dict.fromkeys(_fields(self.drop_fields))), subsample=self.subsample,
+            k_threshold=self.k_threshold, delta=float(self.delta), records_per_shard=int(self.shuffle_shard_records))
+        config.validate()
+        return config
+
+
+class EpsilonGridOptions(PipelineOptions):
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument("--epsilons", dest="epsilons", default=DEFAULT_EPSILONS,
+                            help=f"comma-separated epsilons to compare; default {DEFAULT_EPSILONS}")
+
+    def epsilon_grid(self) -> tuple:
+        from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+
+        try:
+            values = sorted({float(part) for part in str(self.epsilons).split(",") if part.strip()})
+        except ValueError:
+            raise TextdpError(f"--epsilons must be comma-separated numbers, got {self.epsilons!r}") from None
+        if not values or any(not (math.isfinite(v) and 0 < v <= MAX_EPSILON) for v in values):
+            raise TextdpError(f"--epsilons must list at least one finite epsilon in (0, {MAX_EPSILON:g}]")
+        return tuple(values)
+
+
+class CalibrateOptions(PipelineOptions):
+    """``textdp calibrate``: which words, how many draws, the targets."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument(
+            "--words", dest="words", type=int, default=None,
+            help=f"number of words to sample, one per equal frequency-rank stratum of the vocabulary; default "
+                 f"{DEFAULT_WORDS} (all words if the vocabulary is smaller). Not with --word-list")
+        parser.add_argument(
+            "--word-list", "--word_list", dest="word_list", default=None,
+            help="file (local or gs://) with the words to calibrate, one per line, instead of a sample; words outside "
+                 "the vocabulary are skipped and counted by line number")
+        parser.add_argument(
+            "--samples", dest="samples", type=int, default=DEFAULT_SAMPLES,
+            help=f"draws of M(w) per word and epsilon (the paper uses 1,000); default {DEFAULT_SAMPLES}")
+        parser.add_argument(
+            "--max-nw", "--max_nw", dest="max_nw", type=float, default=0.5,
+            help="target: a word may be released unchanged with probability at most this; default 0.5. Give a "
+                 "negative value to drop this target")
+        parser.add_argument(
+            "--min-sw", "--min_sw", dest="min_sw", type=float, default=50.0,
+            help="target: at least this many distinct outputs in --samples draws; default 50. Give a negative value "
+                 "to drop this target")
+        parser.add_argument(
+            "--coverage", dest="coverage", type=float, default=0.99,
+            help="share of words that must meet both targets; default 0.99")
+        parser.add_argument(
+            "--no-prune", "--no_prune", dest="no_prune", action="store_true", default=False,
+            help="exact Madlib: search the whole vocabulary for every draw instead of only the words that can be "
+                 "nearest (same answers, slower; for checking)")
+
+
+class NeighbourOptions(PipelineOptions):
+    """``textdp neighbours``: the table's size and metric."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument(
+            "--k", dest="k", type=int, default=DEFAULT_K,
+            help=f"neighbours stored per word, the word itself included (default {DEFAULT_K}); larger K makes TEM "
+                 "faster at middle epsilons and the table bigger: N x K x 8 bytes")
+        parser.add_argument(
+            "--metric", dest="metric", choices=METRICS, default="euclidean",
+            help="distance between embeddings: euclidean (default) or angular (chord between directions, "
+                 "sqrt(2 - 2 cos)); TEM's privacy statement is in this metric")
+        parser.add_argument(
+            "--shard-rows", "--shard_rows", dest="shard_rows", type=int, default=DEFAULT_SHARD_ROWS,
+            help=f"vocabulary rows per work item (default {DEFAULT_SHARD_ROWS}); smaller spreads work over more workers")

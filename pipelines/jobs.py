@@ -1,0 +1,360 @@
+"""The textdp jobs: one registry for the command line and the Flex Templates, and one ``run_job()``.
+
+``JOBS`` says, for every job, where its code is, which flag groups it reads (``pipelines/flags.py``),
+which flags it requires, and which shared flags it describes in its own words. The ``textdp``
+command (``pipelines/cli.py``) and the template tools (``templates/jobs.py``) both read it.
+
+``run_job(name, argv)`` owns everything around a job's pipeline, the same way for every job:
+
+1. ``--help``; then parsing, where an argument that neither textdp nor Beam defines is refused with
+   a "did you mean" hint (Beam itself would only log "Discarding unparseable args" and run on,
+   releasing a misspelled ``--text-field`` unprivatized), and missing required flags are refused;
+2. the job's own checks before anything starts (``module.prepare(options)``: flag values, the
+   artifact's manifest, sizes and checksums, inputs and outputs);
+3. the run, on an explicit local runner unless ``--runner`` is given (Beam's default would first
+   try to download a runner binary), with progress for local runs and Beam's own log noise hidden
+   unless ``--verbose``;
+4. the end: the job's report lines, or exactly one line ``textdp <job>: error: ...`` on stderr, the
+   run's temporary ``beam-temp-*`` directories removed after a failure or Ctrl-C.
+
+Exit codes, the same for every job: 0 done; 2 refused before anything ran (bad flags, bad
+artifact, bad input or output); 1 failed while running; 130 interrupted (Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import importlib
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 130
+LOCAL_RUNNERS = ("DirectRunner", "FnApiRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job: its module, flag groups (names of classes in pipelines/flags.py), required flags (dests)."""
+
+    name: str
+    module: str
+    description: str
+    groups: Tuple[str, ...] = ()
+    required: Tuple[str, ...] = ()
+    help_overrides: Dict[str, str] = field(default_factory=dict)
+    beam: bool = True  # False: a single-process job whose module has its own argparse parser (build_parser)
+
+
+JOBS: Dict[str, Job] = {job.name: job for job in (
+    Job("build-index", "pipelines.build_index",
+        "Build a vocabulary artifact (vectors + Annoy index) from embeddings.", beam=False),
+    Job("privatize", "pipelines.privatize",
+        "Privatize a text corpus word by word with metric differential privacy (Madlib or TEM).",
+        groups=("PrivatizeOptions", "OutputOptions", "ArtifactOptions", "MechanismOptions", "SeedOptions",
+                "AmplifierOptions", "WorkerResourceOptions"),
+        required=("input", "output", "epsilon"),
+        help_overrides={"output": "output prefix, local or gs://: writes <output>-SSSSS-of-NNNNN.<ext>, "
+                                  "<output>-errors-SSSSS.jsonl, <output>-summary.json (and with the Amplifier "
+                                  "<output>-amplification.json)"}),
+    Job("neighbours", "pipelines.neighbours",
+        "Pre-compute every vocabulary word's nearest neighbours (the TEM table) into an artifact.",
+        groups=("ArtifactOptions", "NeighbourOptions", "WorkerResourceOptions"),
+        help_overrides={"artifact": "artifact to add the table to: a local directory or a gs:// URL; default: the "
+                                    "bundled GloVe 50d artifact in the textdp cache (TEXTDP_CACHE_DIR). With gs:// "
+                                    "any runner works (Dataflow included): the workers fetch the artifact, and the "
+                                    "table's two files and then the new manifest are uploaded next to it when the "
+                                    "job ends"}),
+    Job("calibrate", "pipelines.calibrate",
+        "Plausible-deniability statistics N_w and S_w per epsilon, to choose epsilon.",
+        groups=("OutputOptions", "ArtifactOptions", "MechanismOptions", "EpsilonGridOptions", "CalibrateOptions",
+                "SeedOptions", "WorkerResourceOptions"),
+        required=("output",),
+        help_overrides={"output": "output directory, local or gs:// (created if missing): per_word.parquet, "
+                                  "summary.json, the PNG plots and report.html",
+                        "seed": "fixed seed (an integer >= 0) for tests and benchmarks ONLY (word sample and draws); "
+                                "the summary records it. Default: OS entropy"}),
+)}
+
+
+class JobRefused(Exception):
+    """Raised before anything ran: the one-line message is the whole story (exit 2)."""
+
+
+# --- flags ------------------------------------------------------------------------------------------
+
+
+def option_classes(job: Job) -> list:
+    from pipelines import flags  # pylint: disable=import-outside-toplevel
+
+    return [getattr(flags, group) if isinstance(group, str) else group for group in job.groups]
+
+
+def help_parser(name: str) -> argparse.ArgumentParser:
+    """The job's flags as one argparse parser (its --help; the templates' parameters), help overrides applied."""
+    job = JOBS[name]
+    if not job.beam:
+        return importlib.import_module(job.module).build_parser()
+    module = importlib.import_module(job.module)
+    parser = argparse.ArgumentParser(
+        prog=f"textdp {name}", description=(module.__doc__ or job.description).split("\n\n")[0].replace("``", ""),
+        epilog="Beam's own flags (--runner, --direct_num_workers, --direct_running_mode, --project, --region, "
+               "--temp_location, ...) are accepted too; any other argument is refused. Exit codes: 0 done, "
+               "1 failed while running, 2 refused before starting, 130 interrupted.")
+    for cls in option_classes(job):
+        cls._add_argparse_args(parser)  # pylint: disable=protected-access
+    for action in parser._actions:  # pylint: disable=protected-access
+        if action.dest in job.help_overrides:
+            action.help = job.help_overrides[action.dest]
+        if action.dest in job.required and action.help and "required" not in action.help:
+            action.help += " (required)"
+    return parser
+
+
+def _accepted_parser(job: Job) -> argparse.ArgumentParser:
+    """Every flag the job accepts: Beam's own options (the parser Beam itself builds, from the
+    PipelineOptions subclasses Beam defines) and the job's flag groups."""
+    from apache_beam.options import pipeline_options  # pylint: disable=import-outside-toplevel
+
+    parser_class = getattr(pipeline_options, "_BeamArgumentParser", argparse.ArgumentParser)
+    parser = parser_class(allow_abbrev=False)
+    parser.error = _refuse
+    beams = [c for c in pipeline_options.PipelineOptions.__subclasses__() if c.__module__.startswith("apache_beam.")]
+    for cls in {str(c): c for c in beams + option_classes(job)}.values():
+        cls._add_argparse_args(parser)  # pylint: disable=protected-access
+    return parser
+
+
+def unknown_arguments(name: str, argv: Sequence[str]) -> List[str]:
+    """The arguments of ``argv`` that neither Beam nor job ``name`` accepts."""
+    _, unknown = _accepted_parser(JOBS[name]).parse_known_args(list(argv))
+    return unknown
+
+
+def _refuse(message: str):
+    raise JobRefused(message)
+
+
+def _suggestion(argument: str, parser: argparse.ArgumentParser) -> str:
+    flag = argument.split("=", 1)[0]
+    known = [option for action in parser._actions for option in action.option_strings]  # pylint: disable=protected-access
+    close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def parse_job_options(name: str, argv: Sequence[str]):
+    """``PipelineOptions`` for the job, or ``JobRefused``: unknown arguments, bad values, missing flags."""
+    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=import-outside-toplevel
+
+    job = JOBS[name]
+    job_parser = help_parser(name)
+    unknown = unknown_arguments(name, argv)
+    if unknown:
+        first = unknown[0]
+        if first.startswith("-"):
+            raise JobRefused(f"unrecognized argument {first.split('=', 1)[0]}{_suggestion(first, job_parser)}; "
+                             f"see `textdp {name} --help` (nothing was run)")
+        raise JobRefused(f"unexpected argument {first[:40]!r} (every textdp argument is a --flag); "
+                         f"see `textdp {name} --help` (nothing was run)")
+    own = [action for action in job_parser._actions  # pylint: disable=protected-access
+           if action.option_strings and not isinstance(action, argparse._HelpAction)]  # pylint: disable=protected-access
+    checker = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for action in own:  # the job's own flags: values checked with argparse's messages, the rest ignored
+        kwargs = {"dest": action.dest, "default": action.default}
+        if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):  # pylint: disable=protected-access
+            kwargs["action"] = "store_true" if isinstance(action, argparse._StoreTrueAction) else "store_false"  # pylint: disable=protected-access
+        else:
+            kwargs.update(type=action.type, choices=action.choices, nargs=action.nargs)
+            if isinstance(action, argparse._AppendAction):  # pylint: disable=protected-access
+                kwargs["action"] = "append"
+        checker.add_argument(*action.option_strings, **kwargs)
+    checker.error = _refuse  # type: ignore[assignment]
+    values, _ = checker.parse_known_args(list(argv))
+    missing = [dest for dest in job.required if getattr(values, dest, None) in (None, "", [])]
+    if missing:
+        flags_ = ", ".join("--" + dest.replace("_", "-") for dest in missing)
+        raise JobRefused(f"missing required flag{'s' if len(missing) > 1 else ''} {flags_}; see `textdp {name} --help`")
+    return PipelineOptions(list(argv))
+
+
+# --- running ---------------------------------------------------------------------------------------
+
+
+def _with_local_runner(options):
+    """Beam's default DirectRunner first tries to download the Prism runner; run locally on FnApiRunner."""
+    from apache_beam.options.pipeline_options import StandardOptions  # pylint: disable=import-outside-toplevel
+
+    standard = options.view_as(StandardOptions)
+    if not standard.runner:
+        standard.runner = "FnApiRunner"
+    return standard.runner
+
+
+def is_local(options) -> bool:
+    from apache_beam.options.pipeline_options import StandardOptions  # pylint: disable=import-outside-toplevel
+
+    return (options.view_as(StandardOptions).runner or "FnApiRunner").split(".")[-1] in LOCAL_RUNNERS
+
+
+def _quiet_beam(verbose: bool) -> None:
+    """Beam's own warnings ("Discarding unparseable args", "No semi_persistent_directory") are noise to a
+    user; they stay visible with --verbose."""
+    level = logging.INFO if verbose else logging.CRITICAL  # a failure is reported by run_job in one line
+    logging.getLogger("apache_beam").setLevel(level)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+@dataclass
+class Plan:
+    """What a job's ``prepare()`` returns: how to build its pipeline and what it will touch.
+
+    ``build(progress_dir)`` returns the pipeline. ``temp_parents``: directories in which the run's
+    sinks may create ``beam-temp-*`` folders (removed after a failure). ``progress``: (unit, total,
+    rate_of) for the progress line, or None. ``report()`` returns the lines printed after success.
+    """
+
+    build: object
+    report: object
+    temp_parents: Tuple[str, ...] = ()
+    progress: Optional[Tuple[str, Optional[int], str]] = None
+
+
+def _temp_folders(parents: Sequence[str]) -> set:
+    from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
+
+    found = set()
+    for parent in parents:
+        try:
+            for match in FileSystems.match([FileSystems.join(parent, "beam-temp-*")]):
+                found |= {m.path for m in match.metadata_list}
+        except Exception:  # pylint: disable=broad-except
+            continue
+        if "://" not in parent and os.path.isdir(parent):
+            found |= {os.path.join(parent, name) for name in os.listdir(parent) if name.startswith("beam-temp-")}
+    return found
+
+
+def _remove_temp_folders(paths) -> None:
+    from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
+
+    for path in paths:
+        try:
+            if "://" not in path:
+                shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
+            else:
+                FileSystems.delete([path])
+        except Exception:  # pylint: disable=broad-except
+            continue
+
+
+def _one_line(exc: BaseException) -> str:
+    """A failure as one line: the error's own (textdp) message, or its type and the first line of Beam's
+    message, which names the failing step. Textdp never puts input text in an exception."""
+    from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+
+    if isinstance(exc, (TextdpError, JobRefused)):
+        return str(exc)
+    for inner in (exc.__cause__, exc.__context__):
+        if isinstance(inner, TextdpError):
+            return str(inner)
+    message = str(exc).strip().splitlines()
+    text = message[0] if message else ""
+    return f"the pipeline failed: {type(exc).__name__}: {text[:300]}".rstrip(": ")
+
+
+@contextlib.contextmanager
+def _noting_interrupts(noted: list):
+    """Ctrl-C as usual (KeyboardInterrupt), but noted first: a local runner running the DoFn in this
+    process reports it as its own error ("RuntimeError: KeyboardInterrupt [while running ...]")."""
+    import signal  # pylint: disable=import-outside-toplevel
+    import threading  # pylint: disable=import-outside-toplevel
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        noted.append(signum)
+        signal.default_int_handler(signum, frame)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def _progress(name: str, plan: Plan, directory: Optional[str]):
+    monitor = None
+    if directory and plan.progress:
+        from textdp.progress import ProgressMonitor  # pylint: disable=import-outside-toplevel
+
+        unit, total, rate_of = plan.progress
+        monitor = ProgressMonitor(directory, name, unit, total, rate_of).start()
+    try:
+        yield
+    finally:
+        if monitor is not None:
+            monitor.stop(final_line=True)
+
+
+def run_job(name: str, argv: Optional[Sequence[str]] = None) -> int:
+    """Run job ``name`` with command-line ``argv``; returns the exit code (see the module docstring)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    job = JOBS[name]
+    if "-h" in argv or "--help" in argv:
+        help_parser(name).print_help()
+        return EXIT_OK
+    module = importlib.import_module(job.module)
+    if not job.beam:
+        return module.run(argv)
+    verbose = "--verbose" in argv
+    _quiet_beam(verbose)
+    say = lambda message: print(f"textdp {name}: error: {message}", file=sys.stderr)  # noqa: E731
+    try:
+        options = parse_job_options(name, argv)
+        _with_local_runner(options)
+        plan = module.prepare(options)
+    except (JobRefused, ValueError, LookupError) as exc:
+        say(_one_line(exc))
+        return EXIT_REFUSED
+    except Exception as exc:  # pylint: disable=broad-except
+        from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+
+        if not isinstance(exc, TextdpError):
+            raise
+        say(str(exc))
+        return EXIT_REFUSED
+    before = _temp_folders(plan.temp_parents)
+    progress_dir = tempfile.mkdtemp(prefix="textdp-progress-") if is_local(options) else None
+    interrupted = []
+    try:
+        with _progress(name, plan, progress_dir), _noting_interrupts(interrupted):
+            pipeline = plan.build(progress_dir)
+            pipeline.run().wait_until_finish()
+    except BaseException as exc:  # pylint: disable=broad-except
+        _remove_temp_folders(_temp_folders(plan.temp_parents) - before)
+        if interrupted or isinstance(exc, KeyboardInterrupt):  # a local runner may wrap it in its own error
+            print(f"textdp {name}: interrupted; the run's temporary files were removed", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        if not isinstance(exc, Exception):
+            raise
+        if verbose:
+            traceback.print_exc()
+        say(_one_line(exc) + ("" if verbose else " (--verbose shows the traceback)"))
+        return EXIT_FAILED
+    finally:
+        if progress_dir:
+            shutil.rmtree(progress_dir, ignore_errors=True)
+    for line in plan.report():
+        print(line)
+    return EXIT_OK

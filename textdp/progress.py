@@ -1,0 +1,173 @@
+"""Progress of a long local job: workers count, the launching process shows the total.
+
+A local Beam runner runs the pipeline inside ``pipeline.run()`` and reports its metrics only at the
+end, so a 20-minute job would be silent. Instead every worker (DoFn instance) keeps a small
+``ProgressFile`` in a directory the launcher chose: cumulative counts (``records``, ``tokens``,
+``words``, ``rows``, ...), rewritten atomically at most every ``interval`` seconds and at the end of
+each bundle. The launcher's ``ProgressMonitor`` thread sums the files and prints one line: in a
+terminal it is rewritten in place every 2 seconds; in a log (not a terminal) it is a plain line
+every 30 seconds. Counts only, never text. Runners on other machines (Dataflow, Flink) have
+their own progress pages; there no directory is given and the workers write nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from typing import Callable, Dict, Optional, TextIO
+
+
+class ProgressFile:
+    """A worker's cumulative counts in ``<directory>/<pid>-<uuid>.json`` (rewritten, never appended)."""
+
+    def __init__(self, directory: Optional[str], interval: float = 2.0):
+        self.directory = directory
+        self.interval = float(interval)
+        self.counts: Dict[str, int] = {}
+        self._written = 0.0
+        self._path = os.path.join(directory, f"{os.getpid()}-{uuid.uuid4().hex}.json") if directory else None
+
+    def add(self, **counts: int) -> None:
+        if not self._path:
+            return
+        for key, value in counts.items():
+            self.counts[key] = self.counts.get(key, 0) + int(value)
+        if time.monotonic() - self._written >= self.interval:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._path or not self.counts:
+            return
+        temporary = f"{self._path}.tmp"
+        try:
+            with open(temporary, "w", encoding="utf-8") as handle:
+                json.dump(self.counts, handle)
+            os.replace(temporary, self._path)
+        except OSError:  # the launcher removed the directory (the job is ending): nothing to report to
+            return
+        self._written = time.monotonic()
+
+
+def read_totals(directory: str) -> Dict[str, int]:
+    """The sum of every worker's counts in ``directory``."""
+    totals: Dict[str, int] = {}
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return totals
+    for name in names:
+        if not name.endswith(".json"):
+            continue
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8") as handle:
+                counts = json.load(handle)
+        except (OSError, ValueError):
+            continue  # being replaced right now: read next time
+        for key, value in counts.items():
+            totals[key] = totals.get(key, 0) + int(value)
+    return totals
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    if seconds < 90:
+        return f"{seconds} s"
+    if seconds < 5400:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _number(value: float) -> str:
+    if value >= 10_000_000:
+        return f"{value / 1e6:.0f}M"
+    if value >= 1_000_000:
+        return f"{value / 1e6:.1f}M"
+    return f"{int(value):,}"
+
+
+def progress_line(job: str, totals: Dict[str, int], elapsed: float, unit: str, total: Optional[int],
+                  rate_of: str, recent_rate: Optional[float]) -> str:
+    """e.g. ``textdp privatize: 1,200 / 5,000 records (24%), 310,000 tokens, 9,800 tokens/s, ~6 min left``."""
+    done = totals.get(unit, 0)
+    parts = [f"{_number(done)} / {_number(total)} {unit} ({100.0 * done / total:.0f}%)" if total
+             else f"{_number(done)} {unit}"]
+    parts += [f"{_number(value)} {key}" for key, value in sorted(totals.items()) if key != unit]
+    rate = recent_rate if recent_rate is not None else (totals.get(rate_of, 0) / elapsed if elapsed > 0 else 0.0)
+    if rate > 0:
+        parts.append(f"{_number(rate)} {rate_of}/s")
+    unit_rate = done / elapsed if elapsed > 0 else 0.0
+    if total and 0 < done < total and unit_rate > 0:
+        parts.append(f"about {_duration((total - done) / unit_rate)} left")
+    parts.append(f"{_duration(elapsed)} elapsed")
+    return f"textdp {job}: " + ", ".join(parts)
+
+
+class ProgressMonitor:
+    """A daemon thread printing ``progress_line`` from the files in ``directory`` until ``stop()``.
+
+    ``unit`` is the count the job's size is measured in (``records``, ``rows``, ``words``), ``total``
+    its known size (None: no percentage and no time left), ``rate_of`` the count whose rate is shown.
+    """
+
+    def __init__(self, directory: str, job: str, unit: str, total: Optional[int] = None, rate_of: Optional[str] = None,
+                 stream: Optional[TextIO] = None, tty_interval: float = 2.0, log_interval: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.directory = directory
+        self.job = job
+        self.unit = unit
+        self.total = total
+        self.rate_of = rate_of or unit
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.interval = tty_interval if self.tty else log_interval
+        if os.environ.get("TEXTDP_PROGRESS_INTERVAL"):  # seconds between lines (tests, impatient operators)
+            self.interval = float(os.environ["TEXTDP_PROGRESS_INTERVAL"])
+        self.clock = clock
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._started = clock()
+        self._last = None  # (time, rate_of count) of the previous line, for the recent rate
+        self.lines = 0
+
+    def start(self) -> "ProgressMonitor":
+        self._started = self.clock()
+        self._thread = threading.Thread(target=self._loop, name="textdp-progress", daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.print_line()
+
+    def print_line(self, final: bool = False) -> Optional[str]:
+        totals = read_totals(self.directory)
+        if not totals and not final:
+            return None
+        now = self.clock()
+        count = totals.get(self.rate_of, 0)
+        recent = None
+        if self._last is not None and now > self._last[0]:
+            recent = (count - self._last[1]) / (now - self._last[0])
+        self._last = (now, count)
+        line = progress_line(self.job, totals, now - self._started, self.unit, self.total, self.rate_of,
+                             None if final else recent)
+        if self.tty:
+            self.stream.write("\r\x1b[2K" + line + ("\n" if final else ""))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+        self.lines += 1
+        return line
+
+    def stop(self, final_line: bool = True) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if final_line and (self.lines or read_totals(self.directory)):
+            self.print_line(final=True)
+        elif self.tty and self.lines:
+            self.stream.write("\n")

@@ -1,0 +1,99 @@
+"""Records as textdp privatizes them: which texts a record holds, and the record to release.
+
+A record is a ``str`` (a line of text) or a ``dict`` (a JSONL object or Parquet row) whose
+``text_fields`` hold the texts to privatize; every other field passes through unchanged. This
+module is the Beam-free part of the ``Privatize`` transform and of ``textdp.Privatizer``: it checks
+a record (a reason code and a plain-language detail, never the text), takes its texts out, and
+puts the released texts (and, for the shuffle accounting, the record's shape) back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import List, Optional, Sequence, Tuple
+
+# reason codes of error records (the same as the readers': transforms/io.py)
+NOT_AN_OBJECT = "not_an_object"
+MISSING_FIELD = "missing_field"
+NOT_A_STRING = "not_a_string"
+EMPTY = "empty"
+TOO_LARGE = "too_large"
+NOT_A_TEXT = "not_a_text"
+
+
+def kind_of(value) -> str:
+    """A value's kind in the user's words (never the value itself)."""
+    if value is None:
+        return "a null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, (bytes, bytearray)):
+        return "bytes"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return "a value of another type"
+
+
+def check_record(record, text_fields: Sequence[str], max_text_bytes: Optional[int] = None) -> Optional[Tuple[str, str]]:
+    """None if ``record`` can be privatized, else (reason code, detail). Details never quote the text.
+
+    ``text_fields`` empty: the record must be a string. Otherwise it must be a dict whose text fields
+    are strings, not all blank. ``max_text_bytes``: the UTF-8 size of its texts, together, at most.
+    """
+    if not text_fields:
+        if not isinstance(record, str):
+            return NOT_A_TEXT, f"the record is {kind_of(record)}, not a string"
+        texts = [record]
+    else:
+        if not isinstance(record, dict):
+            return NOT_AN_OBJECT, f"the record is {kind_of(record)}, not an object with text fields"
+        for field in text_fields:
+            if field not in record:
+                return MISSING_FIELD, f"no field {field!r}"
+            if not isinstance(record[field], str):
+                return NOT_A_STRING, f"field {field!r} is {kind_of(record[field])}, not a string"
+        texts = [record[field] for field in text_fields]
+    if all(not text.strip() for text in texts):
+        return EMPTY, "no text" if not text_fields else "every text field is empty"
+    if max_text_bytes is not None:
+        size = sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
+        if size > max_text_bytes:
+            return TOO_LARGE, f"{size} bytes of text > the limit of {max_text_bytes}"
+    return None
+
+
+def record_texts(record, text_fields: Sequence[str]) -> List[str]:
+    """The texts of a checked record, in field order."""
+    return [record] if not text_fields else [record[field] for field in text_fields]
+
+
+def record_shape(text_shapes: Sequence[Tuple[int, str]]) -> dict:
+    """One record's shape from its texts' (words, layout digest) pairs, in field order."""
+    layouts = "/".join(layout for _, layout in text_shapes)
+    layout = layouts if len(text_shapes) == 1 else hashlib.sha256(layouts.encode("ascii")).hexdigest()[:32]
+    return {"words": int(sum(words for words, _ in text_shapes)), "layout": layout}
+
+
+def released_record(record, text_fields: Sequence[str], released: Sequence[str],
+                    shape_field: Optional[str] = None, text_shapes: Optional[Sequence[Tuple[int, str]]] = None):
+    """The record to release: its texts replaced by ``released`` (in field order).
+
+    With ``shape_field`` the record becomes a dict carrying its shape in that field (a line of text
+    becomes ``{"text": released, shape_field: shape}``), for the Amplifier, which removes it.
+    """
+    if not text_fields:
+        if shape_field:
+            return {"text": released[0], shape_field: record_shape(text_shapes)}
+        return released[0]
+    out = dict(record)
+    for field, text in zip(text_fields, released):
+        out[field] = text
+    if shape_field:
+        out[shape_field] = record_shape(text_shapes)
+    return out

@@ -1,0 +1,130 @@
+"""``Privatize``: textdp's privatization step as one PTransform, to drop into any Beam pipeline.
+
+    import apache_beam as beam
+    from transforms import Privatize
+
+    result = reviews | Privatize(epsilon=10, text_fields=["review"])   # PCollection of dicts
+    result.released   # the records, each text field privatized, every other field unchanged
+    result.errors     # error records: reason code and detail, never the text
+    result.stats      # one dict: records, tokens, changed_tokens, unknown_tokens, failed, failed:<reason>
+
+Input elements are strings (``text_fields`` empty: each string is a text) or dicts (the fields in
+``text_fields`` are privatized). With ``keyed=True`` they are ``(key, record)`` pairs instead, the
+key naming where the record came from (``textdp privatize`` passes ``(file, line)``): error records
+then carry it, and seeded runs derive each record's generator from it.
+
+Records are batched to about ``batch_tokens`` words per mechanism call whatever their sizes (the
+exact nearest-word search streams the whole vector matrix once per call, so batching by records
+would make a batch of short records cost as much as a long one); the artifact is loaded once per
+worker process (``transforms.worker``); BLAS threads per process and progress come from ``worker``.
+
+``stats`` and the ``records``/``tokens`` counters are figures of the raw input: operator
+diagnostics, not for publication with the output (see textdp/summary.py).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Sequence
+
+import apache_beam as beam
+from apache_beam.utils import shared
+
+from textdp.text_privatizer import OOV_POLICIES
+from transforms.perturb import PerturbConfig, PerturbTokens
+from transforms.worker import WorkerConfig
+
+DEFAULT_BATCH_TOKENS = 4096
+
+
+def estimated_tokens(element, text_fields: Sequence[str], keyed: bool) -> int:
+    """A cheap estimate of a record's words for batching: spaces + 1 per text (C-level str.count)."""
+    record = element[1] if keyed else element
+    if isinstance(record, str):
+        return record.count(" ") + 1
+    if isinstance(record, dict):
+        return sum(record[f].count(" ") + 1 for f in text_fields if isinstance(record.get(f), str)) or 1
+    return 1
+
+
+class SumCounts(beam.CombineFn):
+    """Adds dicts of counts key by key."""
+
+    def create_accumulator(self):
+        return {}
+
+    def add_input(self, accumulator, element):
+        for key, value in element.items():
+            accumulator[key] = accumulator.get(key, 0) + value
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        merged = {}
+        for accumulator in accumulators:
+            self.add_input(merged, accumulator)
+        return merged
+
+    def extract_output(self, accumulator):
+        return accumulator
+
+
+class PrivatizeResult(NamedTuple):
+    """The outputs of ``Privatize``: ``released``, ``errors``, ``stats`` (one dict), ``batch_stats``, ``diagnostics``."""
+
+    released: beam.PCollection
+    errors: beam.PCollection
+    batch_stats: beam.PCollection
+    stats: beam.PCollection
+    diagnostics: beam.PCollection
+
+
+class Privatize(beam.PTransform):
+    """Privatize strings or dict records word by word (see the module docstring).
+
+    Keyword arguments mirror ``textdp privatize``'s flags: ``epsilon``, ``mechanism`` (madlib, tem),
+    ``artifact`` (directory or gs://; None: the bundled GloVe artifact), ``text_fields``, ``oov_policy``,
+    ``unk_token``, ``nn``, ``search_k``, ``gamma``, ``beta``, ``seed`` (tests only: not private),
+    ``max_text_bytes``, ``batch_tokens``. ``shape_field`` is for the LAC Amplifier. ``worker``: BLAS threads per process and
+    progress (default: from the pipeline's options, ``transforms.worker.WorkerConfig.for_options``).
+    """
+
+    def __init__(self, epsilon: float, mechanism: str = "madlib", artifact: Optional[str] = None,
+                 text_fields: Sequence[str] = (), oov_policy: str = "random", unk_token: str = "<unk>",
+                 nn: str = "exact", search_k: int = -1, gamma: Optional[float] = None, beta: float = 0.001,
+                 seed: Optional[int] = None, max_text_bytes: Optional[int] = None,
+                 batch_tokens: int = DEFAULT_BATCH_TOKENS, shape_field: Optional[str] = None, keyed: bool = False,
+                 diagnostics: bool = False, worker: Optional[WorkerConfig] = None, label: Optional[str] = None):
+        super().__init__(label)
+        if not (isinstance(epsilon, (int, float)) and 0 < float(epsilon) < float("inf")):
+            raise ValueError("epsilon must be a finite number > 0")
+        if oov_policy not in OOV_POLICIES:
+            raise ValueError(f"oov_policy must be one of {', '.join(OOV_POLICIES)}")
+        if batch_tokens < 1:
+            raise ValueError("batch_tokens must be >= 1")
+        if isinstance(text_fields, str):
+            text_fields = [text_fields]
+        self.config = PerturbConfig(artifact=artifact, mechanism=mechanism, epsilon=float(epsilon), nn=nn,
+                                    search_k=search_k, gamma=gamma, beta=beta, oov_policy=oov_policy,
+                                    unk_token=unk_token, seed=seed, text_fields=tuple(text_fields),
+                                    shape_field=shape_field, max_text_bytes=max_text_bytes)
+        self.batch_tokens = int(batch_tokens)
+        self.keyed = bool(keyed)
+        self.diagnostics = bool(diagnostics)
+        self.worker = worker
+        self.shared_handle = shared.Shared()  # also used by the summary and the Amplifier of textdp privatize
+
+    def expand(self, records):
+        fields, keyed = self.config.text_fields, self.keyed
+        worker = self.worker or WorkerConfig.for_options(records.pipeline.options)
+        if not keyed:
+            records = records | "Key" >> beam.Map(lambda record: (None, record))
+        outputs = (records
+                   | "Batch" >> beam.BatchElements(
+                       min_batch_size=self.batch_tokens, max_batch_size=self.batch_tokens,
+                       element_size_fn=lambda element: estimated_tokens(element, fields, True))
+                   | "Perturb" >> beam.ParDo(PerturbTokens(self.shared_handle, self.config, self.diagnostics,
+                                                           worker)).with_outputs(
+                       PerturbTokens.ERRORS, PerturbTokens.STATS, PerturbTokens.DIAGNOSTICS, main="released"))
+        batch_stats = outputs[PerturbTokens.STATS]
+        stats = batch_stats | "SumStats" >> beam.CombineGlobally(SumCounts())
+        return PrivatizeResult(outputs.released, outputs[PerturbTokens.ERRORS], batch_stats, stats,
+                               outputs[PerturbTokens.DIAGNOSTICS])
