@@ -8,9 +8,9 @@ registry entry (``pipelines/jobs.py``, ``help_overrides``), which the job's ``--
 Flex Template metadata both use. Which flags a job requires is also said there, explicitly.
 
 Groups: ``ArtifactOptions``, ``OutputOptions``, ``MechanismOptions``, ``SeedOptions``,
-``WorkerResourceOptions`` (shared); ``PrivatizeOptions`` (privatize's input and text handling),
+``WorkerResourceOptions``, ``OovOptions`` (shared); ``PrivatizeOptions`` (privatize's input and text handling),
 ``AmplifierOptions`` (privatize's LAC stage), ``EpsilonGridOptions`` (the epsilons calibrate and
-audit compare), ``CalibrateOptions``, ``NeighbourOptions``.
+audit compare), ``CalibrateOptions``, ``NeighbourOptions``, ``AuditOptions``.
 """
 
 from __future__ import annotations
@@ -162,14 +162,6 @@ class PrivatizeOptions(PipelineOptions):
                  f"distance; smaller = more private). Above {VACUOUS_EPSILON:g} the guarantee is vacuous and the "
                  "summary and console say so")
         parser.add_argument(
-            "--oov-policy", "--oov_policy", dest="oov_policy", choices=OOV_POLICIES, default="random",
-            help="words not in the vocabulary: random (default; the mechanism's release of a vocabulary word drawn "
-                 "uniformly at random, covered by the same per-word bound), unk (the --unk-token marker; shows where "
-                 "unknown words were) or keep (released unchanged and NOT covered by the guarantee)")
-        parser.add_argument(
-            "--unk-token", "--unk_token", dest="unk_token", default="<unk>",
-            help="marker written for unknown words with --oov-policy unk; default '<unk>'")
-        parser.add_argument(
             "--max-record-bytes", "--max_record_bytes", dest="max_record_bytes", type=int,
             default=DEFAULT_MAX_RECORD_BYTES,
             help="a record larger than this many bytes goes to the error output (reason too_large), not privatized: for "
@@ -204,6 +196,21 @@ class PrivatizeOptions(PipelineOptions):
             return ()
         raw = self.text_field or ["text"]
         return tuple(dict.fromkeys(f.strip() for value in raw for f in value.split(",") if f.strip()))
+
+
+class OovOptions(PipelineOptions):
+    """What happens to words outside the vocabulary (privatize releases them so; audit checks it)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument(
+            "--oov-policy", "--oov_policy", dest="oov_policy", choices=OOV_POLICIES, default="random",
+            help="words not in the vocabulary: random (default; the mechanism's release of a vocabulary word drawn "
+                 "uniformly at random, covered by the same per-word bound), unk (the --unk-token marker; shows where "
+                 "unknown words were) or keep (released unchanged and NOT covered by the guarantee)")
+        parser.add_argument(
+            "--unk-token", "--unk_token", dest="unk_token", default="<unk>",
+            help="marker written for unknown words with --oov-policy unk; default '<unk>'")
 
 
 class AmplifierOptions(PipelineOptions):
@@ -322,3 +329,75 @@ class NeighbourOptions(PipelineOptions):
         parser.add_argument(
             "--shard-rows", "--shard_rows", dest="shard_rows", type=int, default=DEFAULT_SHARD_ROWS,
             help=f"vocabulary rows per work item (default {DEFAULT_SHARD_ROWS}); smaller spreads work over more workers")
+
+
+DEFAULT_AUDIT_CHECKS = "self-check,inversion,linkage"
+AUDIT_CHECKS = ("self-check", "inversion", "linkage")
+
+
+class AuditOptions(PipelineOptions):
+    """``textdp audit``: the self-check's pairs and draws, the attacks' corpus, prior and sizes."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument(
+            "--checks", dest="checks", default=DEFAULT_AUDIT_CHECKS,
+            help=f"comma-separated parts to run: {', '.join(AUDIT_CHECKS)}; default all (inversion and linkage "
+                 "need --corpus; without it only the self-check runs)")
+        parser.add_argument(
+            "--pairs", dest="pairs", type=int, default=50,
+            help="self-check: word pairs across distance bands (a sampled word with its 1st, 10th, 100th, 1,000th "
+                 "and 10,000th nearest word); default 50")
+        parser.add_argument(
+            "--draws", dest="draws", type=int, default=20000,
+            help="self-check: releases drawn per word and epsilon, split in two halves (one chooses the event, the "
+                 "other measures it); default 20,000. More draws find smaller violations")
+        parser.add_argument(
+            "--pair-list", "--pair_list", dest="pair_list", default=None,
+            help="self-check: file (local or gs://) with more pairs to test, two words per line separated by "
+                 "whitespace or a comma; a word outside the vocabulary tests the --oov-policy")
+        parser.add_argument(
+            "--no-oov-pairs", "--no_oov_pairs", dest="no_oov_pairs", action="store_true", default=False,
+            help="self-check: skip the pairs of two generated out-of-vocabulary words that check --oov-policy")
+        parser.add_argument(
+            "--false-alarm-rate", "--false_alarm_rate", dest="false_alarm_rate", type=float, default=0.001,
+            help="self-check: probability that a correct mechanism is reported as violating its guarantee anywhere "
+                 "in the run (split over all tests, Bonferroni); default 0.001")
+        parser.add_argument(
+            "--corpus", dest="corpus", default=None,
+            help="inversion and linkage: the records to attack, a file pattern (local or gs://) of text (one record "
+                 "per line), JSONL or Parquet, as privatize reads them")
+        parser.add_argument(
+            "--corpus-format", "--corpus_format", dest="corpus_format", choices=FORMATS, default=None,
+            help="format of --corpus and --prior-corpus: text|jsonl|parquet; default: from the extension")
+        parser.add_argument(
+            "--corpus-text-field", "--corpus_text_field", dest="corpus_text_field", default="text",
+            help="JSONL/Parquet: the field(s) holding the text, comma-separated; default 'text'")
+        parser.add_argument(
+            "--records", dest="records", type=int, default=2000,
+            help="records of --corpus attacked (a uniform sample): their words are inverted and they are the "
+                 "linkage queries; default 2,000")
+        parser.add_argument(
+            "--inversion-tokens", "--inversion_tokens", dest="inversion_tokens", type=int, default=100000,
+            help="at most this many word tokens of those records are inverted per epsilon (a uniform sample); "
+                 "default 100,000 (rates to about +-0.3 points)")
+        parser.add_argument(
+            "--prior-corpus", "--prior_corpus", dest="prior_corpus", default=None,
+            help="the attacker's public prior: word frequencies of this reference corpus (same format flags). "
+                 "Default: Zipf's law over the vocabulary's rank order")
+        parser.add_argument(
+            "--prior-words", "--prior_words", dest="prior_words", type=int, default=50000,
+            help="the prior keeps its this many most probable words (the attacker's candidates); default 50,000. "
+                 "Closed-form mechanisms cost one pass over the vocabulary per candidate")
+        parser.add_argument(
+            "--mc-draws", "--mc_draws", dest="mc_draws", type=int, default=200000,
+            help="mechanisms without a closed form (Madlib): releases of prior-drawn words per epsilon from which "
+                 "the attacker's posterior is estimated; default 200,000")
+        parser.add_argument(
+            "--linkage-window", "--linkage_window", dest="linkage_window", type=int, default=20,
+            help="linkage compares records on their first this many words (records with fewer are left out); "
+                 "default 20")
+        parser.add_argument(
+            "--linkage-sizes", "--linkage_sizes", dest="linkage_sizes", default="100,1000,10000",
+            help="comma-separated sizes of the sets of original records; default 100,1000,10000 (a size larger "
+                 "than the corpus's usable records is skipped)")

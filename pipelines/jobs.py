@@ -58,7 +58,7 @@ JOBS: Dict[str, Job] = {job.name: job for job in (
         "Build a vocabulary artifact (vectors + Annoy index) from embeddings.", beam=False),
     Job("privatize", "pipelines.privatize",
         "Privatize a text corpus word by word with metric differential privacy (Madlib or TEM).",
-        groups=("PrivatizeOptions", "OutputOptions", "ArtifactOptions", "MechanismOptions", "SeedOptions",
+        groups=("PrivatizeOptions", "OovOptions", "OutputOptions", "ArtifactOptions", "MechanismOptions", "SeedOptions",
                 "AmplifierOptions", "WorkerResourceOptions"),
         required=("input", "output", "epsilon"),
         help_overrides={"output": "output prefix, local or gs://: writes <output>-SSSSS-of-NNNNN.<ext>, "
@@ -81,6 +81,18 @@ JOBS: Dict[str, Job] = {job.name: job for job in (
                                   "summary.json, the PNG plots and report.html",
                         "seed": "fixed seed (an integer >= 0) for tests and benchmarks ONLY (word sample and draws); "
                                 "the summary records it. Default: OS entropy"}),
+    Job("audit", "pipelines.audit",
+        "Measure the privacy a release really gives: mechanism self-check, inversion and record linkage attacks.",
+        groups=("OutputOptions", "ArtifactOptions", "MechanismOptions", "EpsilonGridOptions", "AuditOptions",
+                "OovOptions", "SeedOptions", "WorkerResourceOptions"),
+        required=("output",),
+        help_overrides={"output": "output directory, local or gs:// (created if missing): self_check.parquet, "
+                                  "inversion.parquet, linkage.parquet, summary.json, the PNG plots and report.html",
+                        "oov_policy": "the out-of-vocabulary policy to audit, as privatize applies it: random "
+                                      "(default), unk or keep (the self-check reports keep as leaking without a "
+                                      "guarantee)",
+                        "seed": "fixed seed (an integer >= 0) for tests and benchmarks ONLY (pairs, draws, corpus "
+                                "sample); the summary records it. Default: OS entropy"}),
 )}
 
 

@@ -25,7 +25,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.flags import (MAX_EPSILON, VACUOUS_EPSILON, AmplifierOptions, ArtifactOptions, MechanismOptions,
-                             OutputOptions, PrivatizeOptions, SeedOptions, WorkerResourceOptions)
+                             OovOptions, OutputOptions, PrivatizeOptions, SeedOptions, WorkerResourceOptions)
 from pipelines.jobs import Plan, run_job
 from textdp.errors import TextdpError
 from textdp.locate import artifact_needs, verify_artifact
@@ -185,10 +185,11 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
     data_format, text_fields, paths = checked.data_format, checked.text_fields, checked.paths
     amplifier = options.view_as(AmplifierOptions).amplifier_config()
     amplify = amplifier.requested()
+    oov = options.view_as(OovOptions)
     worker = options.view_as(WorkerResourceOptions).worker_config(progress_dir)
     privatize = Privatize(
         epsilon=opts.epsilon, mechanism=mech.mechanism, artifact=options.view_as(ArtifactOptions).artifact,
-        text_fields=text_fields, oov_policy=opts.oov_policy, unk_token=opts.unk_token, seed=seed,
+        text_fields=text_fields, oov_policy=oov.oov_policy, unk_token=oov.unk_token, seed=seed,
         batch_tokens=opts.batch_tokens, shape_field=SHAPE_FIELD if amplify else None, keyed=True,
         diagnostics=bool(opts.diagnostics_output), worker=worker, **mech.mechanism_kwargs())
     summary_writer = WriteSummary(privatize.shared_handle, privatize.config, paths["summary"],

@@ -319,10 +319,13 @@ def mcdiarmid_margin(draws: int, delta: float) -> float:
 # --- outcomes and rates ------------------------------------------------------------------------------------
 
 
-def inversion_outcomes(inputs: np.ndarray, outputs: np.ndarray, guesses: np.ndarray, prior_top: np.ndarray) -> dict:
-    """Per token: did the attacker (top-1 / top-10), the released word, or the prior's guess recover it."""
+def inversion_outcomes(inputs: np.ndarray, outputs: np.ndarray, guesses: np.ndarray, prior_top: np.ndarray,
+                       prior: Optional[Prior] = None) -> dict:
+    """Per token: did the attacker (top-1 / top-10), the released word, or the prior's guess recover it;
+    and is the word in the prior's support at all (an attacker never names a word outside it)."""
     inputs = np.asarray(inputs, dtype=np.int64)
     return {
+        "in_prior": prior.contains(inputs) if prior is not None else np.ones(len(inputs), dtype=bool),
         "top1": guesses[:, 0] == inputs,
         "top10": (guesses == inputs[:, None]).any(axis=1),
         "released": np.asarray(outputs) == inputs,
@@ -382,15 +385,15 @@ def summarise_inversion(rows: Iterable[dict]) -> dict:
     by_eps: Dict[float, List[dict]] = {}
     for row in rows:
         by_eps.setdefault(float(row["epsilon"]), []).append(row)
-    keys = ("top1", "top10", "released", "prior_top1", "prior_top10")
+    keys = ("top1", "top10", "released", "prior_top1", "prior_top10", "in_prior")
     out = {}
     for eps in sorted(by_eps):
         group = by_eps[eps]
-        total = {key: sum(r[key] for r in group) for key in keys}
+        total = {key: sum(r.get(key, 0) for r in group) for key in keys}
         tokens = sum(r["tokens"] for r in group)
         entry = {"tokens": tokens, "overall": {key: rate_entry(total[key], tokens) for key in keys}, "bands": {}}
         for r in sorted(group, key=lambda r: r["band"]):
             entry["bands"][BAND_LABELS[r["band"]]] = {"tokens": r["tokens"],
-                                                      **{key: rate_entry(r[key], r["tokens"]) for key in keys}}
+                                                      **{key: rate_entry(r.get(key, 0), r["tokens"]) for key in keys}}
         out[f"{eps:g}"] = entry
     return out

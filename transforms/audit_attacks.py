@@ -30,7 +30,7 @@ from textdp.audit_corpus import (LogZLookup, encode_record, kernel_log_likelihoo
                                  record_key, release_keys)
 from textdp.audit_pairs import TokenReleaser
 from textdp.tokenize import Tokenizer
-from transforms.audit_common import NAMESPACE, AuditConfig, Progress, acquire_holder
+from transforms.audit_common import NAMESPACE, AuditConfig, holder_state
 
 TOKEN_CHUNK = 4000
 QUERY_CHUNK = 50
@@ -42,15 +42,14 @@ class EncodeRecordFn(beam.DoFn):
     """(source, position, payload) -> (order key, word keys, layout int); payload text from ``text_field``."""
 
     def __init__(self, shared_handle, config: AuditConfig, text_fields):
-        self._shared_handle = shared_handle
         self.config = config
         self.text_fields = tuple(text_fields)
+        self._state = holder_state(shared_handle, config)
         self._tokenizer = None
-        self._records = Metrics.counter(NAMESPACE, "records_encoded")
+        self._records = Metrics.counter(NAMESPACE, "audit_records_encoded")
 
     def setup(self):
-        holder = acquire_holder(self._shared_handle, self.config)
-        self._tokenizer = Tokenizer(holder.artifact.word_to_id)
+        self._tokenizer = Tokenizer(self._state.setup().artifact.word_to_id)
 
     def process(self, record):
         source, position, payload = record
@@ -67,14 +66,13 @@ class CountPriorWordsFn(beam.DoFn):
     """Reference-corpus records -> (word id, count) for its vocabulary words."""
 
     def __init__(self, shared_handle, config: AuditConfig, text_fields):
-        self._shared_handle = shared_handle
         self.config = config
         self.text_fields = tuple(text_fields)
+        self._state = holder_state(shared_handle, config)
         self._tokenizer = None
 
     def setup(self):
-        holder = acquire_holder(self._shared_handle, self.config)
-        self._tokenizer = Tokenizer(holder.artifact.word_to_id)
+        self._tokenizer = Tokenizer(self._state.setup().artifact.word_to_id)
 
     def process(self, record):
         _, _, payload = record
@@ -89,29 +87,29 @@ class CountPriorWordsFn(beam.DoFn):
 
 
 class _Worker(beam.DoFn):
-    """Common setup: the artifact holder, a generator, mechanisms per epsilon, a progress reporter."""
+    """Common setup: the artifact holder (shared per process), a generator, mechanisms per epsilon."""
 
-    STAGE = "work"
-    UNIT = "items"
-
-    def __init__(self, shared_handle, config: AuditConfig, planned: Optional[int] = None):
-        self._shared_handle = shared_handle
+    def __init__(self, shared_handle, config: AuditConfig, worker=None):
         self.config = config
-        self.planned = planned
+        self._state = holder_state(shared_handle, config, worker)
         self._holder = None
         self._rng = None
-        self._progress = None
         self._cache: Dict = {}
 
     def setup(self):
-        self._holder = acquire_holder(self._shared_handle, self.config)
-        self._rng = self.config.rng()
-        self._progress = Progress(self.STAGE, self.UNIT, self.planned, self.config.progress_seconds).start()
+        self._holder = self._state.setup()
+        self._rng = self.config.rng()  # OS entropy (a seed only for tests and benchmarks)
         self._cache = {}
 
-    def teardown(self):
-        if self._progress is not None:
-            self._progress.stop()
+    def start_bundle(self):
+        if self._state.state is not None:
+            self._state.report()
+
+    def finish_bundle(self):
+        self._state.progress.flush()
+
+    def count(self, **counts) -> None:
+        self._state.progress.add(**counts)
 
     def mechanism(self, epsilon: float):
         key = ("mechanism", epsilon)
@@ -130,19 +128,12 @@ class _Worker(beam.DoFn):
 class LogNormalizersFn(_Worker):
     """A chunk of word ids -> (ids, ln Z matrix: one column per epsilon), for closed-form mechanisms."""
 
-    STAGE = "normalisers"
-    UNIT = "words"
-
     def process(self, ids):
         kernels = [kernel_of(self.mechanism(eps)) for eps in self.config.epsilons]
         metric = kernels[0].metric
-        self._progress.working(True)
-        try:
-            values = log_normalizers(self._holder.points(metric, np.float32), ids, kernels,
-                                     points64=self._holder.points(metric, np.float64))
-        finally:
-            self._progress.working(False)
-        self._progress.add(len(ids))
+        values = log_normalizers(self._holder.points(metric, np.float32), ids, kernels,
+                                 points64=self._holder.points(metric, np.float64))
+        self.count(normalised_words=len(ids))
         yield np.asarray(ids, dtype=np.int64), values
 
 
@@ -153,9 +144,6 @@ class McDrawsFn(_Worker):
     payload = the pool windows' vocabulary tokens of this chunk. One release per input.
     """
 
-    STAGE = "Monte Carlo draws"
-    UNIT = "draws"
-
     def process(self, element, prior):
         kind, epsilon, index, payload = element
         rng = self.rng_for("mc", kind, epsilon, index)
@@ -163,12 +151,8 @@ class McDrawsFn(_Worker):
             inputs = prior.sample(int(payload), rng)
         else:
             inputs = np.asarray(payload, dtype=np.int64)
-        self._progress.working(True)
-        try:
-            outputs = self.releaser().release_many(self.mechanism(epsilon), inputs, rng)
-        finally:
-            self._progress.working(False)
-        self._progress.add(len(inputs))
+        outputs = self.releaser().release_many(self.mechanism(epsilon), inputs, rng)
+        self.count(draws=len(inputs))
         yield (kind, float(epsilon)), (inputs, outputs)
 
 
@@ -200,30 +184,24 @@ def _log_z_lookups(normalizers, epsilons) -> Dict[float, LogZLookup]:
 class InvertFn(_Worker):
     """(epsilon, chunk index, token ids) -> ((epsilon, band), success counts) for the bands present."""
 
-    STAGE = "inversion"
-    UNIT = "tokens"
-
     def process(self, element, prior: Prior, normalizers, tables):
         epsilon, index, tokens = element
         tokens = np.asarray(tokens, dtype=np.int64)
         mechanism = self.mechanism(epsilon)
         rng = self.rng_for("invert", epsilon, index)
-        self._progress.working(True)
-        try:
-            outputs = self.releaser().release_many(mechanism, tokens, rng)
-            prior_top = prior.top(TOP_K)
-            kernel = kernel_of(mechanism)
-            distinct, inverse = np.unique(outputs, return_inverse=True)
-            if kernel is not None:
-                posterior = self._posterior(epsilon, kernel, prior, normalizers)
-                guesses = posterior.top_guesses(distinct)[inverse.reshape(-1)]
-            else:
-                known = self._table_guesses(epsilon, prior, tables)
-                guesses = fill_guesses(known, distinct, prior_top)[inverse.reshape(-1)]
-        finally:
-            self._progress.working(False)
-        self._progress.add(len(tokens))
-        outcomes = inversion_outcomes(tokens, outputs, guesses, prior_top)
+        outputs = self.releaser().release_many(mechanism, tokens, rng)
+        self.count(draws=len(tokens))
+        prior_top = prior.top(TOP_K)
+        kernel = kernel_of(mechanism)
+        distinct, inverse = np.unique(outputs, return_inverse=True)
+        if kernel is not None:
+            posterior = self._posterior(epsilon, kernel, prior, normalizers)
+            guesses = posterior.top_guesses(distinct)[inverse.reshape(-1)]
+        else:
+            known = self._table_guesses(epsilon, prior, tables)
+            guesses = fill_guesses(known, distinct, prior_top)[inverse.reshape(-1)]
+        self.count(inverted_tokens=len(tokens))
+        outcomes = inversion_outcomes(tokens, outputs, guesses, prior_top, prior)
         bands = rank_band(tokens)
         for band in np.unique(bands):
             mask = bands == band
@@ -268,9 +246,6 @@ class SumCounts(beam.CombineFn):
 class LinkFn(_Worker):
     """(epsilon, chunk index, query rows) -> one row per query with its linkage success per set size."""
 
-    STAGE = "linkage"
-    UNIT = "queries"
-
     def process(self, element, plan, normalizers, tables):
         epsilon, index, rows = element
         config = self.config
@@ -291,17 +266,13 @@ class LinkFn(_Worker):
         releaser = self.releaser()
         for row in np.asarray(rows, dtype=np.int64):
             rng = self.rng_for("link", epsilon, int(row))
-            self._progress.working(True)
-            try:
-                released = release_keys(mechanism, windows[row], config.oov_policy, artifact.vocab_size, rng,
-                                        release_ids=lambda ids, g: releaser.release_many(mechanism, ids, g))
-                scores = linkage_scores(windows, released, config.oov_policy, artifact.vocab_size, log_likelihood)
-                order = nested_order(rng, len(windows), int(row))
-                success = linkage_success(scores, int(row), order, config.linkage_sizes)
-                unique = structure_unique(plan.pool_layouts, int(row), order, config.linkage_sizes)
-            finally:
-                self._progress.working(False)
-            self._progress.add(1)
+            released = release_keys(mechanism, windows[row], config.oov_policy, artifact.vocab_size, rng,
+                                    release_ids=lambda ids, g: releaser.release_many(mechanism, ids, g))
+            scores = linkage_scores(windows, released, config.oov_policy, artifact.vocab_size, log_likelihood)
+            order = nested_order(rng, len(windows), int(row))
+            success = linkage_success(scores, int(row), order, config.linkage_sizes)
+            unique = structure_unique(plan.pool_layouts, int(row), order, config.linkage_sizes)
+            self.count(draws=len(released), linkage_queries=1)
             for size, by_k in success.items():
                 yield {"epsilon": float(epsilon), "query": int(row), "set_size": int(size),
                        "top1": float(by_k[1]), "top5": float(by_k[5]), "structure_unique": bool(unique[size]),

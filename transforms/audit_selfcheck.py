@@ -17,7 +17,7 @@ from apache_beam.metrics import Metrics
 from textdp.audit_pairs import (BANDS, PairSpec, TokenReleaser, band_pairs, guarantee_row, oov_pairs)
 from textdp.audit_selfcheck import pair_guarantee, test_pair
 from textdp.audit_stats import split_histograms
-from transforms.audit_common import NAMESPACE, AuditConfig, Progress, acquire_holder
+from transforms.audit_common import NAMESPACE, AuditConfig, holder_state
 
 
 def _token_key(token) -> tuple:
@@ -32,18 +32,18 @@ class MakePairsFn(beam.DoFn):
     out-of-vocabulary pairs of the run's policy.
     """
 
-    def __init__(self, shared_handle, config: AuditConfig):
-        self._shared_handle = shared_handle
+    def __init__(self, shared_handle, config: AuditConfig, worker=None):
         self.config = config
-        self._holder = None
+        self._state = holder_state(shared_handle, config, worker)
         self._mechanism = None
 
     def setup(self):
-        self._holder = acquire_holder(self._shared_handle, self.config)
-        self._mechanism = self.config.build_mechanism(self._holder.artifact, self.config.epsilons[0])
+        holder = self._state.setup()
+        self._mechanism = self.config.build_mechanism(holder.artifact, self.config.epsilons[0])
 
     def process(self, element):
-        artifact = self._holder.artifact
+        self._state.report()
+        artifact = self._state.value.artifact
         kind = element[0]
         if kind == "base":
             _, index, word_id, limit = element
@@ -65,56 +65,51 @@ class MakePairsFn(beam.DoFn):
 class DrawTokenFn(beam.DoFn):
     """(token key, [(spec, role), ...]) -> ((pair_id, epsilon), (role, spec, halves)) per pair and epsilon."""
 
-    def __init__(self, shared_handle, config: AuditConfig, planned_draws: int):
-        self._shared_handle = shared_handle
+    def __init__(self, shared_handle, config: AuditConfig, worker=None):
         self.config = config
-        self.planned_draws = planned_draws
-        self._holder = None
+        self._state = holder_state(shared_handle, config, worker)
         self._rng = None
-        self._progress = None
         self._draws = Metrics.counter(NAMESPACE, "self_check_draws")
 
     def setup(self):
-        self._holder = acquire_holder(self._shared_handle, self.config)
-        self._rng = self.config.rng()
-        self._progress = Progress("self-check", "draws", self.planned_draws, self.config.progress_seconds).start()
+        self._state.setup()
+        self._rng = self.config.rng()  # OS entropy (a seed only for tests and benchmarks)
 
-    def teardown(self):
-        if self._progress is not None:
-            self._progress.stop()
+    def finish_bundle(self):
+        self._state.progress.flush()
 
     def process(self, element):
+        self._state.report()
         key, members = element
         token = key[1]
         config = self.config
-        artifact = self._holder.artifact
-        self._progress.working(True)
-        try:
-            for epsilon in config.epsilons:
-                releaser = TokenReleaser(lambda eps=epsilon: config.build_mechanism(artifact, eps), artifact,
-                                         oov_policy=config.oov_policy, prune=config.prune)
-                rng = self._rng if config.seed is None else config.rng("self-check", key, epsilon)
-                outputs = releaser.release(token, config.draws, rng, progress=self._progress.add)
-                self._draws.inc(config.draws)
-                halves = split_histograms(outputs)
-                for spec, role in members:
-                    yield (spec.pair_id, float(epsilon)), (role, spec, halves)
-        finally:
-            self._progress.working(False)
+        artifact = self._state.value.artifact
+        progress = self._state.progress
+        for epsilon in config.epsilons:
+            releaser = TokenReleaser(lambda eps=epsilon: config.build_mechanism(artifact, eps), artifact,
+                                     oov_policy=config.oov_policy, prune=config.prune)
+            rng = self._rng if config.seed is None else config.rng("self-check", key, epsilon)
+            outputs = releaser.release(token, config.draws, rng, progress=lambda n: progress.add(draws=n))
+            self._draws.inc(config.draws)
+            halves = split_histograms(outputs)
+            for spec, role in members:
+                yield (spec.pair_id, float(epsilon)), (role, spec, halves)
 
 
 class TestPairFn(beam.DoFn):
     """((pair_id, epsilon), [(role, spec, halves) x 2]) -> two result rows (both directions)."""
 
-    def __init__(self, shared_handle, config: AuditConfig):
-        self._shared_handle = shared_handle
+    def __init__(self, shared_handle, config: AuditConfig, worker=None):
         self.config = config
-        self._holder = None
+        self._state = holder_state(shared_handle, config, worker)
         self._mechanisms = None
 
     def setup(self):
-        self._holder = acquire_holder(self._shared_handle, self.config)
-        self._mechanisms = {eps: self.config.build_mechanism(self._holder.artifact, eps) for eps in self.config.epsilons}
+        holder = self._state.setup()
+        self._mechanisms = {eps: self.config.build_mechanism(holder.artifact, eps) for eps in self.config.epsilons}
+
+    def finish_bundle(self):
+        self._state.progress.flush()
 
     def process(self, element):
         (pair_id, epsilon), parts = element
@@ -124,12 +119,13 @@ class TestPairFn(beam.DoFn):
         spec, halves_a = by_role["a"]
         _, halves_b = by_role["b"]
         config = self.config
-        artifact = self._holder.artifact
+        artifact = self._state.value.artifact
         mechanism = self._mechanisms[epsilon]
         word_id = lambda token: (int(token) if isinstance(token, int)  # noqa: E731
                                  else artifact.word_to_id.get(str(token).lower()))
         distance, bound = pair_guarantee(spec, mechanism, artifact, config.oov_policy, word_id)
         alpha_test = config.false_alarm_rate / config.planned_tests
+        self._state.progress.add(pair_tests=2)
         yield from test_pair(spec, epsilon, halves_a, halves_b, config.draws, alpha_test, distance, bound)
 
 
@@ -141,11 +137,11 @@ def _by_token(spec: PairSpec):
 class SelfCheck(beam.PTransform):
     """Plan elements -> self-check rows (two per pair and epsilon)."""
 
-    def __init__(self, shared_handle, config: AuditConfig, planned_draws: int):
+    def __init__(self, shared_handle, config: AuditConfig, worker=None):
         super().__init__()
         self._shared_handle = shared_handle
         self.config = config
-        self.planned_draws = planned_draws
+        self.worker = worker
 
     def expand(self, plan):
         return (plan
@@ -153,6 +149,6 @@ class SelfCheck(beam.PTransform):
                 | "ByToken" >> beam.FlatMap(_by_token)
                 | "GroupByToken" >> beam.GroupByKey()
                 | "SpreadTokens" >> beam.Reshuffle()
-                | "Draw" >> beam.ParDo(DrawTokenFn(self._shared_handle, self.config, self.planned_draws))
+                | "Draw" >> beam.ParDo(DrawTokenFn(self._shared_handle, self.config, self.worker))
                 | "GroupByPair" >> beam.GroupByKey()
                 | "Test" >> beam.ParDo(TestPairFn(self._shared_handle, self.config)))

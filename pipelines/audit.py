@@ -1,0 +1,315 @@
+"""``textdp audit``: measure the privacy a release really gives, and catch a broken mechanism (Beam pipeline).
+
+Three parts, each parallel over its own units of work, on the same artifacts and mechanisms as
+privatize and calibrate (docs/audit.md explains every number):
+
+1. self-check: an empirical lower bound of the privacy loss for word pairs across distance bands
+   (plus ``--pair-list`` pairs and two out-of-vocabulary words), against the guarantee the mechanism
+   prints; any pair beyond it is a violation, with a false-alarm rate stated for the whole run;
+2. inversion: the Bayes-optimal attacker's top-1 / top-10 recovery of the words of ``--corpus``,
+   per epsilon and frequency band, next to the released-word and prior baselines;
+3. linkage: how often a released record's likelihood ranks its own source first (top-5) among
+   100 / 1,000 / 10,000 original records.
+
+Outputs under ``--output``: ``self_check.parquet``, ``inversion.parquet``, ``linkage.parquet``,
+``summary.json``, ``self_check.png``, ``inversion.png``, ``linkage.png`` and ``report.html``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+from dataclasses import dataclass
+from typing import List, Optional
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.utils import shared
+
+from pipelines.flags import (AUDIT_CHECKS, DEFAULT_AUDIT_CHECKS, DEFAULT_MAX_RECORD_BYTES, ArtifactOptions,
+                             AuditOptions, EpsilonGridOptions, MechanismOptions, OovOptions, OutputOptions,
+                             SeedOptions, WorkerResourceOptions)
+from pipelines.jobs import Plan, run_job
+from textdp.audit_pairs import BANDS, base_word_count, base_words, bound_text
+from textdp.audit_selfcheck import planned_tests
+from textdp.errors import TextdpError
+from textdp.locate import artifact_needs, verify_artifact
+from textdp.mechanisms import MECHANISMS
+from transforms.audit_common import AuditConfig
+from transforms.audit_outputs import (INVERSION_TABLE, LINKAGE_TABLE, SELF_CHECK_TABLE, SUMMARY_FILE, WriteAuditOutputs,
+                                      inversion_schema, linkage_schema, self_check_schema)
+from transforms.audit_stages import Attacks, SelfCheckStage
+from transforms.io import infer_format, matched_paths
+
+OUTPUT_FILES = (f"{SELF_CHECK_TABLE}.parquet", f"{INVERSION_TABLE}.parquet", f"{LINKAGE_TABLE}.parquet", SUMMARY_FILE,
+                "report.html", "self_check.png", "inversion.png", "linkage.png")
+CLOSED_FORM = ("tem", "santext")  # mechanisms whose posterior the audit computes exactly (textdp.audit_attacks.Kernel)
+
+
+@dataclass
+class Prepared:
+    """Everything the driver decides before the pipeline is built."""
+
+    config: AuditConfig
+    checks: tuple
+    plan_elements: list
+    run_info: dict
+    corpus_format: Optional[str]
+    text_fields: tuple
+    manifest: dict
+
+
+def _ints(text: str, flag: str) -> tuple:
+    try:
+        values = tuple(sorted({int(part) for part in str(text).split(",") if part.strip()}))
+    except ValueError:
+        raise TextdpError(f"{flag} must be comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 2:
+        raise TextdpError(f"{flag} must list set sizes of at least 2")
+    return values
+
+
+def read_pair_list(path: str) -> List[tuple]:
+    """(line, word, word) for every non-empty line (two words separated by whitespace or a comma)."""
+    with FileSystems.open(path) as handle:
+        text = handle.read().decode("utf-8")
+    pairs = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        parts = [p for p in re.split(r"[\s,]+", line.strip()) if p]
+        if not parts:
+            continue
+        if len(parts) != 2:
+            raise TextdpError(f"--pair-list line {number}: expected two words, found {len(parts)}")
+        pairs.append((number, parts[0], parts[1]))
+    return pairs
+
+
+def _checks(opts: AuditOptions) -> tuple:
+    asked = tuple(dict.fromkeys(part.strip() for part in str(opts.checks).split(",") if part.strip()))
+    unknown = [c for c in asked if c not in AUDIT_CHECKS]
+    if unknown or not asked:
+        raise TextdpError(f"--checks takes some of {', '.join(AUDIT_CHECKS)}, got {opts.checks!r}")
+    needs_corpus = [c for c in asked if c != "self-check"]
+    if needs_corpus and not opts.corpus:
+        if opts.checks != DEFAULT_AUDIT_CHECKS:
+            raise TextdpError(f"--checks {','.join(needs_corpus)} needs --corpus (the records to attack)")
+        asked = tuple(c for c in asked if c == "self-check")
+    return asked
+
+
+def _format(pattern: str, given: Optional[str], flag: str) -> str:
+    fmt = given or infer_format(pattern)
+    if fmt is None:
+        raise TextdpError(f"cannot infer the format of {flag} {pattern!r} from its extension; give --corpus-format")
+    if not matched_paths(pattern):
+        raise TextdpError(f"no file matches {flag} {pattern!r}")
+    return fmt
+
+
+def prepare_run(options: PipelineOptions) -> Prepared:
+    """Check the flags, the artifact, inputs and outputs; plan the self-check. Raises TextdpError."""
+    opts = options.view_as(AuditOptions)
+    mech = options.view_as(MechanismOptions)
+    out = options.view_as(OutputOptions)
+    seed = options.view_as(SeedOptions).seed
+    if not out.output:
+        raise TextdpError("--output is required (a directory, local or gs://)")
+    if mech.mechanism not in MECHANISMS:
+        raise TextdpError(f"audit supports --mechanism {', '.join(MECHANISMS)}")
+    mech.validate_mechanism()
+    options.view_as(SeedOptions).validate_seed()
+    epsilons = options.view_as(EpsilonGridOptions).epsilon_grid()
+    checks = _checks(opts)
+    for value, flag, low in ((opts.pairs, "--pairs", 0), (opts.draws, "--draws", 2), (opts.records, "--records", 1),
+                             (opts.inversion_tokens, "--inversion-tokens", 1), (opts.prior_words, "--prior-words", 1),
+                             (opts.mc_draws, "--mc-draws", 1), (opts.linkage_window, "--linkage-window", 1)):
+        if value < low:
+            raise TextdpError(f"{flag} must be >= {low}")
+    if not 0 < opts.false_alarm_rate < 1:
+        raise TextdpError("--false-alarm-rate must be in (0, 1)")
+    sizes = _ints(opts.linkage_sizes, "--linkage-sizes")
+    artifact = options.view_as(ArtifactOptions).artifact
+    if artifact and not artifact.startswith("gs://") and not os.path.isdir(artifact):
+        raise TextdpError(f"--artifact {artifact!r} is not a directory")
+    corpus_format, text_fields = None, ()
+    if opts.corpus:
+        corpus_format = _format(opts.corpus, opts.corpus_format, "--corpus")
+        text_fields = () if corpus_format == "text" else tuple(
+            f.strip() for f in opts.corpus_text_field.split(",") if f.strip())
+    if opts.prior_corpus:
+        _format(opts.prior_corpus, opts.corpus_format or corpus_format, "--prior-corpus")
+    user_pairs = []
+    if opts.pair_list:
+        if not FileSystems.exists(opts.pair_list):
+            raise TextdpError(f"--pair-list {opts.pair_list!r} does not exist")
+        user_pairs = read_pair_list(opts.pair_list)
+    manifest = verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
+    earlier = [f"{out.output.rstrip('/')}/{name}" for name in OUTPUT_FILES
+               if FileSystems.exists(f"{out.output.rstrip('/')}/{name}")]
+    if earlier and not out.overwrite:
+        raise TextdpError(f"--output {out.output} already holds an earlier audit ({earlier[0]}); give --overwrite "
+                          "to replace it, or choose another --output")
+    if earlier:
+        FileSystems.delete(earlier)
+    vocab_size = int(manifest["vocab_size"])
+    oov_policy = options.view_as(OovOptions).oov_policy
+
+    # the self-check's plan: every test is counted here, before any draw (Bonferroni over the run)
+    plan_elements, band_pair_count, oov_pair_count = [], 0, 0
+    if "self-check" in checks:
+        bands = [k for k in BANDS if k <= vocab_size - 1]
+        if opts.pairs and bands:
+            count = base_word_count(opts.pairs, bands)
+            rng = np.random.default_rng(None if seed is None else [seed, 1])
+            remaining = opts.pairs
+            for index, word in enumerate(base_words(vocab_size, count, rng)):
+                limit = min(len(bands), remaining)
+                remaining -= limit
+                band_pair_count += limit
+                plan_elements.append(("base", index, int(word), limit))
+        plan_elements += [("user", line, a, b) for line, a, b in user_pairs]
+        if not opts.no_oov_pairs:
+            oov_pair_count = 1 if oov_policy == "unk" else 2
+            plan_elements.append(("oov", 0))
+        if not plan_elements:
+            raise TextdpError("the self-check has no pair to test (--pairs 0, no --pair-list, --no-oov-pairs)")
+    pairs_total = band_pair_count + len(user_pairs) + oov_pair_count
+    tests = planned_tests(max(pairs_total, 1), len(epsilons))
+    config = AuditConfig(
+        artifact=artifact, mechanism=mech.mechanism, epsilons=epsilons,
+        mechanism_params=tuple(sorted(mech.mechanism_kwargs().items())), oov_policy=oov_policy, seed=seed,
+        draws=opts.draws, false_alarm_rate=opts.false_alarm_rate, planned_tests=tests, window=opts.linkage_window,
+        linkage_sizes=sizes, mc_draws=opts.mc_draws)
+    closed = mech.mechanism in CLOSED_FORM
+    run_info = {
+        "checks": list(checks),
+        "randomness": (f"fixed seed {seed} (tests/benchmarks only: reproducible)" if seed is not None
+                       else "fresh OS entropy in every worker"),
+        "self_check": {
+            "draws_per_word": opts.draws, "pairs_planned": pairs_total, "band_pairs": band_pair_count,
+            "user_pairs": len(user_pairs), "oov_pairs": oov_pair_count, "neighbour_ranks": list(BANDS),
+            "bound": "per pair: " + ("epsilon * min(d(w, w'), gamma) (Carvalho et al., Thm. 4.1; gamma caps the "
+                                     "scores)" if mech.mechanism == "tem" else "epsilon * d(w, w') (metric DP)")
+                     + "; unknown words: what --oov-policy claims (0 between two unknown words)",
+            "method": (f"Each pair: {opts.draws:,} releases per word and epsilon, split in halves; the event is chosen "
+                       "on one half (outputs w releases more often than w', the prefix with the best bound), its "
+                       "probabilities bounded on the other (one-sided Clopper-Pearson at level alpha/2 each); both "
+                       f"directions of every pair at every epsilon: {tests} tests at level {opts.false_alarm_rate:g}/"
+                       f"{tests} each (Bonferroni), so a correct mechanism shows any violation in this run with "
+                       f"probability at most {opts.false_alarm_rate:g}."),
+        },
+        "prior": (f"word frequencies of the reference corpus {opts.prior_corpus}, its {opts.prior_words:,} most "
+                  "frequent vocabulary words" if opts.prior_corpus else
+                  f"Zipf's law over the vocabulary's rank order (P(rank r) ~ 1/r), first {min(opts.prior_words, vocab_size):,} words"),
+        "posterior": ("exact: the mechanism's closed form, normalisers summed over the whole vocabulary"
+                      if closed else f"Monte Carlo: {opts.mc_draws:,} releases of prior-drawn words per epsilon "
+                                     "(counts), upper bounds of the optimum reported"),
+        "likelihood": ("closed form" if closed else
+                       "Monte Carlo: (C(x, y) + 1/N) / (n_x + 1) from one release of every pool-window token"),
+        "corpus_pattern": opts.corpus,
+    }
+    return Prepared(config, checks, plan_elements, run_info, corpus_format, text_fields, manifest)
+
+
+def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
+                   prepared: Optional[Prepared] = None) -> beam.Pipeline:
+    """The audit pipeline for ``options`` (not yet run)."""
+    prepared = prepared or prepare_run(options)
+    opts = options.view_as(AuditOptions)
+    config = prepared.config
+    worker = options.view_as(WorkerResourceOptions).worker_config(progress_dir)
+    output = options.view_as(OutputOptions).output.rstrip("/")
+    if not output.startswith("gs://"):
+        os.makedirs(output, exist_ok=True)
+    handle = shared.Shared()
+    pipeline = beam.Pipeline(options=options)
+    checks = prepared.checks
+
+    def empty(label):
+        return pipeline | label >> beam.Create([])
+
+    if "self-check" in checks:
+        check_rows = (pipeline
+                      | "SelfCheckPlan" >> beam.Create(prepared.plan_elements, reshuffle=False)
+                      | "SelfCheck" >> SelfCheckStage(handle, config, worker))
+        _ = check_rows | "WriteSelfCheck" >> beam.io.WriteToParquet(
+            f"{output}/{SELF_CHECK_TABLE}", self_check_schema(), file_name_suffix=".parquet", num_shards=1,
+            shard_name_template="")
+    else:
+        check_rows = empty("NoSelfCheck")
+    if opts.corpus and ({"inversion", "linkage"} & set(checks)):
+        attacks = pipeline | "Attacks" >> Attacks(
+            handle, config, worker, corpus=opts.corpus, corpus_format=prepared.corpus_format,
+            text_fields=prepared.text_fields, max_record_bytes=DEFAULT_MAX_RECORD_BYTES, records=opts.records,
+            inversion_tokens=opts.inversion_tokens, prior_corpus=opts.prior_corpus, prior_words=opts.prior_words,
+            vocab_size=int(prepared.manifest["vocab_size"]), closed_form=config.mechanism in CLOSED_FORM,
+            run_inversion="inversion" in checks, run_linkage="linkage" in checks)
+        inversion_rows, linkage_rows = attacks["inversion"], attacks["linkage"]
+        monte_carlo, corpus, read_counts = attacks["monte_carlo"], attacks["corpus"], attacks["read_counts"]
+        if "inversion" in checks:
+            _ = inversion_rows | "WriteInversion" >> beam.io.WriteToParquet(
+                f"{output}/{INVERSION_TABLE}", inversion_schema(), file_name_suffix=".parquet", num_shards=1,
+                shard_name_template="")
+        if "linkage" in checks:
+            _ = linkage_rows | "WriteLinkage" >> beam.io.WriteToParquet(
+                f"{output}/{LINKAGE_TABLE}", linkage_schema(), file_name_suffix=".parquet", num_shards=1,
+                shard_name_template="")
+    else:
+        inversion_rows, linkage_rows = empty("NoInversion"), empty("NoLinkage")
+        monte_carlo, corpus, read_counts = empty("NoMonteCarlo"), empty("NoCorpus"), empty("NoReadCounts")
+    _ = (pipeline
+         | "ReportTrigger" >> beam.Create([None])
+         | "Report" >> beam.ParDo(WriteAuditOutputs(handle, config, output, prepared.run_info, worker),
+                                  beam.pvalue.AsList(check_rows), beam.pvalue.AsList(inversion_rows),
+                                  beam.pvalue.AsList(linkage_rows), beam.pvalue.AsList(monte_carlo),
+                                  beam.pvalue.AsList(corpus), beam.pvalue.AsList(read_counts)))
+    return pipeline
+
+
+def report_lines(output: str) -> List[str]:
+    import json  # pylint: disable=import-outside-toplevel
+
+    with FileSystems.open(f"{output}/{SUMMARY_FILE}") as handle:
+        summary = json.loads(handle.read().decode("utf-8"))
+    lines = []
+    if summary.get("self_check"):
+        lines.append(summary["self_check"]["message"])
+    inversion = (summary.get("inversion") or {}).get("per_epsilon") or {}
+    for eps, entry in inversion.items():
+        overall = entry["overall"]
+        lines.append(f"inversion at epsilon {eps}: top-1 {overall['top1']['rate']:.3f}, top-10 "
+                     f"{overall['top10']['rate']:.3f} (released word itself {overall['released']['rate']:.3f}) "
+                     f"of {entry['tokens']:,} tokens")
+    linkage = (summary.get("linkage") or {}).get("per_epsilon") or {}
+    for eps, entry in linkage.items():
+        parts = ", ".join(f"{int(size):,}: {e['top1']['rate']:.3f}" for size, e in entry.items())
+        lines.append(f"linkage top-1 at epsilon {eps} by set size: {parts}")
+    lines.append(f"report: {output}/report.html")
+    return lines
+
+
+def prepare(options: PipelineOptions) -> Plan:
+    """``run_job``'s entry: every check, then the plan (pipeline builder, progress, report)."""
+    prepared = prepare_run(options)
+    output = options.view_as(OutputOptions).output.rstrip("/")
+    # no total: pairs share words (drawn once), so the number of draws is known only as the run goes
+    return Plan(build=lambda progress_dir: build_pipeline(options, progress_dir, prepared),
+                report=lambda: report_lines(output), temp_parents=(output,), progress=("draws", None, "draws"))
+
+
+def help_parser():
+    from pipelines.jobs import help_parser as job_help  # pylint: disable=import-outside-toplevel
+
+    return job_help("audit")
+
+
+def run(argv=None) -> int:
+    return run_job("audit", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(run())

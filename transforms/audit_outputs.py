@@ -1,0 +1,129 @@
+"""Beam side of the audit's outputs: Parquet schemas, and the DoFn that writes summary.json, plots, report.html."""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import apache_beam as beam
+import pyarrow as pa
+from apache_beam.io.filesystems import FileSystems
+
+from textdp.audit_attacks import BAND_LABELS, mcdiarmid_margin, summarise_inversion
+from textdp.audit_report import DEFINITIONS, REPORT, build_report_files, summarise_linkage
+from textdp.audit_selfcheck import summarise_self_check
+from transforms.audit_common import AuditConfig, holder_state
+from transforms.io import write_json
+
+SUMMARY_FILE = "summary.json"
+SELF_CHECK_TABLE = "self_check"
+INVERSION_TABLE = "inversion"
+LINKAGE_TABLE = "linkage"
+MC_DELTA = 0.05  # the Monte Carlo upper bounds hold with probability 1 - MC_DELTA each
+
+
+def self_check_schema() -> pa.Schema:
+    return pa.schema([
+        ("pair_id", pa.string()), ("kind", pa.string()), ("band", pa.int64()), ("label", pa.string()),
+        ("word_a_id", pa.int64()), ("word_b_id", pa.int64()), ("epsilon", pa.float64()), ("direction", pa.string()),
+        ("distance", pa.float64()), ("bound", pa.float64()), ("lcb", pa.float64()), ("estimate", pa.float64()),
+        ("excess", pa.float64()), ("tightness", pa.float64()), ("verdict", pa.string()), ("event_size", pa.int64()),
+        ("k_w", pa.int64()), ("k_v", pa.int64()), ("draws_per_word", pa.int64()), ("alpha_test", pa.float64()),
+    ])
+
+
+def inversion_schema() -> pa.Schema:
+    return pa.schema([
+        ("epsilon", pa.float64()), ("band", pa.int64()), ("band_label", pa.string()), ("tokens", pa.int64()),
+        ("top1", pa.int64()), ("top10", pa.int64()), ("released", pa.int64()), ("prior_top1", pa.int64()),
+        ("prior_top10", pa.int64()), ("in_prior", pa.int64()),
+    ])
+
+
+def linkage_schema() -> pa.Schema:
+    return pa.schema([
+        ("epsilon", pa.float64()), ("query", pa.int64()), ("set_size", pa.int64()), ("top1", pa.float64()),
+        ("top5", pa.float64()), ("structure_unique", pa.bool_()), ("likelihood", pa.string()),
+        ("window_words", pa.int64()), ("source_score", pa.float64()),
+    ])
+
+
+def inversion_row(element) -> dict:
+    (epsilon, band), counts = element
+    return {"epsilon": float(epsilon), "band": int(band), "band_label": BAND_LABELS[int(band)], **counts}
+
+
+def _write_bytes(path: str, data: bytes, mime_type: str) -> None:
+    with FileSystems.create(path, mime_type=mime_type) as handle:
+        handle.write(data)
+
+
+class WriteAuditOutputs(beam.DoFn):
+    """One element (ignored) and the run's results as side inputs -> summary.json, plots, report.html."""
+
+    def __init__(self, shared_handle, config: AuditConfig, output_dir: str, run_info: dict, worker=None):
+        self.config = config
+        self.output_dir = output_dir.rstrip("/")
+        self.run_info = run_info
+        self._state = holder_state(shared_handle, config, worker)
+
+    def setup(self):
+        self._state.setup()
+
+    def process(self, _, self_check_rows, inversion_rows, linkage_rows, monte_carlo, corpus, read_counts):
+        config, info = self.config, self.run_info
+        artifact = self._state.value.artifact
+        mechanisms = {eps: config.build_mechanism(artifact, eps) for eps in config.epsilons}
+        summary = {
+            "job": "audit", "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "mechanism": config.mechanism, "epsilons": list(config.epsilons),
+            "parameters": {f"{eps:g}": m.parameters() for eps, m in mechanisms.items()},
+            "artifact": artifact.describe(), "oov_policy": config.oov_policy, "randomness": info["randomness"],
+            "checks": info["checks"],
+        }
+        if "self-check" in info["checks"]:
+            rows = sorted(self_check_rows, key=lambda r: (r["epsilon"], r["pair_id"], r["direction"]))
+            check = summarise_self_check(rows, config.false_alarm_rate, config.planned_tests)
+            check.update(info["self_check"])
+            summary["self_check"] = check
+        if corpus:
+            described = dict(corpus[0])
+            described.update(read_counts[0] if read_counts else {})
+            summary["corpus"] = described
+        if "inversion" in info["checks"] and corpus:
+            inversion = {"prior": info["prior"], "posterior": info["posterior"],
+                         "per_epsilon": summarise_inversion(inversion_rows)}
+            if monte_carlo:
+                inversion["monte_carlo_delta"] = MC_DELTA
+                inversion["monte_carlo"] = {
+                    f"{eps:g}": {"training_draws": int(draws),
+                                 "upper_top1": min(1.0, rates[1] + mcdiarmid_margin(draws, MC_DELTA)),
+                                 "upper_top10": min(1.0, rates[10] + mcdiarmid_margin(draws, MC_DELTA)),
+                                 "in_sample_top1": rates[1], "in_sample_top10": rates[10]}
+                    for eps, draws, rates in sorted(monte_carlo)}
+                inversion["monte_carlo_note"] = (
+                    "the attacker's posterior is estimated from releases of prior-drawn words; its measured rates "
+                    "are lower bounds of the Bayes-optimal attacker's (in expectation); the upper bounds above hold "
+                    f"with probability {1 - MC_DELTA:g} for inputs drawn from the prior (plug-in estimate plus "
+                    "McDiarmid's margin sqrt(ln(1/delta) / 2S))")
+            summary["inversion"] = inversion
+        if "linkage" in info["checks"] and corpus:
+            summary["linkage"] = {"likelihood": info["likelihood"], "window_words": config.window,
+                                  "per_epsilon": summarise_linkage(linkage_rows)}
+        summary["privacy_statement"] = mechanisms[config.epsilons[0]].privacy_statement()
+        summary["definitions"] = DEFINITIONS
+        summary["outputs"] = {"summary": SUMMARY_FILE, "report": REPORT}
+        files = build_report_files(summary, self_check_rows)
+        summary["outputs"]["plots"] = sorted(name for name in files if name.endswith(".png"))
+        for name, data in files.items():
+            _write_bytes(f"{self.output_dir}/{name}", data, "image/png" if name.endswith(".png") else "text/html")
+        write_json(f"{self.output_dir}/{SUMMARY_FILE}", summary)
+        yield summary.get("self_check", {}).get("status", "done")
+
+
+def monte_carlo_info(element) -> Optional[tuple]:
+    """(epsilon, draws, in-sample rates) from an inversion CountTable."""
+    (kind, epsilon), table = element
+    if kind != "inversion":
+        return None
+    return float(epsilon), table.total, table.in_sample_rates((1, 10))

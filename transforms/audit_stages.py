@@ -1,0 +1,159 @@
+"""The audit's two composite stages: ``SelfCheckStage`` and ``Attacks`` (inversion and linkage).
+
+``Attacks`` reads the corpus, keeps a uniform sample of its records (``Top`` over a keyed hash),
+plans the attacks (``textdp.audit_corpus.plan_corpus``), builds the prior, then either the exact
+normalisers (closed-form mechanisms) or the Monte Carlo tables (the others), and runs the inversion
+and linkage work items in parallel. Its outputs: inversion rows (per epsilon and frequency band),
+linkage rows (per query, epsilon and set size), the Monte Carlo facts, the corpus plan's
+description and the reading counts.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import apache_beam as beam
+import numpy as np
+
+from textdp.audit_attacks import Prior
+from textdp.audit_corpus import plan_corpus
+from transforms.audit_attacks import (DRAW_CHUNK, QUERY_CHUNK, TOKEN_CHUNK, WORD_CHUNK, ConcatPairs, CountPriorWordsFn,
+                                      EncodeRecordFn, InvertFn, LinkFn, LogNormalizersFn, McDrawsFn, SumCounts, chunks,
+                                      table_from)
+from transforms.audit_common import AuditConfig
+from transforms.audit_outputs import inversion_row, monte_carlo_info
+from transforms.audit_selfcheck import SelfCheck as SelfCheckStage  # noqa: F401  (re-exported for the pipeline)
+from transforms.io import ReadRecords
+
+
+def _plan(selected, config: AuditConfig, records: int, inversion_tokens: int):
+    return plan_corpus([(key, ids, layout) for key, ids, layout in selected], records, config.window,
+                       inversion_tokens, config.rng("plan"))
+
+
+def _normaliser_words(plan, prior: Prior, with_pool: bool):
+    words = prior.support
+    if with_pool:
+        words = np.union1d(words, plan.window_vocab_words())
+    for _, chunk in chunks(words, WORD_CHUNK):
+        yield chunk
+
+
+def _mc_elements(plan, config: AuditConfig, inversion: bool, linkage: bool):
+    for eps in config.epsilons:
+        if inversion:
+            full, rest = divmod(config.mc_draws, DRAW_CHUNK)
+            sizes = [DRAW_CHUNK] * full + ([rest] if rest else [])
+            for index, size in enumerate(sizes):
+                yield "inversion", float(eps), index, size
+        if linkage:
+            tokens = plan.pool_windows.ravel()
+            for index, chunk in chunks(tokens[tokens >= 0], DRAW_CHUNK):
+                yield "linkage", float(eps), index, chunk
+
+
+def _token_items(plan, config: AuditConfig):
+    for eps in config.epsilons:
+        for index, chunk in chunks(plan.eval_tokens, TOKEN_CHUNK):
+            yield float(eps), index, chunk
+
+
+def _query_items(plan, config: AuditConfig):
+    for eps in config.epsilons:
+        for index, chunk in chunks(plan.query_rows, QUERY_CHUNK):
+            yield float(eps), index, chunk
+
+
+def _prior_from_counts(pairs, prior_words: int, source: str) -> Prior:
+    if not pairs:
+        raise ValueError("--prior-corpus holds no vocabulary word")
+    ids = np.array([p[0] for p in pairs], dtype=np.int64)
+    counts = np.array([p[1] for p in pairs], dtype=np.float64)
+    return Prior.from_counts(ids, counts, prior_words, source)
+
+
+class Attacks(beam.PTransform):
+    """PBegin -> {'inversion', 'linkage', 'monte_carlo', 'corpus', 'read_counts'}."""
+
+    def __init__(self, shared_handle, config: AuditConfig, worker, *, corpus: str, corpus_format: str, text_fields,
+                 max_record_bytes: int, records: int, inversion_tokens: int, prior_corpus: Optional[str],
+                 prior_words: int, vocab_size: int, closed_form: bool, run_inversion: bool, run_linkage: bool):
+        super().__init__()
+        self._handle = shared_handle
+        self.config = config
+        self.worker = worker
+        self.corpus, self.corpus_format, self.text_fields = corpus, corpus_format, tuple(text_fields)
+        self.max_record_bytes = max_record_bytes
+        self.records, self.inversion_tokens = records, inversion_tokens
+        self.prior_corpus, self.prior_words, self.vocab_size = prior_corpus, prior_words, vocab_size
+        self.closed_form, self.run_inversion, self.run_linkage = closed_form, run_inversion, run_linkage
+
+    def expand(self, pbegin):
+        config, handle, worker = self.config, self._handle, self.worker
+        read = pbegin | "ReadCorpus" >> ReadRecords(self.corpus, self.corpus_format, self.text_fields,
+                                                     self.max_record_bytes)
+        wanted = max(self.records, max(config.linkage_sizes) if self.run_linkage else 0)
+        plan = (read["records"]
+                | "Encode" >> beam.ParDo(EncodeRecordFn(handle, config, self.text_fields))
+                | "Sample" >> beam.combiners.Top.Of(wanted, key=lambda element: element[0], reverse=True)
+                | "Plan" >> beam.Map(_plan, config, self.records, self.inversion_tokens))
+        read_counts = (
+            (read["counts"] | "RecordsRead" >> beam.Map(lambda pair: {"records_read": int(pair[1])}),
+             read["errors"] | "RecordsFailed" >> beam.Map(lambda _: {"records_unreadable": 1}))
+            | "AllReadCounts" >> beam.Flatten()
+            | "SumReadCounts" >> beam.CombineGlobally(SumCounts()))
+        if self.prior_corpus:
+            prior_read = pbegin | "ReadPriorCorpus" >> ReadRecords(self.prior_corpus, self.corpus_format,
+                                                                    self.text_fields, self.max_record_bytes)
+            source = f"word frequencies of the reference corpus {self.prior_corpus}"
+            prior = (prior_read["records"]
+                     | "CountPriorWords" >> beam.ParDo(CountPriorWordsFn(handle, config, self.text_fields))
+                     | "SumPriorWords" >> beam.CombinePerKey(sum)
+                     | "GatherPrior" >> beam.combiners.ToList()
+                     | "Prior" >> beam.Map(_prior_from_counts, self.prior_words, source))
+        else:
+            prior = (pbegin | "PriorSeed" >> beam.Create([None])
+                     | "Prior" >> beam.Map(lambda _, v, n: Prior.by_rank(v, n), self.vocab_size, self.prior_words))
+        prior_side = beam.pvalue.AsSingleton(prior)
+        empty = pbegin | "Nothing" >> beam.Create([])
+        if self.closed_form:
+            normalizers = (plan
+                           | "NormaliserWords" >> beam.FlatMap(_normaliser_words, prior_side, self.run_linkage)
+                           | "SpreadWords" >> beam.Reshuffle()
+                           | "Normalisers" >> beam.ParDo(LogNormalizersFn(handle, config, worker)))
+            normalizer_side = beam.pvalue.AsList(normalizers)
+            tables_side = beam.pvalue.AsDict(empty)
+            monte_carlo = empty
+        else:
+            tables = (plan
+                      | "McItems" >> beam.FlatMap(_mc_elements, config, self.run_inversion, self.run_linkage)
+                      | "SpreadMc" >> beam.Reshuffle()
+                      | "McDraws" >> beam.ParDo(McDrawsFn(handle, config, worker), prior_side)
+                      | "GatherDraws" >> beam.CombinePerKey(ConcatPairs())
+                      | "Tables" >> beam.Map(table_from, self.vocab_size))
+            tables_side = beam.pvalue.AsDict(tables)
+            normalizer_side = beam.pvalue.AsList(empty)
+            monte_carlo = (tables | "McFacts" >> beam.Map(monte_carlo_info)
+                           | "McInversionOnly" >> beam.Filter(lambda fact: fact is not None))
+        if self.run_inversion:
+            inversion = (plan
+                         | "TokenItems" >> beam.FlatMap(_token_items, config)
+                         | "SpreadTokens" >> beam.Reshuffle()
+                         | "Invert" >> beam.ParDo(InvertFn(handle, config, worker), prior_side, normalizer_side,
+                                                  tables_side)
+                         | "SumBands" >> beam.CombinePerKey(SumCounts())
+                         | "InversionRows" >> beam.Map(inversion_row))
+        else:
+            inversion = pbegin | "NoInversion" >> beam.Create([])
+        if self.run_linkage:
+            linkage = (plan
+                       | "QueryItems" >> beam.FlatMap(_query_items, config)
+                       | "SpreadQueries" >> beam.Reshuffle()
+                       | "Link" >> beam.ParDo(LinkFn(handle, config, worker), beam.pvalue.AsSingleton(plan),
+                                              normalizer_side, tables_side))
+        else:
+            linkage = pbegin | "NoLinkage" >> beam.Create([])
+        corpus = plan | "DescribeCorpus" >> beam.Map(lambda p: p.describe())
+        return {"inversion": inversion, "linkage": linkage, "monte_carlo": monte_carlo, "corpus": corpus,
+                "read_counts": read_counts}
+
