@@ -190,7 +190,7 @@ def test_a_worker_failure_ends_in_one_line_and_removes_the_temporary_folders(tmp
     the run's beam-temp-* folders are removed; folders that existed before the run are left alone."""
     _register_misbehaving_job(monkeypatch)
     (tmp_path / "beam-temp-of-someone-else").mkdir()
-    code = jobs.run_job("misbehave", [f"--out-dir={tmp_path}", "--mode=fail"] + RUNNER)
+    code = jobs.run_job("misbehave", [f"--misbehave-out-dir={tmp_path}", "--misbehave-mode=fail"] + RUNNER)
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1
     assert len(err) == 1 and err[0].startswith("textdp misbehave: error: the pipeline failed: ")
@@ -202,7 +202,7 @@ def test_ctrl_c_prints_one_line_and_leaves_no_temporary_folder(tmp_path):
     """Item 11: Ctrl-C (SIGINT) while a worker is busy: one line, exit 130, no beam-temp-* left behind."""
     code = ("import sys; from pipelines import jobs; from tests import job_fixtures; "
             "jobs.JOBS['misbehave'] = job_fixtures.JOB; "
-            f"sys.exit(jobs.run_job('misbehave', ['--out-dir={tmp_path}', '--mode=wait', '--runner=FnApiRunner']))")
+            f"sys.exit(jobs.run_job('misbehave', ['--misbehave-out-dir={tmp_path}', '--misbehave-mode=wait', '--runner=FnApiRunner']))")
     process = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
