@@ -244,3 +244,21 @@ def test_beam_noise_does_not_reach_the_user(tmp_path, small_artifact_dir):
     assert result.returncode == 0, result.stderr
     for noise in ("Discarding unparseable args", "semi_persistent_directory", "WARNING", "Traceback"):
         assert noise not in result.stderr and noise not in result.stdout
+
+
+def test_blas_threads_default_from_the_runner_and_its_workers():
+    """Issue 17, deliverable 1: cores / worker processes per machine, decided from the options."""
+    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=import-outside-toplevel
+
+    from pipelines.flags import WorkerResourceOptions  # pylint: disable=import-outside-toplevel
+
+    def threads(*argv):
+        return PipelineOptions(list(argv)).view_as(WorkerResourceOptions).worker_config().threads()
+
+    cores = os.cpu_count() or 1
+    assert threads() == cores  # the in-process local runner: one worker
+    assert threads("--direct_num_workers=2", "--direct_running_mode=multi_processing") == max(1, cores // 2)
+    assert threads("--runner=DataflowRunner") == 1  # one SDK process per vCPU
+    assert threads("--runner=DataflowRunner", "--experiments=no_use_multiple_sdk_containers") == cores
+    assert threads("--runner=FlinkRunner", "--sdk_worker_parallelism=4") == max(1, cores // 4)
+    assert threads("--blas-threads=3", "--direct_num_workers=8") == 3
