@@ -254,8 +254,9 @@ def markdown(results: dict) -> str:
     for i, size in enumerate(BATCH_SIZES):
         lines.append(f"| {size:,} | " + " | ".join(f"{rows[i]['tokens_per_s']:,.0f}" for rows in results["batch_sweep"].values()) + " |")
     lines += ["", "## Bare mechanisms (tokens/s)", "", "| mechanism | 1 thread | all cores |", "|---|---|---|"]
+    all_cores = f"threads_{results['cores']}"
     for key, row in results["bare"].items():
-        lines.append(f"| {key} | {row['threads_1']:,.0f} | {row[f'threads_{results['cores']}']:,.0f} |")
+        lines.append(f"| {key} | {row['threads_1']:,.0f} | {row[all_cores]:,.0f} |")
     lines += ["", "## The pipeline (`textdp privatize`, local runner)", "",
               "| run | tokens | wall (s) | start-up (s) | steady tokens/s | whole-run tokens/s |", "|---|---|---|---|---|---|"]
     for r in results["pipeline"]:

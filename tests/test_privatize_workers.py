@@ -52,8 +52,10 @@ def test_two_worker_processes_load_once_and_draw_independent_noise(tmp_path, imd
         mine = [line for line in lines if line["pid"] == pid]
         assert {line["process_loads"] for line in mine} == {1}
         assert {line["holder_id"] for line in mine} == {mine[0]["holder_id"]}
-    # no thread variable was set: each of the two processes sized its BLAS pool to cores / 2 itself
-    assert {line["blas_threads"] for line in lines} == {max(1, (os.cpu_count() or 1) // 2)}
+    # no thread variable was set: each of the two processes gave its exact search cores / 2 threads
+    # itself, over single-threaded BLAS calls
+    assert {line["search_threads"] for line in lines} == {max(1, (os.cpu_count() or 1) // 2)}
+    assert {line["blas_threads"] for line in lines} == {1}
     streams = {line["dofn_instance"]: line["noise_stream_sha256"] for line in lines}
     assert len(set(streams.values())) == len(streams) >= 2
     assert not any(line["seeded"] for line in lines)

@@ -23,9 +23,11 @@ leaves missing values (None, NaN, pandas.NA) missing and applies the same rules 
 from __future__ import annotations
 
 import math
+import os
 from typing import List, Optional, Sequence
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from textdp.compact_vocab import SharedVocabularyArtifact
 from textdp.errors import TextdpError
@@ -45,13 +47,15 @@ class Privatizer:
     Keyword arguments mirror ``textdp privatize``'s flags: ``epsilon`` (required, finite, in
     (0, 1e6]), ``mechanism`` (madlib, tem), ``artifact`` (a directory or gs:// URL; None: the bundled
     GloVe 6B 50d artifact, built once into the cache), ``oov_policy`` (random, unk, keep),
-    ``unk_token``, ``nn`` (exact, annoy), ``search_k``, ``gamma``, ``beta``, ``max_text_bytes``.
+    ``unk_token``, ``nn`` (exact, annoy), ``search_k``, ``gamma``, ``beta``, ``max_text_bytes``;
+    ``threads``: threads of Madlib's exact search (default: this machine's cores).
     The artifact is checked (manifest, sizes, checksums) before anything is loaded.
     """
 
     def __init__(self, epsilon: float, mechanism: str = "madlib", artifact: Optional[str] = None,
                  oov_policy: str = "random", unk_token: str = "<unk>", nn: str = "exact", search_k: int = -1,
-                 gamma: Optional[float] = None, beta: float = 0.001, max_text_bytes: Optional[int] = None):
+                 gamma: Optional[float] = None, beta: float = 0.001, max_text_bytes: Optional[int] = None,
+                 threads: Optional[int] = None):
         if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (
                 math.isfinite(epsilon) and 0 < epsilon <= MAX_EPSILON):
             raise TextdpError(f"epsilon must be a finite number in (0, {MAX_EPSILON:g}]")
@@ -66,6 +70,10 @@ class Privatizer:
         self.oov_policy = oov_policy
         self.unk_token = unk_token
         self.max_text_bytes = max_text_bytes
+        self.threads = int(threads) if threads else (os.cpu_count() or 1)
+        nearest = getattr(self.mechanism, "nearest", None)
+        if hasattr(nearest, "threads"):  # the exact search ranks vocabulary ranges in parallel threads
+            nearest.threads = self.threads
         self._text = TextPrivatizer(self.mechanism, self.artifact.words, self.artifact.word_to_id, oov_policy,
                                     unk_token)
         self._rng = np.random.default_rng()  # OS entropy
@@ -101,7 +109,8 @@ class Privatizer:
                 raise TextdpError(f"text {index}: {problem[1]} (reason {problem[0]}); pass errors='none' to get None")
         chosen = [texts[i] for i in usable]
         rng = self._rng if seed is None else [np.random.default_rng([seed, i]) for i in usable]
-        released, stats = self._text.privatize(chosen, rng)
+        with threadpool_limits(limits=1, user_api="blas"):  # the search's own threads, not a BLAS pool each
+            released, stats = self._text.privatize(chosen, rng)
         for index, text in zip(usable, released):
             out[index] = text
         self.last_stats = dict(stats, records=len(usable), failed=failed)
