@@ -86,8 +86,13 @@ def batch_sweep(privatizer: TextPrivatizer, texts, max_tokens: int) -> list:
 
 
 def bare_rate(mechanism, ids: np.ndarray, threads: int) -> float:
+    """Tokens/s of ``privatize_ids`` with ``threads`` threads, as a privatize worker runs it: Madlib's exact
+    search in its own threads over single-threaded BLAS (TEM uses one thread whatever this says)."""
     rng = np.random.default_rng(2)
-    with threadpool_limits(limits=threads):
+    nearest = getattr(mechanism, "nearest", None)
+    if hasattr(nearest, "threads"):
+        nearest.threads = threads
+    with threadpool_limits(limits=1):
         mechanism.privatize_ids(ids[:2048], rng)  # warm-up: page in the mapped vectors, dense rows
         started = time.perf_counter()
         mechanism.privatize_ids(ids, rng)
