@@ -347,7 +347,10 @@ def run_job(name: str, argv: Optional[Sequence[str]] = None) -> int:
         say(str(exc))
         return EXIT_REFUSED
     before = _temp_folders(plan.temp_parents)
-    progress_dir = tempfile.mkdtemp(prefix="textdp-progress-") if is_local(options) else None
+    progress_dir = None
+    if is_local(options):  # TEXTDP_PROGRESS_DIR: a directory of one's own to watch (benchmarks); emptied after
+        base = os.environ.get("TEXTDP_PROGRESS_DIR")
+        progress_dir = tempfile.mkdtemp(prefix="textdp-progress-", dir=base or None)
     interrupted = []
     try:
         with _progress(name, plan, progress_dir), _noting_interrupts(interrupted):

@@ -47,6 +47,13 @@ def small_artifact_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_artifact_dir(tmp_path_factory):
+    """A real artifact of the 300 most frequent GloVe 6B 50d words (5 Annoy trees): fast transform tests."""
+    path = str(tmp_path_factory.mktemp("artifacts") / "glove300")
+    return build_artifact(EmbeddingSource("bundled", BUNDLED_GLOVE), path, vocab_size=300, trees=5, seed=0)
+
+
+@pytest.fixture(scope="session")
 def small_artifact(small_artifact_dir):
     return open_artifact(small_artifact_dir)
 

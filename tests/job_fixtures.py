@@ -2,7 +2,7 @@
 
 ``prepare`` returns a plan whose pipeline creates a few elements and runs ``Misbehave``: the DoFn
 creates a ``beam-temp-*`` folder in the output directory (as Beam's file sinks do while writing),
-then, as ``--mode`` says, raises an error (a failure that can only happen on a worker) or writes
+then, as ``--misbehave-mode`` says, raises an error (a failure that can only happen on a worker) or writes
 a marker file and sleeps (so a test can interrupt the process). Registered by the tests only.
 """
 
@@ -21,12 +21,14 @@ from pipelines.jobs import Job, Plan
 class MisbehaveOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
-        parser.add_argument("--out-dir", dest="out_dir", default=None, help="where the temporary folder goes")
-        parser.add_argument("--mode", dest="mode", choices=("fail", "wait"), default="fail", help="fail or wait")
+        parser.add_argument("--misbehave-out-dir", dest="misbehave_out_dir", default=None,
+                            help="where the temporary folder goes")
+        parser.add_argument("--misbehave-mode", dest="misbehave_mode", choices=("fail", "wait"), default="fail",
+                            help="fail or wait")
 
 
 JOB = Job("misbehave", "tests.job_fixtures", "a job whose worker fails or waits (tests only)",
-          groups=(MisbehaveOptions,), required=("out_dir",))
+          groups=(MisbehaveOptions,), required=("misbehave_out_dir",))
 
 
 class Misbehave(beam.DoFn):
@@ -48,7 +50,7 @@ def prepare(options: PipelineOptions) -> Plan:
 
     def build(progress_dir):
         pipeline = beam.Pipeline(options=options)
-        _ = pipeline | beam.Create([1]) | beam.ParDo(Misbehave(opts.out_dir, opts.mode))
+        _ = pipeline | beam.Create([1]) | beam.ParDo(Misbehave(opts.misbehave_out_dir, opts.misbehave_mode))
         return pipeline
 
-    return Plan(build=build, report=lambda: ["done"], temp_parents=(opts.out_dir,))
+    return Plan(build=build, report=lambda: ["done"], temp_parents=(opts.misbehave_out_dir,))

@@ -190,7 +190,7 @@ def test_a_worker_failure_ends_in_one_line_and_removes_the_temporary_folders(tmp
     the run's beam-temp-* folders are removed; folders that existed before the run are left alone."""
     _register_misbehaving_job(monkeypatch)
     (tmp_path / "beam-temp-of-someone-else").mkdir()
-    code = jobs.run_job("misbehave", [f"--out-dir={tmp_path}", "--mode=fail"] + RUNNER)
+    code = jobs.run_job("misbehave", [f"--misbehave-out-dir={tmp_path}", "--misbehave-mode=fail"] + RUNNER)
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1
     assert len(err) == 1 and err[0].startswith("textdp misbehave: error: the pipeline failed: ")
@@ -202,7 +202,7 @@ def test_ctrl_c_prints_one_line_and_leaves_no_temporary_folder(tmp_path):
     """Item 11: Ctrl-C (SIGINT) while a worker is busy: one line, exit 130, no beam-temp-* left behind."""
     code = ("import sys; from pipelines import jobs; from tests import job_fixtures; "
             "jobs.JOBS['misbehave'] = job_fixtures.JOB; "
-            f"sys.exit(jobs.run_job('misbehave', ['--out-dir={tmp_path}', '--mode=wait', '--runner=FnApiRunner']))")
+            f"sys.exit(jobs.run_job('misbehave', ['--misbehave-out-dir={tmp_path}', '--misbehave-mode=wait', '--runner=FnApiRunner']))")
     process = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
@@ -244,3 +244,21 @@ def test_beam_noise_does_not_reach_the_user(tmp_path, small_artifact_dir):
     assert result.returncode == 0, result.stderr
     for noise in ("Discarding unparseable args", "semi_persistent_directory", "WARNING", "Traceback"):
         assert noise not in result.stderr and noise not in result.stdout
+
+
+def test_blas_threads_default_from_the_runner_and_its_workers():
+    """Issue 17, deliverable 1: cores / worker processes per machine, decided from the options."""
+    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=import-outside-toplevel
+
+    from pipelines.flags import WorkerResourceOptions  # pylint: disable=import-outside-toplevel
+
+    def threads(*argv):
+        return PipelineOptions(list(argv)).view_as(WorkerResourceOptions).worker_config().threads()
+
+    cores = os.cpu_count() or 1
+    assert threads() == cores  # the in-process local runner: one worker
+    assert threads("--direct_num_workers=2", "--direct_running_mode=multi_processing") == max(1, cores // 2)
+    assert threads("--runner=DataflowRunner") == 1  # one SDK process per vCPU
+    assert threads("--runner=DataflowRunner", "--experiments=no_use_multiple_sdk_containers") == cores
+    assert threads("--runner=FlinkRunner", "--sdk_worker_parallelism=4") == max(1, cores // 4)
+    assert threads("--blas-threads=3", "--direct_num_workers=8") == 3

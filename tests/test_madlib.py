@@ -167,3 +167,24 @@ def test_privacy_statement_and_parameters(small_artifact):
     assert "post-processing" in statement["nearest_neighbour"]
     with pytest.raises(ValueError, match="unknown nearest-neighbour method"):
         Madlib(small_artifact, epsilon=1, nn="hnsw")
+
+
+def test_exact_search_split_over_threads_gives_the_same_answers(small_artifact):
+    """The exact search may rank contiguous vocabulary ranges in parallel threads; the answer must be the
+    single-threaded one exactly (ties included: the lower id wins in both), for uneven ranges too."""
+    from textdp.nearest import ExactNearest, set_search_threads, search_threads  # pylint: disable=import-outside-toplevel
+
+    rng = np.random.default_rng(11)
+    points = (np.asarray(small_artifact.vectors)[rng.integers(0, 5000, 700)]
+              + rng.normal(0, 0.8, (700, small_artifact.dimension))).astype(np.float32)
+    points[:5] = small_artifact.vectors[:5]  # exact hits
+    single = ExactNearest(small_artifact.vectors, small_artifact.sqnorms, block_rows=97, batch=256, threads=1).query(points)
+    for threads in (2, 3, 7):
+        split = ExactNearest(small_artifact.vectors, small_artifact.sqnorms, block_rows=97, batch=256, threads=threads)
+        assert (split.query(points) == single).all(), threads
+    before = search_threads()
+    try:  # the process-wide setting is what a search without its own count uses
+        set_search_threads(4)
+        assert (ExactNearest(small_artifact.vectors, small_artifact.sqnorms, block_rows=97).query(points) == single).all()
+    finally:
+        set_search_threads(before)

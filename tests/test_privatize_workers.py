@@ -2,6 +2,7 @@
 
 import glob
 import json
+import os
 
 import pytest
 from apache_beam.metrics.metric import MetricsFilter
@@ -34,7 +35,7 @@ def test_two_worker_processes_load_once_and_draw_independent_noise(tmp_path, imd
     output, diagnostics = str(tmp_path / "out" / "reviews"), str(tmp_path / "out" / "diagnostics")
     options = PipelineOptions([
         f"--input={tmp_path}/reviews-*.txt", f"--output={output}", "--epsilon=10",
-        f"--artifact={small_artifact_dir}", f"--diagnostics-output={diagnostics}", "--batch-records=16",
+        f"--artifact={small_artifact_dir}", f"--diagnostics-output={diagnostics}", "--batch-tokens=2000",
         "--runner=FnApiRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"])
     result = build_pipeline(options).run()
     result.wait_until_finish()
@@ -51,6 +52,10 @@ def test_two_worker_processes_load_once_and_draw_independent_noise(tmp_path, imd
         mine = [line for line in lines if line["pid"] == pid]
         assert {line["process_loads"] for line in mine} == {1}
         assert {line["holder_id"] for line in mine} == {mine[0]["holder_id"]}
+    # no thread variable was set: each of the two processes gave its exact search cores / 2 threads
+    # itself, over single-threaded BLAS calls
+    assert {line["search_threads"] for line in lines} == {max(1, (os.cpu_count() or 1) // 2)}
+    assert {line["blas_threads"] for line in lines} == {1}
     streams = {line["dofn_instance"]: line["noise_stream_sha256"] for line in lines}
     assert len(set(streams.values())) == len(streams) >= 2
     assert not any(line["seeded"] for line in lines)

@@ -90,7 +90,7 @@ def test_build_index_writes_straight_to_gcs(gcs_bucket, cache, capsys):
     assert not any("downloading" in m for m in log), "the machine that built it keeps it as its cached copy"
     artifact = open_artifact(local)
     assert artifact.vocab_size == 1000 and artifact.manifest["annoy"]["trees"] == 2
-    assert build_index.run(["--output", url, "--vocab-size", "1000", "--trees", "2"]) == 1  # never overwritten
+    assert build_index.run(["--output", url, "--vocab-size", "1000", "--trees", "2"]) == 2  # refused: never overwritten
 
 
 def test_upload_never_overwrites_different_content(small_artifact_dir, uploaded, tmp_path):

@@ -64,7 +64,7 @@ def test_parameters_are_well_formed_and_documented(job):
     assert metadata["name"] and metadata["description"] and metadata["streaming"] is False
 
 
-class ExampleOptions:  # not a PipelineOptions subclass: Beam would register its flags (--corpus) in every parser
+class ExampleOptions:  # not a PipelineOptions subclass: those register their flags with Beam for every test
     @classmethod
     def _add_argparse_args(cls, parser):
         parser.add_argument("--corpus", help="where the corpus is")

@@ -6,3 +6,8 @@ accounting. It never imports Apache Beam: the Beam code lives in the sibling pac
 """
 
 __version__ = "0.1.0"
+
+from textdp.api import Privatizer  # noqa: E402  (the public Python API: docs/api.md)
+from textdp.errors import TextdpError  # noqa: E402
+
+__all__ = ["Privatizer", "TextdpError", "__version__"]

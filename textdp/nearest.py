@@ -19,10 +19,32 @@ utility and speed:
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 DEFAULT_BLOCK_ROWS = 768  # measured fastest for 1024-token batches (benchmarks/bench_madlib.py)
 DEFAULT_BATCH = 1024
+
+_SEARCH_THREADS = 1  # threads of this process's exact searches (set by the worker from --blas-threads)
+_SEARCH_LOCK = threading.Lock()
+
+
+def set_search_threads(threads: int) -> None:
+    """How many threads each exact search of this process uses (process-wide, like a BLAS pool).
+
+    The vocabulary is split into that many contiguous ranges, each ranked by its own thread with
+    single-threaded BLAS calls (numpy releases the GIL in them). On small blocks this scales better
+    than a multi-threaded BLAS, whose threads synchronise at every call and spin when cores are
+    busy (benchmarks/results/scaling.md)."""
+    global _SEARCH_THREADS  # pylint: disable=global-statement
+    with _SEARCH_LOCK:
+        _SEARCH_THREADS = max(1, int(threads))
+
+
+def search_threads() -> int:
+    return _SEARCH_THREADS
 
 
 class ExactNearest:
@@ -31,15 +53,16 @@ class ExactNearest:
     name = "exact"
 
     def __init__(self, vectors: np.ndarray, sqnorms: np.ndarray,
-                 block_rows: int = DEFAULT_BLOCK_ROWS, batch: int = DEFAULT_BATCH):
+                 block_rows: int = DEFAULT_BLOCK_ROWS, batch: int = DEFAULT_BATCH, threads: int = 0):
         if vectors.ndim != 2 or len(sqnorms) != len(vectors):
             raise ValueError("vectors must be 2-D with one squared norm per row")
         self.vectors = vectors
         self.sqnorms = sqnorms
         self.block_rows = int(block_rows)
         self.batch = int(batch)
-        self._buffer = None
-        self._block = None
+        self.threads = int(threads)  # 0: the process's setting (set_search_threads)
+        self._scratch = {}  # per range: (scores buffer, block buffer); one thread per range at a time
+        self._pool = None
 
     def query(self, points: np.ndarray) -> np.ndarray:
         """Index of the nearest vocabulary row for every row of ``points``."""
@@ -49,29 +72,56 @@ class ExactNearest:
             out[start:start + self.batch] = self._query_batch(points[start:start + self.batch])
         return out
 
+    def _ranges(self, threads: int) -> list:
+        """Contiguous row ranges, aligned to blocks, one per thread."""
+        n = len(self.vectors)
+        blocks = -(-n // self.block_rows)
+        per = -(-blocks // threads)
+        return [(i * per * self.block_rows, min(n, (i + 1) * per * self.block_rows))
+                for i in range(threads) if i * per * self.block_rows < n]
+
     def _query_batch(self, points: np.ndarray) -> np.ndarray:
-        b, dim = points.shape
-        if self._buffer is None or self._buffer.shape[0] < b:
-            self._buffer = np.empty((max(b, 1), self.block_rows), dtype=np.float32)
-            self._block = np.empty((self.block_rows, dim + 1), dtype=np.float32)
         # Augmented operands: [-2x, 1] . [v, ||v||^2] = ||v||^2 - 2 x.v, so one BLAS call yields
         # the ranking and the only extra pass over the (batch x block) scores is the argmin.
+        b, dim = points.shape
         query = np.empty((b, dim + 1), dtype=np.float32)
         query[:, :dim] = -2.0 * points
         query[:, dim] = 1.0
-        block = self._block
+        threads = self.threads or _SEARCH_THREADS
+        ranges = self._ranges(max(1, threads))
+        if len(ranges) == 1:
+            return self._rank_range(query, 0, *ranges[0])[1]
+        if self._pool is None or self._pool._max_workers != len(ranges):  # pylint: disable=protected-access
+            self._pool = ThreadPoolExecutor(max_workers=len(ranges), thread_name_prefix="textdp-search")
+        parts = list(self._pool.map(lambda item: self._rank_range(query, item[0], *item[1]), enumerate(ranges)))
+        best, arg = parts[0]
+        for value, index in parts[1:]:  # ranges in id order: on a tie the lower id (earlier range) stays
+            better = value < best
+            best = np.where(better, value, best)
+            arg = np.where(better, index, arg)
+        return arg
+
+    def _rank_range(self, query: np.ndarray, slot: int, first: int, stop: int):
+        """(best score, its id) per query over vocabulary rows [first, stop)."""
+        b, width = query.shape
+        dim = width - 1
+        buffers = self._scratch.get(slot)
+        if buffers is None or buffers[0].shape[0] < b:
+            buffers = (np.empty((max(b, 1), self.block_rows), dtype=np.float32),
+                       np.empty((self.block_rows, width), dtype=np.float32))
+            self._scratch[slot] = buffers
+        buffer, block = buffers
         best = np.full(b, np.inf, dtype=np.float32)
         arg = np.zeros(b, dtype=np.int64)
         local = np.empty(b, dtype=np.int64)
         better = np.empty(b, dtype=bool)
         rows = np.arange(b)
-        n = len(self.vectors)
-        for start in range(0, n, self.block_rows):
-            part = self.vectors[start:start + self.block_rows]
+        for start in range(first, stop, self.block_rows):
+            part = self.vectors[start:min(start + self.block_rows, stop)]
             m = len(part)
             block[:m, :dim] = part
             block[:m, dim] = self.sqnorms[start:start + m]
-            scores = self._buffer[:b, :m]
+            scores = buffer[:b, :m]
             np.matmul(query, block[:m].T, out=scores)
             np.argmin(scores, axis=1, out=local)
             value = scores[rows, local]
@@ -79,7 +129,7 @@ class ExactNearest:
             np.copyto(best, value, where=better)
             local += start
             np.copyto(arg, local, where=better)
-        return arg
+        return best, arg
 
 
 class AnnoyNearest:

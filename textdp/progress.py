@@ -28,12 +28,15 @@ class ProgressFile:
         self.directory = directory
         self.interval = float(interval)
         self.counts: Dict[str, int] = {}
+        self.first: Optional[float] = None  # wall-clock time of the first count (start-up measurements)
         self._written = 0.0
         self._path = os.path.join(directory, f"{os.getpid()}-{uuid.uuid4().hex}.json") if directory else None
 
     def add(self, **counts: int) -> None:
         if not self._path:
             return
+        if self.first is None:
+            self.first = time.time()
         for key, value in counts.items():
             self.counts[key] = self.counts.get(key, 0) + int(value)
         if time.monotonic() - self._written >= self.interval:
@@ -45,7 +48,7 @@ class ProgressFile:
         temporary = f"{self._path}.tmp"
         try:
             with open(temporary, "w", encoding="utf-8") as handle:
-                json.dump(self.counts, handle)
+                json.dump({"counts": self.counts, "first": self.first}, handle)
             os.replace(temporary, self._path)
         except OSError:  # the launcher removed the directory (the job is ending): nothing to report to
             return
@@ -54,22 +57,30 @@ class ProgressFile:
 
 def read_totals(directory: str) -> Dict[str, int]:
     """The sum of every worker's counts in ``directory``."""
+    return read_progress(directory)[0]
+
+
+def read_progress(directory: str):
+    """(the sum of every worker's counts, the earliest time any worker counted something or None)."""
     totals: Dict[str, int] = {}
+    first = None
     try:
         names = os.listdir(directory)
     except OSError:
-        return totals
+        return totals, first
     for name in names:
         if not name.endswith(".json"):
             continue
         try:
             with open(os.path.join(directory, name), encoding="utf-8") as handle:
-                counts = json.load(handle)
+                record = json.load(handle)
         except (OSError, ValueError):
             continue  # being replaced right now: read next time
-        for key, value in counts.items():
+        for key, value in record.get("counts", {}).items():
             totals[key] = totals.get(key, 0) + int(value)
-    return totals
+        if record.get("first") is not None:
+            first = record["first"] if first is None else min(first, record["first"])
+    return totals, first
 
 
 def _duration(seconds: float) -> str:
@@ -90,7 +101,7 @@ def _number(value: float) -> str:
 
 
 def progress_line(job: str, totals: Dict[str, int], elapsed: float, unit: str, total: Optional[int],
-                  rate_of: str, recent_rate: Optional[float]) -> str:
+                  rate_of: str, recent_rate: Optional[float], startup: Optional[float] = None) -> str:
     """e.g. ``textdp privatize: 1,200 / 5,000 records (24%), 310,000 tokens, 9,800 tokens/s, ~6 min left``."""
     done = totals.get(unit, 0)
     parts = [f"{_number(done)} / {_number(total)} {unit} ({100.0 * done / total:.0f}%)" if total
@@ -102,6 +113,8 @@ def progress_line(job: str, totals: Dict[str, int], elapsed: float, unit: str, t
     unit_rate = done / elapsed if elapsed > 0 else 0.0
     if total and 0 < done < total and unit_rate > 0:
         parts.append(f"about {_duration((total - done) / unit_rate)} left")
+    if startup is not None:
+        parts.append(f"first {unit[:-1] if unit.endswith('s') else unit} after {startup:.1f} s")
     parts.append(f"{_duration(elapsed)} elapsed")
     return f"textdp {job}: " + ", ".join(parts)
 
@@ -130,11 +143,14 @@ class ProgressMonitor:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._started = clock()
+        self._started_wall = time.time()
         self._last = None  # (time, rate_of count) of the previous line, for the recent rate
         self.lines = 0
+        self.startup: Optional[float] = None  # seconds from start() to the first count of any worker
 
     def start(self) -> "ProgressMonitor":
         self._started = self.clock()
+        self._started_wall = time.time()
         self._thread = threading.Thread(target=self._loop, name="textdp-progress", daemon=True)
         self._thread.start()
         return self
@@ -144,7 +160,9 @@ class ProgressMonitor:
             self.print_line()
 
     def print_line(self, final: bool = False) -> Optional[str]:
-        totals = read_totals(self.directory)
+        totals, first = read_progress(self.directory)
+        if first is not None:
+            self.startup = max(0.0, first - self._started_wall)
         if not totals and not final:
             return None
         now = self.clock()
@@ -154,7 +172,7 @@ class ProgressMonitor:
             recent = (count - self._last[1]) / (now - self._last[0])
         self._last = (now, count)
         line = progress_line(self.job, totals, now - self._started, self.unit, self.total, self.rate_of,
-                             None if final else recent)
+                             None if final else recent, self.startup if final else None)
         if self.tty:
             self.stream.write("\r\x1b[2K" + line + ("\n" if final else ""))
         else:

@@ -33,6 +33,7 @@ from apache_beam.metrics import Metrics
 from textdp.compact_vocab import SharedVocabularyArtifact
 from textdp.locate import resolve_artifact
 from textdp.mechanisms import make_mechanism
+from textdp.nearest import search_threads
 from textdp.records import check_record, record_texts, released_record
 from textdp.text_privatizer import TextPrivatizer
 from transforms.worker import NAMESPACE, WorkerConfig, WorkerState, blas_threads_in_use, process_loads
@@ -142,7 +143,7 @@ class PerturbTokens(beam.DoFn):
         self._bundle_reported = False
 
     def setup(self):
-        holder = self._state.setup()
+        holder = self._state.setup(own_search_threads=True)
         self._privatizer = holder.make_privatizer()
         self._rng = np.random.default_rng()  # OS entropy, fresh in every worker and DoFn instance
         self._instance = uuid.uuid4().hex
@@ -204,6 +205,7 @@ class PerturbTokens(beam.DoFn):
             "process_loads": process_loads(),
             "load_ms": state.load_ms,
             "blas_threads": blas_threads_in_use(),
+            "search_threads": search_threads(),
             "seeded": self.config.seed is not None,
             "noise_stream_sha256": None if self.config.seed is not None else self._stream_fingerprint,
         }

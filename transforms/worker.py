@@ -148,9 +148,18 @@ class WorkerState:
         self.state: Optional[LoadedState] = None
         self.progress = ProgressFile(None)
 
-    def setup(self) -> Any:
+    def setup(self, own_search_threads: bool = False) -> Any:
+        """Load (once per process) and size the process's threads. ``own_search_threads``: the DoFn's
+        heavy work is textdp's exact nearest-word search, which then runs its own threads over
+        single-threaded BLAS calls (textdp.nearest.set_search_threads) instead of a BLAS pool."""
         if self.worker is not None:
-            limit_blas_threads(self.worker.threads())
+            if own_search_threads:
+                from textdp.nearest import set_search_threads  # pylint: disable=import-outside-toplevel
+
+                set_search_threads(self.worker.threads())
+                limit_blas_threads(1)
+            else:
+                limit_blas_threads(self.worker.threads())
         loader = self._loader
         self.state = self._shared_handle.acquire(lambda: LoadedState(loader), tag=self.tag)
         self.progress = ProgressFile(self.worker.progress_dir if self.worker else None)

@@ -1,0 +1,284 @@
+"""Scaling benchmark (issue 17): workers, token batches, the text path, start-up, and the cost of a billion tokens.
+
+    python -m benchmarks.bench_scaling [--reviews 20000] [--madlib-reviews 4000] [--workdir DIR] [--quick]
+
+Everything runs in a plain environment: no thread variable is set by hand (each ``textdp privatize``
+is a subprocess whose environment has every ``*_NUM_THREADS`` variable removed), so the numbers
+show what a user gets. Parts:
+
+1. **Token batches.** ``TextPrivatizer`` on real IMDb reviews grouped into batches of about N words
+   (64 ... 16,384), one BLAS thread: tokens/s per batch size, for Madlib (exact, 400k words) and TEM.
+   The exact search streams the whole 80 MB vector matrix once per call, so small batches pay it
+   for few words; ``--batch-tokens``'s default is chosen from this table.
+2. **Bare mechanisms.** ``privatize_ids`` on the same word ids, at the BLAS threads one local
+   worker gets by default (the machine's cores) and at one thread (per core).
+3. **The pipeline.** ``textdp privatize`` on IMDb reviews (one line each) with one worker (the
+   default local runner) and with two worker processes (``--direct_num_workers 2
+   --direct_running_mode multi_processing``). The benchmark watches the workers' progress files
+   (``TEXTDP_PROGRESS_DIR``) every 0.25 s: start-up is the time from launching the command to the
+   first record processed; steady state is the token rate between 10% and 90% of the tokens.
+4. **Start-up** of a one-record run with the cached artifact, three times.
+5. **Cost of a billion tokens** on Dataflow from the per-vCPU steady-state rates (one SDK process per
+   vCPU, one BLAS thread each), next to the public AWS Spark solution's published figure.
+
+Results: benchmarks/results/scaling.{json,md}; the machine and its load are recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from benchmarks.common import REPO, imdb_texts, machine, write_results
+from textdp.locate import open_artifact, read_manifest
+from textdp.mechanisms import make_mechanism
+from textdp.progress import read_progress
+from textdp.text_privatizer import TextPrivatizer
+
+BATCH_SIZES = (64, 256, 1024, 4096, 16384)
+AWS = {"reviews": 25_000, "minutes": 15, "vcpus": 16,
+       "source": "AWS Solutions 'Text analysis with differential privacy' (Spark on EMR): 25,000 reviews "
+                 "in 15 minutes on 16 vCPU, as quoted in issue 17"}
+
+
+def plain_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    env["PYTHONPATH"] = REPO
+    return env
+
+
+def texts_to_batches(texts, tokens_per_batch, tokenizer_words):
+    batch, size = [], 0
+    for text in texts:
+        batch.append(text)
+        size += tokenizer_words(text)
+        if size >= tokens_per_batch:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def batch_sweep(privatizer: TextPrivatizer, texts, max_tokens: int) -> list:
+    rows = []
+    rng = np.random.default_rng(1)
+    for size in BATCH_SIZES:
+        done, started = 0, time.perf_counter()
+        for batch in texts_to_batches(texts, size, lambda t: t.count(" ") + 1):
+            _, stats = privatizer.privatize(batch, rng)
+            done += stats["tokens"]
+            if done >= max_tokens:
+                break
+        elapsed = time.perf_counter() - started
+        rows.append({"batch_tokens": size, "tokens": done, "seconds": round(elapsed, 2),
+                     "tokens_per_s": round(done / elapsed, 1)})
+        print(f"  batch {size:>6}: {done / elapsed:,.0f} tokens/s", flush=True)
+    return rows
+
+
+def bare_rate(mechanism, ids: np.ndarray, threads: int) -> float:
+    """Tokens/s of ``privatize_ids`` with ``threads`` threads, as a privatize worker runs it: Madlib's exact
+    search in its own threads over single-threaded BLAS (TEM uses one thread whatever this says)."""
+    rng = np.random.default_rng(2)
+    nearest = getattr(mechanism, "nearest", None)
+    if hasattr(nearest, "threads"):
+        nearest.threads = threads
+    with threadpool_limits(limits=1):
+        mechanism.privatize_ids(ids[:2048], rng)  # warm-up: page in the mapped vectors, dense rows
+        started = time.perf_counter()
+        mechanism.privatize_ids(ids, rng)
+        return len(ids) / (time.perf_counter() - started)
+
+
+def token_ids(privatizer: TextPrivatizer, texts) -> np.ndarray:
+    ids = np.concatenate([privatizer.tokenizer.tokenize(t).ids for t in texts])
+    return ids[ids >= 0]
+
+
+def run_pipeline(workdir: str, name: str, input_path: str, artifact: str, flags: list) -> dict:
+    """One ``textdp privatize`` run as a user would start it; start-up and steady state from progress files."""
+    watch = tempfile.mkdtemp(prefix=f"watch-{name}-", dir=workdir)
+    env = plain_env()
+    env["TEXTDP_PROGRESS_DIR"] = watch
+    output = os.path.join(workdir, name, "out")
+    cmd = [sys.executable, "-m", "pipelines.cli", "privatize", f"--input={input_path}", f"--output={output}",
+           f"--artifact={artifact}", "--overwrite"] + flags
+    launched = time.time()
+    process = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    samples, first = [], None
+    while process.poll() is None:
+        time.sleep(0.25)
+        runs = [os.path.join(watch, d) for d in os.listdir(watch)]
+        if runs:
+            totals, first_seen = read_progress(runs[0])
+            if first_seen is not None:
+                first = first_seen if first is None else min(first, first_seen)
+            samples.append((time.time(), totals.get("tokens", 0)))
+    out, err = process.communicate()
+    ended = time.time()
+    if process.returncode != 0:
+        raise RuntimeError(f"{name} failed ({process.returncode}): {err[-2000:]}")
+    summary = json.load(open(output + "-summary.json", encoding="utf-8"))
+    total = summary["tokens"]["total"]
+    times = np.array([t for t, _ in samples])
+    counts = np.array([c for _, c in samples])
+    lo, hi = np.searchsorted(counts, 0.1 * total), np.searchsorted(counts, 0.9 * total)
+    steady = None
+    if hi < len(counts) and hi > lo and times[hi] > times[lo]:
+        steady = float((counts[hi] - counts[lo]) / (times[hi] - times[lo]))
+    shutil.rmtree(watch, ignore_errors=True)
+    result = {"run": name, "flags": flags, "tokens": total, "records": summary["records"]["out"],
+              "wall_s": round(ended - launched, 1), "startup_s": None if first is None else round(first - launched, 2),
+              "steady_tokens_per_s": None if steady is None else round(steady, 1),
+              "whole_run_tokens_per_s": round(total / (ended - launched), 1)}
+    print(f"  {name}: {result}", flush=True)
+    return result
+
+
+def write_input(path: str, texts) -> str:
+    with open(path, "w", encoding="utf-8") as handle:
+        for text in texts:
+            handle.write(text.replace("\n", " ").replace("\r", " ") + "\n")
+    return path
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reviews", type=int, default=20_000, help="IMDb reviews for the TEM runs (default 20,000)")
+    parser.add_argument("--madlib-reviews", type=int, default=4_000,
+                        help="IMDb reviews for the Madlib runs (default 4,000: ~1M tokens, minutes per run on "
+                             "2 cores; steady state is reached long before)")
+    parser.add_argument("--artifact", default=None, help="artifact with a neighbour table (default: the cached one)")
+    parser.add_argument("--workdir", default=None)
+    parser.add_argument("--quick", action="store_true", help="small sizes, to check the benchmark itself")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.reviews, args.madlib_reviews = 400, 100
+    info = machine()
+    workdir = args.workdir or tempfile.mkdtemp(prefix="textdp-scaling-")
+    os.makedirs(workdir, exist_ok=True)
+    artifact_dir = args.artifact or open_artifact(None).path
+    if "neighbours" not in read_manifest(artifact_dir):
+        raise SystemExit(f"{artifact_dir} has no neighbour table: run `textdp neighbours --artifact {artifact_dir}`")
+    artifact = open_artifact(artifact_dir)
+    texts = imdb_texts(max(args.reviews, args.madlib_reviews))
+    cores = os.cpu_count() or 1
+    results = {"machine": info, "workdir": workdir, "artifact": artifact.describe(), "cores": cores}
+
+    print("1. token batches (one BLAS thread)", flush=True)
+    sweep = {}
+    with threadpool_limits(limits=1):
+        for mech, eps, max_tokens in (("madlib", 10.0, 40_000), ("tem", 10.0, 400_000)):
+            privatizer = TextPrivatizer(make_mechanism(mech, artifact, eps), artifact.words, artifact.word_to_id)
+            sweep[f"{mech}-{eps:g}"] = batch_sweep(privatizer, texts[:4000], max_tokens)
+    results["batch_sweep"] = sweep
+
+    print("2. bare mechanisms", flush=True)
+    bare = {}
+    for mech, eps in (("madlib", 5.0), ("madlib", 10.0), ("tem", 5.0), ("tem", 10.0)):
+        privatizer = TextPrivatizer(make_mechanism(mech, artifact, eps), artifact.words, artifact.word_to_id)
+        ids = token_ids(privatizer, texts[:400 if mech == "madlib" else 4000])
+        ids = ids[:60_000 if mech == "madlib" else 600_000]
+        bare[f"{mech}-{eps:g}"] = {"threads_1": round(bare_rate(privatizer.mechanism, ids, 1), 1),
+                                   f"threads_{cores}": round(bare_rate(privatizer.mechanism, ids, cores), 1),
+                                   "tokens": int(len(ids))}
+        print(f"  {mech} eps {eps:g}: {bare[f'{mech}-{eps:g}']}", flush=True)
+    results["bare"] = bare
+
+    print("3. the pipeline, one and two workers", flush=True)
+    tem_input = write_input(os.path.join(workdir, "reviews-tem.txt"), texts[:args.reviews])
+    madlib_input = write_input(os.path.join(workdir, "reviews-madlib.txt"), texts[:args.madlib_reviews])
+    two = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+    runs = []
+    for mech, eps, path in (("tem", 10.0, tem_input), ("tem", 5.0, tem_input), ("madlib", 10.0, madlib_input),
+                            ("madlib", 5.0, madlib_input)):
+        flags = [f"--mechanism={mech}", f"--epsilon={eps:g}"]
+        runs.append(dict(run_pipeline(workdir, f"{mech}-{eps:g}-1w", path, artifact_dir, flags), mechanism=mech,
+                         epsilon=eps, workers=1))
+        if eps == 10.0:
+            runs.append(dict(run_pipeline(workdir, f"{mech}-{eps:g}-2w", path, artifact_dir, flags + two),
+                             mechanism=mech, epsilon=eps, workers=2))
+    results["pipeline"] = runs
+
+    print("4. start-up of a one-record run", flush=True)
+    one = write_input(os.path.join(workdir, "one.txt"), texts[:1])
+    results["startup"] = [run_pipeline(workdir, f"startup-{i}", one, artifact_dir, ["--epsilon=10"])["startup_s"]
+                          for i in range(3)]
+
+    results["machine"]["loadavg_at_end"] = os.getloadavg()
+    results["derived"] = derive(results, texts[:args.reviews])
+    write_results("scaling", results, markdown(results))
+    print(json.dumps(results["derived"], indent=2))
+    return 0
+
+
+def derive(results: dict, texts) -> dict:
+    runs = {(r["mechanism"], r["epsilon"], r["workers"]): r for r in results["pipeline"]}
+    derived = {"speedup_2_workers": {}, "pipeline_over_bare": {}, "per_vcpu": {}, "billion_tokens_vcpu_hours": {}}
+    cores = results["cores"]
+    for mech in ("madlib", "tem"):
+        one, two = runs.get((mech, 10.0, 1)), runs.get((mech, 10.0, 2))
+        if one and two and one["steady_tokens_per_s"] and two["steady_tokens_per_s"]:
+            derived["speedup_2_workers"][mech] = round(two["steady_tokens_per_s"] / one["steady_tokens_per_s"], 2)
+        for eps in (5.0, 10.0):
+            run = runs.get((mech, eps, 1))
+            bare = results["bare"][f"{mech}-{eps:g}"][f"threads_{cores}"]
+            if run and run["steady_tokens_per_s"]:
+                derived["pipeline_over_bare"][f"{mech}-{eps:g}"] = round(run["steady_tokens_per_s"] / bare, 2)
+        if two and two["steady_tokens_per_s"]:
+            per_vcpu = two["steady_tokens_per_s"] / cores  # one process per vCPU, one thread each: as on Dataflow
+            derived["per_vcpu"][f"{mech}-10"] = round(per_vcpu, 1)
+            derived["billion_tokens_vcpu_hours"][f"{mech}-10"] = round(1e9 / per_vcpu / 3600, 1)
+    words = np.mean([t.count(" ") + 1 for t in texts]) if texts else 230.0
+    aws_tokens = AWS["reviews"] * words
+    aws_per_vcpu = aws_tokens / (AWS["minutes"] * 60 * AWS["vcpus"])
+    derived["aws_spark"] = dict(AWS, words_per_review=round(float(words), 1), per_vcpu=round(aws_per_vcpu, 1),
+                                billion_tokens_vcpu_hours=round(1e9 / aws_per_vcpu / 3600, 1))
+    derived["startup_s"] = results["startup"]
+    return derived
+
+
+def markdown(results: dict) -> str:
+    d, m = results["derived"], results["machine"]
+    lines = ["# Scaling: workers, token batches, start-up, cost (issue 17)", "",
+             f"Machine: {m['cpu']}, {results['cores']} cores, Python {m['python']}, numpy {m['numpy']}; "
+             f"load average at start {m['loadavg_at_start']}, at end {m['loadavg_at_end']}; {m['date_utc']}. "
+             "No thread variable set by hand. Produced by `python -m benchmarks.bench_scaling`.", "",
+             "## Token batches (TextPrivatizer, one BLAS thread)", "",
+             "| batch (words) | " + " | ".join(results["batch_sweep"]) + " |",
+             "|---|" + "---|" * len(results["batch_sweep"])]
+    for i, size in enumerate(BATCH_SIZES):
+        lines.append(f"| {size:,} | " + " | ".join(f"{rows[i]['tokens_per_s']:,.0f}" for rows in results["batch_sweep"].values()) + " |")
+    lines += ["", "## Bare mechanisms (tokens/s)", "", "| mechanism | 1 thread | all cores |", "|---|---|---|"]
+    all_cores = f"threads_{results['cores']}"
+    for key, row in results["bare"].items():
+        lines.append(f"| {key} | {row['threads_1']:,.0f} | {row[all_cores]:,.0f} |")
+    lines += ["", "## The pipeline (`textdp privatize`, local runner)", "",
+              "| run | tokens | wall (s) | start-up (s) | steady tokens/s | whole-run tokens/s |", "|---|---|---|---|---|---|"]
+    for r in results["pipeline"]:
+        lines.append(f"| {r['run']} | {r['tokens']:,} | {r['wall_s']} | {r['startup_s']} | "
+                     f"{r['steady_tokens_per_s'] or 'n/a'} | {r['whole_run_tokens_per_s']} |")
+    lines += ["", "## Targets", "",
+              f"- 2 workers / 1 worker at steady state (target >= 1.7): {d['speedup_2_workers']}",
+              f"- pipeline / bare mechanism at steady state (target >= 0.80): {d['pipeline_over_bare']}",
+              f"- start-up of a one-record run with the cached artifact (target <= 5 s): {d['startup_s']}", "",
+              "## A billion tokens on Dataflow", "",
+              f"Per vCPU (one SDK process per vCPU, one BLAS thread): {d['per_vcpu']} tokens/s, i.e. "
+              f"{d['billion_tokens_vcpu_hours']} vCPU-hours per billion tokens. "
+              f"AWS Spark solution: {d['aws_spark']['per_vcpu']} tokens/s per vCPU "
+              f"({d['aws_spark']['words_per_review']} words per IMDb review), "
+              f"{d['aws_spark']['billion_tokens_vcpu_hours']} vCPU-hours per billion tokens ({d['aws_spark']['source']}).", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""``textdp.Privatizer``: privatize strings from Python, in one call, without files or a pipeline.
+
+    import textdp
+    p = textdp.Privatizer(epsilon=10)                  # bundled GloVe artifact, Madlib, exact search
+    p.privatize(["a good movie", "the plot was thin"])  # -> list of str, in the same order
+    p.privatize(texts, seed=1)                         # reproducible (NOT private), as --seed
+    p.privatize_series(df["review"])                   # pandas in, pandas out, index and name kept
+    p.privacy_statement()                              # the statement the public summary prints
+
+It is the same code path as ``textdp privatize`` and the ``Privatize`` transform: the record checks
+of ``textdp.records``, the tokenizer, OOV policies and mechanisms of ``textdp.text_privatizer``,
+and the statements of ``textdp.summary``. Randomness comes from OS entropy (one generator per
+``Privatizer``, created when it is built) unless a seed is given.
+
+Bad input. ``privatize`` takes a list (or any sequence) of strings; a single string is refused
+(iterating it would privatize its characters). An element that is not a usable string (None,
+bytes, a number, one larger than ``max_text_bytes``) raises ``TextdpError`` naming its position and
+why, never its content; with ``errors="none"`` such an element becomes None in the output instead.
+An empty or blank string has no word to protect and is returned as it is. ``privatize_series``
+leaves missing values (None, NaN, pandas.NA) missing and applies the same rules to the rest.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import List, Optional, Sequence
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from textdp.compact_vocab import SharedVocabularyArtifact
+from textdp.errors import TextdpError
+from textdp.locate import artifact_needs, resolve_artifact, verify_artifact
+from textdp.mechanisms import MECHANISMS, make_mechanism
+from textdp.records import EMPTY, check_record
+from textdp.summary import privacy_section
+from textdp.text_privatizer import OOV_POLICIES, TextPrivatizer
+
+MAX_EPSILON = 1e6
+ERROR_POLICIES = ("raise", "none")
+
+
+class Privatizer:
+    """A loaded mechanism over a vocabulary artifact, ready to privatize lists of strings.
+
+    Keyword arguments mirror ``textdp privatize``'s flags: ``epsilon`` (required, finite, in
+    (0, 1e6]), ``mechanism`` (madlib, tem), ``artifact`` (a directory or gs:// URL; None: the bundled
+    GloVe 6B 50d artifact, built once into the cache), ``oov_policy`` (random, unk, keep),
+    ``unk_token``, ``nn`` (exact, annoy), ``search_k``, ``gamma``, ``beta``, ``max_text_bytes``;
+    ``threads``: threads of Madlib's exact search (default: this machine's cores).
+    The artifact is checked (manifest, sizes, checksums) before anything is loaded.
+    """
+
+    def __init__(self, epsilon: float, mechanism: str = "madlib", artifact: Optional[str] = None,
+                 oov_policy: str = "random", unk_token: str = "<unk>", nn: str = "exact", search_k: int = -1,
+                 gamma: Optional[float] = None, beta: float = 0.001, max_text_bytes: Optional[int] = None,
+                 threads: Optional[int] = None):
+        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (
+                math.isfinite(epsilon) and 0 < epsilon <= MAX_EPSILON):
+            raise TextdpError(f"epsilon must be a finite number in (0, {MAX_EPSILON:g}]")
+        if mechanism not in MECHANISMS:
+            raise TextdpError(f"mechanism must be one of {', '.join(MECHANISMS)}")
+        if oov_policy not in OOV_POLICIES:
+            raise TextdpError(f"oov_policy must be one of {', '.join(OOV_POLICIES)}")
+        verify_artifact(artifact, needs=artifact_needs(mechanism, nn))
+        self.artifact = SharedVocabularyArtifact(resolve_artifact(artifact))
+        self.mechanism = make_mechanism(mechanism, self.artifact, float(epsilon), nn=nn, search_k=search_k,
+                                        gamma=gamma, beta=beta)
+        self.oov_policy = oov_policy
+        self.unk_token = unk_token
+        self.max_text_bytes = max_text_bytes
+        self.threads = int(threads) if threads else (os.cpu_count() or 1)
+        nearest = getattr(self.mechanism, "nearest", None)
+        if hasattr(nearest, "threads"):  # the exact search ranks vocabulary ranges in parallel threads
+            nearest.threads = self.threads
+        self._text = TextPrivatizer(self.mechanism, self.artifact.words, self.artifact.word_to_id, oov_policy,
+                                    unk_token)
+        self._rng = np.random.default_rng()  # OS entropy
+        self.last_stats: dict = {}
+
+    # --- privatizing -------------------------------------------------------------------------------
+    def privatize(self, texts: Sequence[str], seed: Optional[int] = None, errors: str = "raise") -> List[Optional[str]]:
+        """The privatized texts, in order. ``seed``: reproducible output for tests (not private).
+
+        ``errors``: "raise" (default) or "none" (an unusable element becomes None; see the module
+        docstring). ``last_stats`` then holds this call's counts (raw-data figures: keep them to
+        yourself).
+        """
+        if isinstance(texts, (str, bytes)):
+            raise TextdpError("privatize takes a list of strings; for one text use privatize([text])[0]")
+        if errors not in ERROR_POLICIES:
+            raise TextdpError(f"errors must be one of {', '.join(ERROR_POLICIES)}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise TextdpError("seed must be an integer >= 0")
+        texts = list(texts)
+        usable, out = [], [None] * len(texts)
+        failed = 0
+        for index, text in enumerate(texts):
+            problem = check_record(text, (), self.max_text_bytes)
+            if problem is None:
+                usable.append(index)
+                continue
+            if problem[0] == EMPTY:  # no word to protect: released as it is, like any structure
+                out[index] = text
+                continue
+            failed += 1
+            if errors == "raise":
+                raise TextdpError(f"text {index}: {problem[1]} (reason {problem[0]}); pass errors='none' to get None")
+        chosen = [texts[i] for i in usable]
+        rng = self._rng if seed is None else [np.random.default_rng([seed, i]) for i in usable]
+        with threadpool_limits(limits=1, user_api="blas"):  # the search's own threads, not a BLAS pool each
+            released, stats = self._text.privatize(chosen, rng)
+        for index, text in zip(usable, released):
+            out[index] = text
+        self.last_stats = dict(stats, records=len(usable), failed=failed)
+        return out
+
+    def privatize_series(self, series, seed: Optional[int] = None, errors: str = "raise"):
+        """A pandas Series of strings -> a Series of privatized strings with the same index and name.
+
+        Missing values (None, NaN) stay missing; other values follow ``errors`` as in ``privatize``.
+        """
+        import pandas as pd  # pylint: disable=import-outside-toplevel
+
+        if not isinstance(series, pd.Series):
+            raise TextdpError("privatize_series takes a pandas Series; use privatize for a list")
+        values = series.tolist()
+        missing = series.isna().tolist()
+        present = [i for i in range(len(values)) if not missing[i]]
+        released = self.privatize([values[i] for i in present], seed=seed, errors=errors)
+        out = [None] * len(values)
+        for index, text in zip(present, released):
+            out[index] = text
+        return pd.Series(out, index=series.index, name=series.name, dtype=object)
+
+    # --- describing ---------------------------------------------------------------------------------
+    def parameters(self) -> dict:
+        return dict(self.mechanism.parameters(), oov_policy=self.oov_policy)
+
+    def privacy_statement(self, seed_used: bool = False) -> dict:
+        """The privacy statement of the public summary for output made by this Privatizer."""
+        return privacy_section(self.mechanism.privacy_statement(), self.oov_policy, self.unk_token, None, seed_used)
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self.parameters().items())
+        return f"Privatizer({params})"
+
