@@ -160,7 +160,7 @@ def _row_distances64(points: np.ndarray, ids: np.ndarray, others: np.ndarray) ->
 
 
 def log_normalizers(points32: np.ndarray, word_ids: np.ndarray, kernels: Sequence[Kernel],
-                    points64: Optional[np.ndarray] = None, block: int = 32) -> np.ndarray:
+                    points64: Optional[np.ndarray] = None, block: int = 64) -> np.ndarray:
     """ln Z_w for each word and kernel: ``Z_w = sum over the vocabulary of exp(-s min(d(w, i), cap))``.
 
     One float32 BLAS pass per block of words gives all distances; those below ``NEAR_DISTANCE`` (where
@@ -169,23 +169,43 @@ def log_normalizers(points32: np.ndarray, word_ids: np.ndarray, kernels: Sequenc
     """
     word_ids = np.asarray(word_ids, dtype=np.int64)
     points32 = np.asarray(points32, dtype=np.float32)
-    sq = np.einsum("ij,ij->i", points32.astype(np.float64), points32.astype(np.float64))
+    sq = np.einsum("ij,ij->i", points32.astype(np.float64), points32.astype(np.float64)).astype(np.float32)
+    # augmented operands: [-2x, |x|^2, 1] . [v, 1, |v|^2] = |x - v|^2 in one BLAS call
+    vocab_side = np.empty((len(points32), points32.shape[1] + 2), dtype=np.float32)
+    vocab_side[:, :-2] = points32
+    vocab_side[:, -2] = 1.0
+    vocab_side[:, -1] = sq
     out = np.empty((len(word_ids), len(kernels)))
+    weights = None
     for start in range(0, len(word_ids), block):
         ids = word_ids[start:start + block]
-        d2 = (sq[ids][:, None] - 2.0 * (points32[ids] @ points32.T).astype(np.float64)) + sq[None, :]
-        dist = np.sqrt(np.maximum(d2, 0.0))
-        dist[np.arange(len(ids)), ids] = 0.0
-        if points64 is not None:
-            rows, cols = np.nonzero(dist < NEAR_DISTANCE)
-            off = cols != ids[rows]
-            rows, cols = rows[off], cols[off]
-            if len(rows):
-                diff = points64[cols] - points64[ids[rows]]
-                dist[rows, cols] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+        query = np.empty((len(ids), vocab_side.shape[1]), dtype=np.float32)
+        query[:, :-2] = -2.0 * points32[ids]
+        query[:, -2] = sq[ids]
+        query[:, -1] = 1.0
+        dist = query @ vocab_side.T  # float32 throughout the bulk: terms are in [exp(-s cap), 1]
+        np.maximum(dist, 0.0, out=dist)
+        np.sqrt(dist, out=dist)
+        near_rows, near_cols = np.divmod(np.flatnonzero(dist < NEAR_DISTANCE), dist.shape[1])
+        off = near_cols != ids[near_rows]
+        near_rows, near_cols = near_rows[off], near_cols[off]
+        near = None
+        if points64 is not None and len(near_rows):  # close pairs: float64 from differences
+            diff = points64[near_cols] - points64[ids[near_rows]]
+            near = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+        if weights is None or weights.shape != dist.shape:
+            weights = np.empty_like(dist)
         for k, kernel in enumerate(kernels):
-            log_w = -kernel.scale * np.minimum(dist, kernel.cap)
-            out[start:start + len(ids), k] = _logsumexp(log_w, axis=1)
+            np.minimum(dist, np.float32(min(kernel.cap, 3.0e38)), out=weights)
+            weights *= np.float32(-kernel.scale)
+            np.exp(weights, out=weights)
+            weights[np.arange(len(ids)), ids] = 1.0  # the word itself, at distance exactly 0
+            total = weights.sum(axis=1, dtype=np.float64)
+            if near is not None:  # replace the float32 terms of close pairs by float64 ones
+                exact = np.exp(-kernel.scale * np.minimum(near, kernel.cap))
+                total += np.bincount(near_rows, weights=exact - weights[near_rows, near_cols].astype(np.float64),
+                                     minlength=len(ids))
+            out[start:start + len(ids), k] = np.log(total)
     return out
 
 
@@ -202,7 +222,7 @@ class KernelPosterior:
         self.support_sq = np.einsum("ij,ij->i", self.support_points, self.support_points)
         self.base = prior.log_prob - np.asarray(log_z, dtype=np.float64)  # ln pi(w) - ln Z_w
 
-    def top_guesses(self, outputs: np.ndarray, k: int = TOP_K, block: int = 256, margin: int = 40) -> np.ndarray:
+    def top_guesses(self, outputs: np.ndarray, k: int = TOP_K, block: int = 64, margin: int = 40) -> np.ndarray:
         """The k most probable inputs for each output (rows), most probable first."""
         outputs = np.asarray(outputs, dtype=np.int64)
         k = min(k, len(self.prior))

@@ -34,7 +34,7 @@ from transforms.audit_common import NAMESPACE, AuditConfig, holder_state
 
 TOKEN_CHUNK = 4000
 QUERY_CHUNK = 50
-WORD_CHUNK = 256
+WORD_CHUNK = 512
 DRAW_CHUNK = 20000
 
 
@@ -97,7 +97,7 @@ class _Worker(beam.DoFn):
         self._cache: Dict = {}
 
     def setup(self):
-        self._holder = self._state.setup()
+        self._holder = self._state.setup(own_search_threads=self.config.searches_nearest)
         self._rng = self.config.rng()  # OS entropy (a seed only for tests and benchmarks)
         self._cache = {}
 

@@ -45,6 +45,11 @@ class AuditConfig:
     linkage_sizes: Tuple[int, ...] = (100, 1000, 10000)
     mc_draws: int = 200000
 
+    @property
+    def searches_nearest(self) -> bool:
+        """Whether draws run textdp's exact nearest-word search (then the worker sizes its threads)."""
+        return self.mechanism == "madlib" and dict(self.mechanism_params).get("nn", "exact") == "exact"
+
     def artifact_tag(self) -> str:
         return f"textdp-audit-artifact:{self.artifact or '<default>'}"
 

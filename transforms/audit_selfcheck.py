@@ -72,7 +72,7 @@ class DrawTokenFn(beam.DoFn):
         self._draws = Metrics.counter(NAMESPACE, "self_check_draws")
 
     def setup(self):
-        self._state.setup()
+        self._state.setup(own_search_threads=self.config.searches_nearest)
         self._rng = self.config.rng()  # OS entropy (a seed only for tests and benchmarks)
 
     def finish_bundle(self):
