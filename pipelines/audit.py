@@ -202,8 +202,8 @@ def prepare_run(options: PipelineOptions) -> Prepared:
                        f"{tests} each (Bonferroni), so a correct mechanism shows any violation in this run with "
                        f"probability at most {opts.false_alarm_rate:g}."),
         },
-        "prior": (f"word frequencies of the reference corpus {opts.prior_corpus}, its {opts.prior_words:,} most "
-                  "frequent vocabulary words" if opts.prior_corpus else
+        "prior": (f"word frequencies of the reference corpus {opts.prior_corpus} mixed with 10% of Zipf's law over "
+                  f"the vocabulary's ranks, its {opts.prior_words:,} most probable words" if opts.prior_corpus else
                   f"Zipf's law over the vocabulary's rank order (P(rank r) ~ 1/r), first {min(opts.prior_words, vocab_size):,} words"),
         "posterior": ("exact: the mechanism's closed form, normalisers summed over the whole vocabulary"
                       if closed else f"Monte Carlo: {opts.mc_draws:,} releases of prior-drawn words per epsilon "

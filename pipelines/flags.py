@@ -383,8 +383,9 @@ class AuditOptions(PipelineOptions):
                  "default 100,000 (rates to about +-0.3 points)")
         parser.add_argument(
             "--prior-corpus", "--prior_corpus", dest="prior_corpus", default=None,
-            help="the attacker's public prior: word frequencies of this reference corpus (same format flags). "
-                 "Default: Zipf's law over the vocabulary's rank order")
+            help="the attacker's public prior: word frequencies of this reference corpus (same format flags), mixed "
+                 "with Zipf's law over the vocabulary's ranks (weight 0.1) so that words it lacks keep some probability. "
+                 "Default: Zipf's law over the vocabulary's rank order alone")
         parser.add_argument(
             "--prior-words", "--prior_words", dest="prior_words", type=int, default=50000,
             help="the prior keeps its this many most probable words (the attacker's candidates); default 50,000. "

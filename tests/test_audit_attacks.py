@@ -113,6 +113,10 @@ def test_outcomes_bands_and_prior():
     assert np.exp(prior.log_prob).sum() == pytest.approx(1.0) and prior.top(3).tolist() == [0, 1, 2]
     counts = Prior.from_counts(np.array([4, 9, 2]), np.array([5, 1, 7]), 2, "c")
     assert counts.support.tolist() == [2, 4] and counts.contains(np.array([9, 2])).tolist() == [False, True]
+    mixed = Prior.from_counts(np.array([4, 9]), np.array([3, 1]), None, "m", vocab_size=10, rank_share=0.1)
+    zipf = 1 / np.arange(1, 11) / np.sum(1 / np.arange(1, 11))
+    expected = 0.1 * zipf + 0.9 * np.array([0, 0, 0, 0, 0.75, 0, 0, 0, 0, 0.25])
+    np.testing.assert_allclose(np.exp(mixed.log_prob), expected, rtol=1e-12)
     assert rank_band(np.array([0, 99, 100, 999, 1000, 99999, 100000])).tolist() == [0, 0, 1, 1, 2, 3, 4]
     outcomes = inversion_outcomes(np.array([3, 0, 150]), np.array([3, 5, 7]),
                                   np.array([[3] * 10, [5] + [0] * 9, [1] * 10]), prior.top(10), prior)

@@ -8,9 +8,9 @@ and o does better on inputs drawn from pi. Two ways to get ``P(o | w)``:
 * closed form (``Kernel``): mechanisms whose output distribution is
   ``P(o | w) = exp(-s * min(d(w, o), cap)) / Z_w`` -- TEM (s = epsilon/2, cap = gamma) and
   SanText (cap = inf). ``Z_w`` is summed over the whole vocabulary for every word in the prior's
-  support (:func:`log_normalizers`): the posterior is then exact over that support (float64
-  distances for the ranking; the normalisers from float32 distances re-computed in float64 where
-  the word is close, so their relative error stays below about 1e-5);
+  support (:func:`log_normalizers`): the posterior is then exact over that support, up to
+  floating point (float64 distances for the ranking; the normalisers from float32 distances,
+  re-computed in float64 for pairs closer than 0.5, so their relative error stays below 1e-4);
 * Monte Carlo (``CountTable``), for every other mechanism (Madlib): draw S inputs from the prior,
   release each once, and estimate the posterior by the counts ``C(w, o)``. The attacker guesses
   the words with the largest counts for o (then the prior; for an output never seen, o itself and
@@ -68,14 +68,26 @@ class Prior:
     source: str
 
     @classmethod
-    def from_counts(cls, ids: np.ndarray, counts: np.ndarray, max_words: Optional[int], source: str) -> "Prior":
-        """Word frequencies of a reference corpus; the ``max_words`` most frequent words are kept."""
+    def from_counts(cls, ids: np.ndarray, counts: np.ndarray, max_words: Optional[int], source: str,
+                    vocab_size: Optional[int] = None, rank_share: float = 0.0) -> "Prior":
+        """Word frequencies of a reference corpus, mixed with ``rank_share`` of Zipf's law over the
+        vocabulary's ranks (so that words the reference corpus lacks keep some probability); the
+        ``max_words`` most probable words are kept."""
         ids = np.asarray(ids, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.float64)
         keep = counts > 0
         ids, counts = ids[keep], counts[keep]
         if not len(ids):
             raise ValueError("the reference corpus has no vocabulary word")
+        if rank_share > 0:
+            if vocab_size is None:
+                raise ValueError("mixing in the rank prior needs the vocabulary size")
+            prob = np.zeros(vocab_size)
+            prob[ids] = (1.0 - rank_share) * counts / counts.sum()
+            zipf = 1.0 / np.arange(1, vocab_size + 1)
+            prob += rank_share * zipf / zipf.sum()
+            ids = np.arange(vocab_size, dtype=np.int64)
+            counts = prob
         if max_words is not None and len(ids) > max_words:
             top = np.lexsort((ids, -counts))[:max_words]
             ids, counts = ids[top], counts[top]

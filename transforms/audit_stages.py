@@ -64,12 +64,15 @@ def _query_items(plan, config: AuditConfig):
             yield float(eps), index, chunk
 
 
-def _prior_from_counts(pairs, prior_words: int, source: str) -> Prior:
+PRIOR_RANK_SHARE = 0.1  # share of Zipf's rank prior mixed into a reference corpus's frequencies
+
+
+def _prior_from_counts(pairs, prior_words: int, source: str, vocab_size: int) -> Prior:
     if not pairs:
         raise ValueError("--prior-corpus holds no vocabulary word")
     ids = np.array([p[0] for p in pairs], dtype=np.int64)
     counts = np.array([p[1] for p in pairs], dtype=np.float64)
-    return Prior.from_counts(ids, counts, prior_words, source)
+    return Prior.from_counts(ids, counts, prior_words, source, vocab_size=vocab_size, rank_share=PRIOR_RANK_SHARE)
 
 
 class Attacks(beam.PTransform):
@@ -92,7 +95,8 @@ class Attacks(beam.PTransform):
         config, handle, worker = self.config, self._handle, self.worker
         read = pbegin | "ReadCorpus" >> ReadRecords(self.corpus, self.corpus_format, self.text_fields,
                                                      self.max_record_bytes)
-        wanted = max(self.records, max(config.linkage_sizes) if self.run_linkage else 0)
+        # a few more than the largest set: records shorter than the window are left out of the pool
+        wanted = max(self.records, int(max(config.linkage_sizes) * 1.05) + 10 if self.run_linkage else 0)
         plan = (read["records"]
                 | "Encode" >> beam.ParDo(EncodeRecordFn(handle, config, self.text_fields))
                 | "Sample" >> beam.combiners.Top.Of(wanted, key=lambda element: element[0], reverse=True)
@@ -110,7 +114,7 @@ class Attacks(beam.PTransform):
                      | "CountPriorWords" >> beam.ParDo(CountPriorWordsFn(handle, config, self.text_fields))
                      | "SumPriorWords" >> beam.CombinePerKey(sum)
                      | "GatherPrior" >> beam.combiners.ToList()
-                     | "Prior" >> beam.Map(_prior_from_counts, self.prior_words, source))
+                     | "Prior" >> beam.Map(_prior_from_counts, self.prior_words, source, self.vocab_size))
         else:
             prior = (pbegin | "PriorSeed" >> beam.Create([None])
                      | "Prior" >> beam.Map(lambda _, v, n: Prior.by_rank(v, n), self.vocab_size, self.prior_words))
