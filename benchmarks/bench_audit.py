@@ -100,8 +100,8 @@ def run_part(name: str, artifact: str, workdir: str, corpus: str, prior: str) ->
         check = summary["self_check"]
         result["self_check"] = {k: check[k] for k in ("status", "planned_tests", "tests_run", "per_epsilon")}
         rows = [r for r in _parquet(os.path.join(out, "self_check.parquet"))]
-        tokens = {r["word_a_id"] for r in rows} | {r["word_b_id"] for r in rows}
-        result["self_check"]["words_drawn"] = len(tokens)
+        vocabulary = ({r["word_a_id"] for r in rows} | {r["word_b_id"] for r in rows}) - {None}
+        result["self_check"]["vocabulary_words_drawn"] = len(vocabulary)
     for key in ("inversion", "linkage", "corpus"):
         if summary.get(key):
             result[key] = summary[key]
@@ -137,8 +137,9 @@ def markdown(payload: dict) -> str:
         lines += ["", f"## {r['part']}", "", "```", *r["stdout"], "```"]
         if r.get("self_check"):
             check = r["self_check"]
-            lines.append(f"\nSelf-check: {check['status']}, {check['tests_run']} tests, {check['words_drawn']} distinct "
-                         "words drawn.\n")
+            drawn = check.get("vocabulary_words_drawn", check.get("words_drawn"))
+            lines.append(f"\nSelf-check: {check['status']}, {check['tests_run']} tests, {drawn} distinct vocabulary "
+                         "words drawn (and the generated out-of-vocabulary words).\n")
             lines += ["| epsilon | pairs | violations | median tightness | max tightness |", "|---|---|---|---|---|"]
             for eps, e in check["per_epsilon"].items():
                 lines.append(f"| {eps} | {e['pairs']} | {e['violations']} | {_f(e['median_tightness'])} | "
@@ -177,7 +178,18 @@ def main(argv=None) -> None:
                         help=f"comma-separated, of {', '.join(PARTS)}")
     parser.add_argument("--reviews", type=int, default=10000, help="reviews per corpus (test and train)")
     parser.add_argument("--merge", action="store_true", help="keep earlier parts in results/audit.json")
+    parser.add_argument("--markdown-only", action="store_true",
+                        help="re-render audit.md from audit.json and copy the runs' plots into benchmarks/results")
     args = parser.parse_args(argv)
+    if args.markdown_only:
+        payload = json.load(open(os.path.join(RESULTS, "audit.json"), encoding="utf-8"))
+        for run in payload["runs"]:
+            for plot in ("self_check.png", "inversion.png", "linkage.png"):
+                source = os.path.join(run["output"], plot)
+                if os.path.exists(source):
+                    shutil.copyfile(source, os.path.join(RESULTS, f"audit-{run['part']}-{plot}"))
+        write_results("audit", payload, markdown(payload))
+        return
     os.makedirs(args.workdir, exist_ok=True)
     corpus, prior = write_corpora(args.workdir, args.reviews)
     previous = []

@@ -180,3 +180,31 @@ def test_harness_runs_the_real_pipeline_and_reports_what_it_measured(tmp_path, n
     assert run.calibration_matches(tem_calibration, [0.5], 40)
     assert not run.calibration_matches(tem_calibration, [0.5, 1.0], 40)
     assert not run.calibration_matches(tem_calibration, [0.5], 41)
+
+
+def test_report_puts_attack_success_next_to_accuracy(tmp_path):
+    """With the audit benchmark's results, the utility report joins them by (mechanism, epsilon)."""
+    from benchmarks.utility import report
+
+    rate = lambda r: {"rate": r}  # noqa: E731
+    audit = {"runs": [{"command": "textdp audit --mechanism=tem --epsilons=4,6", "inversion": {"per_epsilon": {
+        "4": {"overall": {"top1": rate(0.41), "top10": rate(0.62), "released": rate(0.38)}},
+        "6": {"overall": {"top1": rate(0.93), "top10": rate(0.95), "released": rate(0.94)}}}},
+        "linkage": {"per_epsilon": {"4": {"1000": {"top1": rate(0.8)}}}}}]}
+    path = tmp_path / "audit.json"
+    path.write_text(json.dumps(audit), encoding="utf-8")
+    attacks = report.attack_rates(str(path))
+    assert attacks[("tem", 4.0)] == {"inversion_top1": 0.41, "inversion_top10": 0.62, "released": 0.38,
+                                     "linkage_top1": {1000: 0.8}}
+    acc = lambda m: {"accuracy": {"mean": m}}  # noqa: E731
+    payload = {"baseline": {"accuracy": 0.86}, "results": [
+        {"mechanism": "tem", "epsilon": 4.0, "training_time": acc(0.815), "test_time": acc(0.76)},
+        {"mechanism": "tem", "epsilon": 5.0, "training_time": acc(0.847), "test_time": acc(0.838)},
+        {"mechanism": "tem", "epsilon": 6.0, "training_time": acc(0.856), "test_time": acc(0.854)}]}
+    lines = report.attack_section(payload, attacks, "u-attacks.png")
+    table = [line for line in lines if line.startswith("| tem")]
+    assert table == ["| tem | 4 | 0.815 | 0.760 | 0.410 | 0.620 | 0.380 | 0.800 |",
+                     "| tem | 6 | 0.856 | 0.854 | 0.930 | 0.950 | 0.940 | - |"]
+    assert report.attack_plot(payload, attacks, str(tmp_path / "u-attacks.png"))
+    assert (tmp_path / "u-attacks.png").stat().st_size > 1000
+    assert report.attack_rates(str(tmp_path / "missing.json")) == {}

@@ -31,8 +31,9 @@ def _plan(selected, config: AuditConfig, records: int, inversion_tokens: int):
                        inversion_tokens, config.rng("plan"))
 
 
-def _normaliser_words(plan, prior: Prior, with_pool: bool):
-    words = prior.support
+def _normaliser_words(plan, prior: Prior, with_prior: bool, with_pool: bool):
+    """The words whose normaliser the attacks need: the prior's support (inversion), the pool's words (linkage)."""
+    words = prior.support if with_prior else np.empty(0, np.int64)
     if with_pool:
         words = np.union1d(words, plan.window_vocab_words())
     for _, chunk in chunks(words, WORD_CHUNK):
@@ -122,7 +123,8 @@ class Attacks(beam.PTransform):
         empty = pbegin | "Nothing" >> beam.Create([])
         if self.closed_form:
             normalizers = (plan
-                           | "NormaliserWords" >> beam.FlatMap(_normaliser_words, prior_side, self.run_linkage)
+                           | "NormaliserWords" >> beam.FlatMap(_normaliser_words, prior_side, self.run_inversion,
+                                                             self.run_linkage)
                            | "SpreadWords" >> beam.Reshuffle()
                            | "Normalisers" >> beam.ParDo(LogNormalizersFn(handle, config, worker)))
             normalizer_side = beam.pvalue.AsList(normalizers)

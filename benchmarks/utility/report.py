@@ -1,6 +1,11 @@
-"""Markdown table and plot (accuracy against epsilon, one line per mechanism) of a utility run."""
+"""Markdown table and plots of a utility run: accuracy against epsilon, and (when the audit benchmark's
+results are there) accuracy against the attacks' success at the same epsilons (benchmarks/bench_audit.py)."""
 
 from __future__ import annotations
+
+import json
+import os
+from typing import Dict, Optional, Tuple
 
 import matplotlib
 
@@ -12,13 +17,100 @@ SETTINGS = (("training_time", "training time: train on privatized, test on origi
 COLOURS = {"madlib": "tab:blue", "tem": "tab:orange"}
 
 
+AUDIT_RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "audit.json")
+
+
+def attack_rates(path: str = AUDIT_RESULTS) -> Dict[Tuple[str, float], dict]:
+    """(mechanism, epsilon) -> inversion top-1 / top-10 rates and linkage top-1 per set size, from the audit
+    benchmark's results (same IMDb test reviews, GloVe 400k), or {} when they are not there."""
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as handle:
+        runs = json.load(handle).get("runs", [])
+    out: Dict[Tuple[str, float], dict] = {}
+    for run in runs:
+        mechanism = next((a.split("=", 1)[1] for a in run["command"].split() if a.startswith("--mechanism=")), None)
+        for eps, entry in ((run.get("inversion") or {}).get("per_epsilon") or {}).items():
+            rates = out.setdefault((mechanism, float(eps)), {})
+            rates["inversion_top1"] = entry["overall"]["top1"]["rate"]
+            rates["inversion_top10"] = entry["overall"]["top10"]["rate"]
+            rates["released"] = entry["overall"]["released"]["rate"]
+        for eps, entry in ((run.get("linkage") or {}).get("per_epsilon") or {}).items():
+            rates = out.setdefault((mechanism, float(eps)), {})
+            rates["linkage_top1"] = {int(size): e["top1"]["rate"] for size, e in entry.items()}
+    return out
+
+
+def _rate(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def attack_section(payload: dict, attacks: Dict[Tuple[str, float], dict], plot_name: Optional[str]) -> list:
+    """Accuracy next to attack success at the epsilons both benchmarks ran."""
+    rows = [r for r in sorted(payload["results"], key=lambda r: (r["mechanism"], r["epsilon"]))
+            if (r["mechanism"], float(r["epsilon"])) in attacks]
+    if not rows:
+        return []
+    lines = ["## Accuracy against attack success (textdp audit)", "",
+             "The same epsilons attacked by `textdp audit` on 2,000 IMDb test reviews (benchmarks/results/audit.md, "
+             "docs/audit.md): the share of word tokens the Bayes-optimal attacker recovers (top-1, top-10), the "
+             "share released unchanged, and the share of released records (first 20 words) whose source it ranks "
+             "first among 1,000 originals. Read the privacy-utility trade-off along these columns, not epsilon.", "",
+             "| mechanism | epsilon | training time acc. | test time acc. | inversion top-1 | inversion top-10 | "
+             "released unchanged | linkage top-1 (1,000 records) |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        a = attacks[(r["mechanism"], float(r["epsilon"]))]
+        lines.append(f"| {r['mechanism']} | {r['epsilon']:g} | {r['training_time']['accuracy']['mean']:.3f} | "
+                     f"{r['test_time']['accuracy']['mean']:.3f} | {_rate(a.get('inversion_top1'))} | "
+                     f"{_rate(a.get('inversion_top10'))} | {_rate(a.get('released'))} | "
+                     f"{_rate((a.get('linkage_top1') or {}).get(1000))} |")
+    if plot_name:
+        lines += ["", f"![accuracy against inversion]({plot_name})"]
+    return lines + [""]
+
+
+def attack_plot(payload: dict, attacks: Dict[Tuple[str, float], dict], path: str) -> bool:
+    """Training-time accuracy against the inversion top-1 rate, one line per mechanism, points labelled by epsilon."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    drawn = False
+    for mech in ("madlib", "tem"):
+        rows = sorted((r for r in payload["results"] if r["mechanism"] == mech
+                       and (mech, float(r["epsilon"])) in attacks
+                       and attacks[(mech, float(r["epsilon"]))].get("inversion_top1") is not None),
+                      key=lambda r: r["epsilon"])
+        if not rows:
+            continue
+        x = [attacks[(mech, float(r["epsilon"]))]["inversion_top1"] for r in rows]
+        y = [r["training_time"]["accuracy"]["mean"] for r in rows]
+        ax.plot(x, y, "o-", color=COLOURS[mech], label=mech)
+        for xi, yi, r in zip(x, y, rows):
+            ax.annotate(f"{r['epsilon']:g}", (xi, yi), textcoords="offset points", xytext=(4, -10), fontsize=8)
+        drawn = True
+    if not drawn:
+        plt.close(fig)
+        return False
+    base = payload["baseline"]
+    ax.axhline(base["accuracy"], color="0.3", lw=1, label="baseline")
+    ax.set_xlabel("inversion attack: share of word tokens recovered (top-1)")
+    ax.set_ylabel("accuracy (training time)")
+    ax.set_xlim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("Privacy-utility trade-off on IMDb (labels: epsilon)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def _interval(acc: dict) -> str:
     if acc["low"] is None:
         return f"{acc['mean']:.3f}"
     return f"{acc['mean']:.3f} [{acc['low']:.3f}, {acc['high']:.3f}]"
 
 
-def markdown(payload: dict, plot_name: str) -> str:
+def markdown(payload: dict, plot_name: str, attacks: Optional[dict] = None,
+             attack_plot_name: Optional[str] = None) -> str:
     cfg, m, base = payload["config"], payload["machine"], payload["baseline"]
     lines = [
         "# Utility on IMDb sentiment: Madlib and TEM against the baseline", "",
@@ -61,6 +153,7 @@ def markdown(payload: dict, plot_name: str) -> str:
                       s["within_2_points"]]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", f"![accuracy against epsilon]({plot_name})", ""]
+    lines += attack_section(payload, attacks or {}, attack_plot_name)
     calib = payload.get("calibration") or {}
     if calib:
         lines += ["## Plausible deniability at these epsilons (textdp calibrate)", "",
@@ -130,7 +223,11 @@ def plot(payload: dict, path: str) -> None:
     plt.close(fig)
 
 
-def write(payload: dict, stem: str) -> None:
+def write(payload: dict, stem: str, audit_results: str = AUDIT_RESULTS) -> None:
     plot(payload, stem + ".png")
+    attacks = attack_rates(audit_results)
+    trade_off = stem + "-attacks.png"
+    drawn = attack_plot(payload, attacks, trade_off) if attacks else False
     with open(stem + ".md", "w", encoding="utf-8") as handle:
-        handle.write(markdown(payload, stem.rsplit("/", 1)[-1] + ".png"))
+        handle.write(markdown(payload, stem.rsplit("/", 1)[-1] + ".png", attacks,
+                              trade_off.rsplit("/", 1)[-1] if drawn else None))
