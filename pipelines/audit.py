@@ -209,7 +209,8 @@ def prepare_run(options: PipelineOptions) -> Prepared:
                       if closed else f"Monte Carlo: {opts.mc_draws:,} releases of prior-drawn words per epsilon "
                                      "(counts), upper bounds of the optimum reported"),
         "likelihood": ("closed form" if closed else
-                       "Monte Carlo: (C(x, y) + 1/N) / (n_x + 1) from one release of every pool-window token"),
+                       "Monte Carlo: (C(x, y) + 1/N) / (n_x + 1) from the prior's draws and one release of every "
+                       "distinct word of the pool windows"),
         "corpus_pattern": opts.corpus,
     }
     return Prepared(config, checks, plan_elements, run_info, corpus_format, text_fields, manifest)

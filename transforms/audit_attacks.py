@@ -138,11 +138,17 @@ class LogNormalizersFn(_Worker):
 
 
 class McDrawsFn(_Worker):
-    """(kind, epsilon, chunk index, payload) -> ((kind, epsilon), (inputs, outputs)).
+    """(kind, epsilon, chunk index, payload) -> ((table, epsilon), (inputs, outputs)).
 
-    ``inversion``: payload = number of inputs to draw from the prior (side input); ``linkage``:
-    payload = the pool windows' vocabulary tokens of this chunk. One release per input.
+    ``inversion``: payload = number of inputs to draw from the prior (side input); their releases
+    estimate the inversion attacker's posterior, and (with ``linkage``) also feed the linkage
+    likelihood table. ``linkage``: payload = distinct words of the pool windows, one release each,
+    so every pool word has at least one draw. Draws are independent of every evaluated release.
     """
+
+    def __init__(self, shared_handle, config: AuditConfig, worker=None, linkage: bool = False):
+        super().__init__(shared_handle, config, worker)
+        self.linkage = linkage
 
     def process(self, element, prior):
         kind, epsilon, index, payload = element
@@ -154,6 +160,8 @@ class McDrawsFn(_Worker):
         outputs = self.releaser().release_many(self.mechanism(epsilon), inputs, rng)
         self.count(draws=len(inputs))
         yield (kind, float(epsilon)), (inputs, outputs)
+        if kind == "inversion" and self.linkage:
+            yield ("linkage", float(epsilon)), (inputs, outputs)
 
 
 class ConcatPairs(beam.CombineFn):

@@ -47,9 +47,8 @@ def _mc_elements(plan, config: AuditConfig, inversion: bool, linkage: bool):
             sizes = [DRAW_CHUNK] * full + ([rest] if rest else [])
             for index, size in enumerate(sizes):
                 yield "inversion", float(eps), index, size
-        if linkage:
-            tokens = plan.pool_windows.ravel()
-            for index, chunk in chunks(tokens[tokens >= 0], DRAW_CHUNK):
+        if linkage:  # one release of every distinct pool word (the prior's draws add to frequent ones)
+            for index, chunk in chunks(plan.window_vocab_words(), DRAW_CHUNK):
                 yield "linkage", float(eps), index, chunk
 
 
@@ -134,7 +133,8 @@ class Attacks(beam.PTransform):
             tables = (plan
                       | "McItems" >> beam.FlatMap(_mc_elements, config, self.run_inversion, self.run_linkage)
                       | "SpreadMc" >> beam.Reshuffle()
-                      | "McDraws" >> beam.ParDo(McDrawsFn(handle, config, worker), prior_side)
+                      | "McDraws" >> beam.ParDo(McDrawsFn(handle, config, worker, linkage=self.run_linkage),
+                                               prior_side)
                       | "GatherDraws" >> beam.CombinePerKey(ConcatPairs())
                       | "Tables" >> beam.Map(table_from, self.vocab_size))
             tables_side = beam.pvalue.AsDict(tables)
