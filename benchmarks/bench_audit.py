@@ -184,6 +184,12 @@ def main(argv=None) -> None:
     if args.markdown_only:
         payload = json.load(open(os.path.join(RESULTS, "audit.json"), encoding="utf-8"))
         for run in payload["runs"]:
+            table = os.path.join(run["output"], "self_check.parquet")
+            if run.get("self_check") and os.path.exists(table):
+                rows = _parquet(table)
+                vocabulary = ({r["word_a_id"] for r in rows} | {r["word_b_id"] for r in rows}) - {None}
+                run["self_check"].pop("words_drawn", None)
+                run["self_check"]["vocabulary_words_drawn"] = len(vocabulary)
             for plot in ("self_check.png", "inversion.png", "linkage.png"):
                 source = os.path.join(run["output"], plot)
                 if os.path.exists(source):
