@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from benchmarks.common import REPO, imdb_token_ids, machine, write_results
+from benchmarks.harness import REPO, imdb_token_ids, machine, write_results
 from textdp.artifact import default_artifact_path, open_artifact
 from textdp.tem import TEM
 
