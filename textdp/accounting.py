@@ -120,6 +120,37 @@ def token_epsilon0(mechanism: str, epsilon: float, diameter_upper: float,
     raise ValueError(f"no epsilon_0 rule for mechanism {mechanism!r}")
 
 
+def mechanism_token_epsilon0(mechanism, vectors: np.ndarray, oov_policy: str = "random"):
+    """epsilon_0 of one token for any mechanism object of textdp.mechanisms, and the diameter used.
+
+    The diameter is measured in the metric of the mechanism's own guarantee:
+    ``diameter_bounds(mechanism.metric_points(vectors)).upper`` (Euclidean for Madlib, the table's
+    metric for TEM, d_RM for Mahalanobis, ...), then ``mechanism.token_epsilon0(diameter)``. The OOV
+    policy applies as in :func:`token_epsilon0`: ``keep`` releases the word itself, so inf.
+    Returns (epsilon_0, DiameterBounds).
+    """
+    bounds = diameter_bounds(_MetricRows(mechanism, vectors))
+    if oov_policy == "keep":
+        return math.inf, bounds
+    return float(mechanism.token_epsilon0(bounds.upper)), bounds
+
+
+class _MetricRows:
+    """Row blocks of ``mechanism.metric_points(vectors)`` without materialising the whole mapped matrix."""
+
+    def __init__(self, mechanism, vectors):
+        self.mechanism, self.vectors = mechanism, vectors
+        self.shape = vectors.shape
+
+    def __len__(self):
+        return len(self.vectors)
+
+    def __getitem__(self, item):
+        if isinstance(item, (int, np.integer)):  # one row: map it as a 1-row block
+            return self.mechanism.metric_points(np.asarray(self.vectors[item:item + 1]))[0]
+        return self.mechanism.metric_points(np.asarray(self.vectors[item]))
+
+
 def record_epsilon0(token_eps0: float, tokens: int) -> float:
     """Basic composition: a record (or an author's records) of ``tokens`` words is tokens*eps0-LDP."""
     if tokens < 0:

@@ -218,7 +218,8 @@ def output_distribution(sorted_distances: np.ndarray, scale: float, bound: float
     def log_survival(t):
         t = np.clip(t, -bound, bound)
         cdf = np.exp(-np.exp(-t / scale))
-        return np.log(np.maximum(high - cdf, 0.0) / (high - low))
+        with np.errstate(divide="ignore"):  # survival 0 at the upper bound: log 0 = -inf is right
+            return np.log(np.maximum(high - cdf, 0.0) / (high - low))
 
     weights = np.full(grid, g[1] - g[0])
     weights[0] = weights[-1] = 0.5 * (g[1] - g[0])
