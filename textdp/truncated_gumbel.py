@@ -193,7 +193,8 @@ class TruncatedGumbel:
 
 
 def output_distribution(sorted_distances: np.ndarray, scale: float, bound: float, mean: float, maximum: int,
-                        k_limit: Optional[int] = None, grid: int = 40001) -> np.ndarray:
+                        k_limit: Optional[int] = None, grid: int = 40001,
+                        others_pmf: Optional[np.ndarray] = None) -> np.ndarray:
     """Exact law of the released candidate index (0 = the input) for one input, by numerical integration.
 
     ``sorted_distances``: d(x, c_0 = x) = 0, d(x, c_1) <= ... (the table order). P(index j) =
@@ -201,15 +202,18 @@ def output_distribution(sorted_distances: np.ndarray, scale: float, bound: float
     P(c_j wins | k) = integral f(g) prod_{i != j, i <= k} S(d_j + g - d_i) dg, f and S the density and
     survival function of the truncated Gumbel noise. Candidate counts beyond ``k_limit`` (default: the
     length of ``sorted_distances`` - 1) must carry negligible Poisson mass; their share is returned
-    unassigned (the result then sums to slightly less than 1).
+    unassigned (the result then sums to slightly less than 1). ``others_pmf`` replaces the truncated
+    Poisson law of k (the number of other candidates) by an explicit one (index = k), e.g. MLDP's.
     """
     from scipy import stats  # pylint: disable=import-outside-toplevel
 
     d = np.asarray(sorted_distances, dtype=np.float64)
     k_limit = len(d) - 1 if k_limit is None else min(int(k_limit), len(d) - 1)
-    ks = np.arange(maximum + 1)
-    pk = stats.poisson.pmf(ks, mean)
-    pk /= pk.sum()
+    if others_pmf is None:
+        pk = stats.poisson.pmf(np.arange(maximum + 1), mean)
+    else:
+        pk = np.asarray(others_pmf, dtype=np.float64)
+    pk = pk / pk.sum()
     g = np.linspace(-bound, bound, grid)
     low, high = math.exp(-math.exp(bound / scale)) if bound / scale < 700 else 0.0, math.exp(-math.exp(-bound / scale))
     z = g / scale
