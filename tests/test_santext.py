@@ -2,8 +2,8 @@
 the neighbour job).
 
 Every distribution check is a G-test of 40,000 draws against the exact distribution computed here by
-brute force in float64 (cells expected below 20 pooled), at significance 1e-5. There are 10 such
-checks in this file, so a correct sampler fails any with probability below 1e-4 (Bonferroni). Power:
+brute force in float64 (cells expected below 20 pooled), at significance 1e-5. There are 12 such
+checks in this file (and 5 z-tests at 1e-5), so a correct sampler fails any with probability below 2e-4 (Bonferroni). Power:
 the same draws tested against the closed form at 1.25 x epsilon must be rejected (p < 1e-5). Draws use
 fixed seeds so a failure reproduces.
 """
@@ -121,3 +121,21 @@ def test_statements_parameters_and_epsilon0(artifact, small_artifact):
         SanText(artifact, 2.0, plus=True, p=0.0)
     with pytest.raises(Exception, match="textdp neighbours"):
         SanText(small_artifact, 2.0)  # no neighbour table
+
+
+@pytest.mark.parametrize("plus", [False, True])
+def test_dense_rows_for_frequent_words_match_the_closed_form(artifact, plus):
+    """A word that has cost enough on-the-fly distances gets a dense row (exact inverse-CDF draws over the
+    whole vocabulary); its draws must follow the same closed form (G-test 1e-5; 2 checks)."""
+    word_id = artifact.word_to_id["the"]
+    mech = SanText(artifact, 3.0, plus=plus, p=0.5)
+    mech.sampler.DENSE_AFTER_CANDIDATES = 0  # build at the first chance
+    mech.privatize_ids(np.full(200, word_id), np.random.default_rng(0))
+    assert word_id in mech.sampler._dense_rows  # pylint: disable=protected-access
+    released = mech.privatize_ids(np.full(DRAWS, word_id), np.random.default_rng(17 + plus))
+    counts = np.bincount(released, minlength=artifact.vocab_size)
+    if plus:
+        expected = santext_plus_distribution(artifact, word_id, 3.0, mech.sensitive, 0.5)
+    else:
+        expected = exact_distribution(artifact.vectors, word_id, 3.0)
+    assert g_test(counts, expected) > ALPHA

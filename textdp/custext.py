@@ -63,8 +63,11 @@ def build_output_sets(points: np.ndarray, k: int, table_ids: Optional[np.ndarray
     assigned = np.zeros(n_words, dtype=bool)
     set_ids = np.full((n_words, k), -1, dtype=np.int32)
     set_d = np.full((n_words, k), np.inf, dtype=np.float32)
-    pool = np.arange(n_words)  # unassigned ids, compacted from time to time
-    pool_assigned_since = 0
+    # the unassigned words as a compact copy (ids, points, squared norms), compacted again once an
+    # eighth of it has been assigned: a search then reads one contiguous block
+    pool_ids = np.arange(n_words)
+    pool_points, pool_sq = points32, sqnorms
+    pool_stale = 0
     from_table = searched = 0
     for word in range(n_words):
         if assigned[word]:
@@ -77,16 +80,19 @@ def build_output_sets(points: np.ndarray, k: int, table_ids: Optional[np.ndarray
                 group = free[:k]
                 from_table += 1
         if group is None:
-            if pool_assigned_since > len(pool) // 8:
-                pool = pool[~assigned[pool]]
-                pool_assigned_since = 0
-            candidates = pool[~assigned[pool]]
-            take = min(k + RERANK_MARGIN, len(candidates))
-            scores = sqnorms[candidates] - 2.0 * (points32[candidates] @ points32[word])
-            if take < len(candidates):
-                near = candidates[np.argpartition(scores, take - 1)[:take]]
+            if pool_stale > len(pool_ids) // 8:
+                keep = ~assigned[pool_ids]
+                pool_ids, pool_points, pool_sq = pool_ids[keep], pool_points[keep], pool_sq[keep]
+                pool_stale = 0
+            scores = pool_sq - 2.0 * (pool_points @ points32[word])
+            scores[assigned[pool_ids]] = np.inf
+            free_count = len(pool_ids) - int(np.isinf(scores).sum())
+            take = min(k + RERANK_MARGIN, free_count)
+            if take < len(pool_ids):
+                near = pool_ids[np.argpartition(scores, take - 1)[:take]]
             else:
-                near = candidates
+                near = pool_ids
+            near = near[~assigned[near]]
             diff = points32[near].astype(np.float64) - points32[word].astype(np.float64)
             exact = np.sqrt(np.einsum("ij,ij->i", diff, diff))
             exact[near == word] = -1.0  # the word itself first
@@ -94,7 +100,7 @@ def build_output_sets(points: np.ndarray, k: int, table_ids: Optional[np.ndarray
             group = near[order[:k]]
             searched += 1
         assigned[group] = True
-        pool_assigned_since += len(group)
+        pool_stale += len(group)
         diff = points32[group].astype(np.float64)[None, :, :] - points32[group].astype(np.float64)[:, None, :]
         dist = np.sqrt(np.einsum("abn,abn->ab", diff, diff))
         np.fill_diagonal(dist, 0.0)

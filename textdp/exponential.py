@@ -20,11 +20,20 @@ mean E/Z. Only rejected-or-accepted uniform rounds compute a distance (float64, 
 Work is vectorised over the batch: every pending token gets a block of rounds (4 at first, four
 times more on each retry, at most 256), the first accepted round per token is kept (discarding the
 later ones does not bias anything), and the rounds held in memory at once are capped.
+
+Frequent words in dense regions ("the", "and") have a small d_K, so u is loose and E/Z reaches
+hundreds of rounds at middle epsilons (as in TEM). Once a word has cost more on-the-fly distances
+than ``DENSE_AFTER_CANDIDATES`` (by default the vocabulary size: the price of one dense row) it gets a dense
+row, built at run time for this epsilon (nothing stored): f(y) for every allowed word, from float64
+distances (and from the table's own distances for the table words, so the target is the same
+function), and its cumulative sum; a draw is then one uniform number and a binary search, exact.
+At most ``DENSE_MAX_WORDS`` rows are kept (8 bytes per vocabulary word each).
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from typing import Optional
 
 import numpy as np
@@ -38,6 +47,8 @@ class TableExponentialSampler:
     FIRST_ROUNDS = 4
     MAX_ROUNDS_PER_BLOCK = 256
     MAX_ROUNDS_TOTAL = 1 << 17
+    DENSE_MAX_WORDS = 16
+    DENSE_AFTER_CANDIDATES = None  # None: the vocabulary size, i.e. what building one dense row costs
 
     def __init__(self, vectors: np.ndarray, table_ids: np.ndarray, table_distances: np.ndarray, epsilon: float,
                  allowed: Optional[np.ndarray] = None):
@@ -63,6 +74,9 @@ class TableExponentialSampler:
             self.allowed_count = len(self.allowed_ids)
         self.rounds = 0  # rounds drawn, summed over calls (for benchmarks)
         self.distances_computed = 0
+        self._dense_lock = threading.Lock()
+        self._dense_rows: dict = {}  # word id -> cumulative weights over the vocabulary (replaced, never mutated)
+        self._spent = np.zeros(self.vocab_size)
 
     def _uniform_allowed(self, rng: np.random.Generator, size: int) -> np.ndarray:
         if self.allowed_ids is None:
@@ -75,6 +89,54 @@ class TableExponentialSampler:
         out = np.empty(len(ids), dtype=np.int64)
         if not len(ids):
             return out
+        cached = self._dense_rows
+        dense = np.isin(ids, np.fromiter(cached, dtype=np.int64, count=len(cached))) if cached else np.zeros(len(ids), bool)
+        for word in np.unique(ids[dense]):
+            at = np.flatnonzero(ids == word)
+            cumulative = cached[int(word)]
+            pick = np.searchsorted(cumulative, rng.random(len(at)) * cumulative[-1], side="right")
+            out[at] = np.minimum(pick, self.vocab_size - 1)
+        rest = np.flatnonzero(~dense)
+        if len(rest):
+            out[rest], spent = self._sample_rejection(ids[rest], rng)
+            self._account(ids[rest], spent)
+        return out
+
+    def _account(self, ids: np.ndarray, spent: np.ndarray) -> None:
+        if self.DENSE_MAX_WORDS <= 0:
+            return
+        words, inverse = np.unique(ids, return_inverse=True)
+        per_word = np.bincount(inverse, weights=spent, minlength=len(words))
+        with self._dense_lock:
+            self._spent[words] += per_word
+            after = self.vocab_size if self.DENSE_AFTER_CANDIDATES is None else self.DENSE_AFTER_CANDIDATES
+            due = [int(w) for w in words[self._spent[words] > after] if int(w) not in self._dense_rows]
+            room = self.DENSE_MAX_WORDS - len(self._dense_rows)
+            for word in sorted(due, key=lambda w: -self._spent[w])[:max(room, 0)]:
+                rows = dict(self._dense_rows)
+                rows[word] = self._dense_row(word)
+                self._dense_rows = rows
+
+    def _dense_row(self, word: int) -> np.ndarray:
+        """Cumulative f over the vocabulary for input ``word`` (0 weight outside the allowed set)."""
+        query = np.asarray(self.vectors[word], dtype=np.float64)
+        dist = np.empty(self.vocab_size)
+        for start in range(0, self.vocab_size, 32768):
+            diff = np.asarray(self.vectors[start:start + 32768], dtype=np.float64) - query
+            dist[start:start + len(diff)] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+        table_ids = np.asarray(self.table_ids[word], dtype=np.int64)
+        table_d = np.asarray(self.table_distances[word], dtype=np.float64)
+        table_d[0] = 0.0
+        dist[table_ids] = table_d  # the same distances as the table path uses
+        weights = np.exp(-0.5 * self.epsilon * dist)
+        if self.allowed_mask is not None:
+            weights *= self.allowed_mask
+        return np.cumsum(weights)
+
+    def _sample_rejection(self, ids: np.ndarray, rng: np.random.Generator):
+        """Exact draws by rejection from the table envelope; also the on-the-fly distances per token."""
+        out = np.empty(len(ids), dtype=np.int64)
+        spent = np.zeros(len(ids))
         half = 0.5 * self.epsilon
         table_ids = np.take(self.table_ids, ids, axis=0).astype(np.int64)
         table_d = np.take(self.table_distances, ids, axis=0).astype(np.float64)
@@ -110,9 +172,13 @@ class TableExponentialSampler:
                 diff = np.take(self.vectors, candidate, axis=0).astype(np.float64) - query[t]
                 dist = np.sqrt(np.einsum("ij,ij->i", diff, diff))
                 self.distances_computed += len(outside)
+                spent += np.bincount(t, minlength=len(ids))
                 ok = rng.random(len(outside)) * cap[t] < np.exp(-half * dist)
-                member = (table_ids[t] == candidate[:, None]).any(axis=1)
-                ok &= ~member
+                # a table word is no farther than d_K: only those candidates need the membership test
+                near = np.flatnonzero(ok & (dist <= table_d[t, -1] * (1.0 + FLOAT32_DISTANCE_SLACK) + 1e-12))
+                if len(near):
+                    member = (table_ids[t[near]] == candidate[near, None]).any(axis=1)
+                    ok[near[member]] = False
                 accepted[outside] = ok
                 chosen[outside] = candidate
             hits = np.flatnonzero(accepted)
@@ -131,7 +197,7 @@ class TableExponentialSampler:
             retry = active[~done[active]]
             rounds[retry] = np.minimum(rounds[retry] * 4, self.MAX_ROUNDS_PER_BLOCK)
             pending = np.sort(np.concatenate([retry, waiting]))
-        return out
+        return out, spent
 
 
 def exact_distribution(vectors: np.ndarray, word_id: int, epsilon: float,
