@@ -157,3 +157,14 @@ def test_statements_parameters_and_epsilon0(small_artifact):
     for bad in ({"t": 1.5}, {"noise": "laplace"}, {"nn": "hnsw"}):
         with pytest.raises(ValueError):
             Vickrey(small_artifact, 4.0, **bad)
+
+
+def test_vickrey_with_annoy_at_tiny_noise_releases_the_input_or_its_neighbour(small_artifact):
+    """Annoy's two nearest to a point next to a word: the word itself first (t = 0 releases it), and
+    t = 1 releases a different word."""
+    rng = np.random.default_rng(9)
+    ids = rng.integers(0, 500, 300)
+    unique_rows = len(np.unique(np.asarray(small_artifact.vectors)[ids], axis=0)) == len(np.unique(ids))
+    first = Vickrey(small_artifact, 1e6, t=0.0, nn="annoy", search_k=20_000).privatize_ids(ids, rng)
+    second = Vickrey(small_artifact, 1e6, t=1.0, nn="annoy", search_k=20_000).privatize_ids(ids, rng)
+    assert unique_rows and (first == ids).mean() > 0.99 and (second != ids).mean() > 0.99

@@ -130,7 +130,9 @@ class CusText:
         self.batch = int(batch)
         self.vocab_size = int(artifact.vocab_size)
         self._metric_points = metric_points
-        key = (getattr(artifact, "path", id(artifact)), self.k, metric, self.vocab_size)
+        files = artifact.manifest.get("files", {})
+        vectors_sha = files.get(artifact.manifest.get("vectors"), {}).get("sha256")
+        key = (getattr(artifact, "path", id(artifact)), vectors_sha, self.k, metric, self.vocab_size)
         with _CACHE_LOCK:
             cached = _CACHE.get(key)
             if cached is None:
