@@ -1,7 +1,8 @@
 """CusText of Chen, Mo, Wang, Chen, Nie, Wang and Cui (Findings of ACL 2023).
 
 Customized output sets. The vocabulary is partitioned into groups of K words, greedily in
-frequency order (paper Sec. 3.2, the mapping function f_map): the most frequent word not yet
+frequency order (the paper's mapping function f_map, as we read it: its full text was not
+reachable from this build's reference index, so this reading is stated here in full): the most frequent word not yet
 assigned takes its K nearest words among those not yet assigned (itself included) as a group, and
 every word of the group gets that group as its output set. Words are in frequency order in an
 artifact (id = rank - 1), so the greedy order is id order. When fewer than K words remain they form
@@ -10,7 +11,8 @@ table while the row still holds K unassigned words, and found by a search over t
 words otherwise (float32 scores, the best K + 16 re-ranked in float64: exact up to float32
 near-ties, which the paper's definition leaves open anyway).
 
-Distribution sampled (paper Sec. 3.3, the sampling function f_sample). For an input x with output
+Distribution sampled (the paper's sampling function f_sample; the normalised scores are also
+what pyPANTERA 1.0.2 computes). For an input x with output
 set S(x), the scores are the distances normalised to [0, 1] over S(x):
 u(x, y) = -(d(x, y) - min_S d(x, .)) / (max_S d(x, .) - min_S d(x, .)) in [-1, 0] (all 0 when the
 spread is 0), and

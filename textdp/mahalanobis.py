@@ -1,17 +1,22 @@
 """The regularized Mahalanobis mechanism of Xu, Aggarwal, Feyisetan and Teissier (PrivateNLP 2020).
 
+Source. The paper's full text was not reachable from the reference index this build could search
+(its abstract was); the equations below are written out in full from the two public
+implementations read as references (MLDP 0.1.2, pyPANTERA 1.0.2), which agree on them except where
+noted at the end, and from the abstract (elliptical noise shaped by the regularized covariance).
+
 Madlib's spherical noise ignores how the embedding is spread: a word in a sparse region keeps
 itself unless the noise is huge. Xu et al. shape the noise by the embedding's covariance.
 
 Distribution sampled. Let Sigma be the covariance of the vocabulary's vectors (rows of the
 artifact, population covariance) and Sigma~ = Sigma / (tr(Sigma) / n) its normalisation to mean
 variance 1 per dimension (trace n). For ``lam`` in [0, 1] the regularized matrix is
-S = lam * Sigma~ + (1 - lam) * I_n (paper Sec. 3, the regularized Mahalanobis norm
+S = lam * Sigma~ + (1 - lam) * I_n (the paper's regularized Mahalanobis norm
 ||x||_RM = sqrt(x^T S^{-1} x)). For a word w the noisy point is
 
     z = phi(w) + l * S^{1/2} v,  v uniform on the unit sphere,  l ~ Gamma(n, 1/epsilon)
 
-(paper Alg. 1: Madlib's noise mapped by S^{1/2}), whose density is proportional to
+(Madlib's noise mapped by S^{1/2}), whose density is proportional to
 exp(-epsilon * ||S^{-1/2} (z - phi(w))||); the released word is the vocabulary word nearest to z
 in Euclidean distance (exact search, or Annoy). ``lam = 0`` is Madlib exactly.
 

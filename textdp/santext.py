@@ -20,8 +20,9 @@ explicit ``sensitive_ids`` set. Then
     an exponential mechanism whose outputs are the sensitive words only;
   * a non-sensitive x is replaced the same way with probability p, and released unchanged with
     probability 1 - p.
-This is the official implementation's output set (its probability matrix has every word as a row
-and the sensitive words as columns). Guarantee (what we derive and state; the paper calls the
+This is the official implementation's output set (read in a public copy of the authors' code: its
+probability matrix has every word as a row and the sensitive words as columns; the paper's full text
+was not reachable from this build's reference index). Guarantee (what we derive and state; the paper calls the
 notion utility-optimized metric LDP): for any x, x' and any set O of sensitive words,
 P[M(x) in O] <= exp(epsilon d(x, x')) P[M(x') in O] * (1/p if x is sensitive and x' is not, else 1);
 an unchanged non-sensitive word is an output no other input produces, so it reveals the input:

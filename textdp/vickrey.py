@@ -13,7 +13,9 @@ l ~ Gamma(n, 1/epsilon). Let w1, w2 be the nearest and second nearest vocabulary
 
     p(t, z) = (1 - t) d2 / (t d1 + (1 - t) d2)
 
-and w2 otherwise (paper Sec. 3, the Vickrey selection rule). t = 0 is the underlying mechanism
+and w2 otherwise (the Vickrey selection rule as pyPANTERA 1.0.2 implements it; the paper's
+full text was not reachable from this build's reference index, only its abstract, which describes
+exactly this balance between the first and second nearest neighbour with a tuning parameter). t = 0 is the underlying mechanism
 (always w1); t = 0.5 gives p = d2 / (d1 + d2) in [1/2, 1]; t = 1 always releases w2. (If
 t d1 + (1 - t) d2 = 0, which needs z to sit exactly on two words, w1 is released.)
 
