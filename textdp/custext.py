@@ -103,11 +103,13 @@ def build_output_sets(points: np.ndarray, k: int, table_ids: Optional[np.ndarray
             searched += 1
         assigned[group] = True
         pool_stale += len(group)
-        diff = points32[group].astype(np.float64)[None, :, :] - points32[group].astype(np.float64)[:, None, :]
-        dist = np.sqrt(np.einsum("abn,abn->ab", diff, diff))
-        np.fill_diagonal(dist, 0.0)
         set_ids[group, :len(group)] = group
-        set_d[group, :len(group)] = dist
+        members = points32[group].astype(np.float64)
+        for row in range(0, len(group), 64):  # pairwise distances within the group, 64 rows at a time
+            diff = members[None, :, :] - members[row:row + 64, None, :]
+            dist = np.sqrt(np.einsum("abn,abn->ab", diff, diff))
+            dist[np.arange(len(dist)), row + np.arange(len(dist))] = 0.0
+            set_d[group[row:row + 64], :len(group)] = dist
     stats = {"groups": int(from_table + searched), "groups_from_table": int(from_table),
              "groups_searched": int(searched)}
     return set_ids, set_d, stats
