@@ -17,7 +17,8 @@ import pytest
 from tests.statcheck import g_test
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
 from textdp.artifact import open_artifact
-from textdp.truncated_gumbel import TruncatedGumbel, output_distribution, scale_from_epsilon, truncated_gumbel_noise
+from textdp.truncated_gumbel import (TruncatedGumbel, lambert_w0, output_distribution, poisson_pmf, scale_from_epsilon,
+                                     truncated_gumbel_noise)
 
 ALPHA = 1e-5
 DRAWS = 40_000
@@ -86,3 +87,13 @@ def test_scale_relation_and_statement(artifact):
     big = 2.0 * (1.0 + math.log(artifact.vocab_size)) / mech.min_distance + 10.0 / mech.min_distance
     b = scale_from_epsilon(big, artifact.vocab_size, mech.min_distance, mech.max_distance)
     assert b > 0 and TruncatedGumbel(artifact, big).scale == pytest.approx(b)
+
+
+def test_lambert_w_and_poisson_without_scipy_match_scipy():
+    """The core library computes both without scipy (not a runtime dependency); scipy is the reference."""
+    from scipy import special, stats  # pylint: disable=import-outside-toplevel
+
+    for x in (0.0, 1e-9, 0.3, 1.0, math.e, 50.0, 1e6):
+        assert lambert_w0(x) == pytest.approx(special.lambertw(x).real, rel=1e-12, abs=1e-15)
+    for mean in (0.5, math.log(4999), 60.0):
+        np.testing.assert_allclose(poisson_pmf(mean, 400), stats.poisson.pmf(np.arange(401), mean), rtol=1e-9, atol=1e-300)

@@ -49,10 +49,30 @@ import numpy as np
 from textdp.madlib import check_diameter
 
 
+def lambert_w0(x: float) -> float:
+    """The principal branch of the Lambert W function for x >= 0 (w e^w = x), by Halley's iteration."""
+    if not x >= 0:
+        raise ValueError("lambert_w0 is implemented for x >= 0 only")
+    w = math.log1p(x)  # within a factor of the root for every x >= 0
+    for _ in range(100):
+        e = math.exp(w)
+        f = w * e - x
+        step = f / (e * (w + 1.0) - (w + 2.0) * f / (2.0 * w + 2.0))
+        w -= step
+        if abs(step) <= 1e-15 * max(1.0, abs(w)):
+            break
+    return w
+
+
+def poisson_pmf(mean: float, maximum: int) -> np.ndarray:
+    """P(k) for k = 0..maximum of Poisson(mean), from log k! as a running sum of logs (float64)."""
+    k = np.arange(maximum + 1, dtype=np.float64)
+    log_factorial = np.concatenate([[0.0], np.cumsum(np.log(k[1:]))])
+    return np.exp(k * math.log(mean) - mean - log_factorial)
+
+
 def scale_from_epsilon(epsilon: float, vocab_size: int, min_distance: float, max_distance: float) -> float:
     """MLDP's relation between epsilon and the Gumbel scale b (see the module docstring); ValueError if none."""
-    from scipy.special import lambertw  # pylint: disable=import-outside-toplevel
-
     if not min_distance > 0:
         raise ValueError("the smallest distance between two words must be > 0")
     a = (epsilon - 2.0 * (1.0 + math.log(vocab_size)) / min_distance) / 3.0
@@ -61,7 +81,7 @@ def scale_from_epsilon(epsilon: float, vocab_size: int, min_distance: float, max
             f"epsilon {epsilon:g} is below the range of the BRR scale relation for this vocabulary (it needs "
             f"epsilon > {2.0 * (1.0 + math.log(vocab_size)) / min_distance + 3.0 / min_distance:.4g}); give the Gumbel "
             "scale explicitly")
-    w = float(lambertw(2.0 * a * max_distance).real)
+    w = lambert_w0(2.0 * a * max_distance)
     return 2.0 * max_distance / min(w, math.log(a * min_distance))
 
 
@@ -205,12 +225,10 @@ def output_distribution(sorted_distances: np.ndarray, scale: float, bound: float
     unassigned (the result then sums to slightly less than 1). ``others_pmf`` replaces the truncated
     Poisson law of k (the number of other candidates) by an explicit one (index = k), e.g. MLDP's.
     """
-    from scipy import stats  # pylint: disable=import-outside-toplevel
-
     d = np.asarray(sorted_distances, dtype=np.float64)
     k_limit = len(d) - 1 if k_limit is None else min(int(k_limit), len(d) - 1)
     if others_pmf is None:
-        pk = stats.poisson.pmf(np.arange(maximum + 1), mean)
+        pk = poisson_pmf(mean, maximum)
     else:
         pk = np.asarray(others_pmf, dtype=np.float64)
     pk = pk / pk.sum()
