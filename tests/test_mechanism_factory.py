@@ -82,3 +82,5 @@ def test_parameters_are_checked(artifact):
     with pytest.raises(TextdpError, match="unknown mechanism"):
         make_mechanism("laplace", artifact, 2.0)
     assert make_mechanism("santext", artifact, 2.0, plus=True).name == "santext+"
+    with pytest.raises(TextdpError, match="always has plus=True"):
+        make_mechanism("santext+", artifact, 2.0, plus=False)

@@ -89,6 +89,10 @@ def make_mechanism(name: str, artifact, epsilon: float, **params):
     kwargs = {}
     for key, value in params.items():
         key = _ALIASES.get(key, key)
+        if key in fixed:
+            if value != fixed[key]:
+                raise TextdpError(f"mechanism {name!r} always has {key}={fixed[key]!r}")
+            continue
         if key in accepted:
             kwargs[key] = value
         elif key in known_elsewhere:
