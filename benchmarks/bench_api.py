@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from benchmarks.common import REPO, imdb_texts, machine, write_results
+from benchmarks.harness import REPO, imdb_texts, machine, write_results
 from textdp.locate import open_artifact
 
 CONSTRUCT = ("import time, json, sys; t = time.perf_counter(); import textdp; "

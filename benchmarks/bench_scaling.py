@@ -38,7 +38,7 @@ import time
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from benchmarks.common import REPO, imdb_texts, machine, write_results
+from benchmarks.harness import REPO, imdb_texts, machine, write_results
 from textdp.locate import open_artifact, read_manifest
 from textdp.mechanisms import make_mechanism
 from textdp.progress import read_progress

@@ -35,7 +35,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from benchmarks.common import RESULTS, machine
+from benchmarks.harness import RESULTS, load_results, machine, write_results
 from benchmarks.utility import classify, data, stats
 from textdp.tokenize import WORD_PATTERN
 
@@ -286,9 +286,7 @@ def main(argv=None) -> None:
     from benchmarks.utility import report  # pylint: disable=import-outside-toplevel
 
     if args.report_only:
-        stem = os.path.join(args.results_dir, args.name)
-        with open(stem + ".json", encoding="utf-8") as handle:
-            report.write(json.load(handle), stem)
+        report.write(load_results(args.name, args.results_dir), os.path.join(args.results_dir, args.name))
         return
 
     info = machine()
@@ -308,9 +306,7 @@ def main(argv=None) -> None:
         payload = {"benchmark": "utility", "machine": dict(info), "config": config_of(args), **part,
                    "wall_seconds": round(time.perf_counter() - started, 1), "earlier_invocations": earlier}
         payload["machine"]["loadavg_at_end"] = os.getloadavg()
-        with open(stem + ".json", "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2)
-            handle.write("\n")
+        write_results(args.name, payload, results_dir=args.results_dir)
         report.write(payload, stem)
 
     save(evaluate(args, checkpoint=save))
