@@ -419,16 +419,24 @@ def test_tem_exact_values_agree_with_sampling(tem_artifact, epsilon):
         assert abs(mean_distinct - rows[0]["s_w_exact"]) <= slack, f"seed={seed} word={word}"
 
 
+@pytest.fixture(scope="module")
+def euclidean_table_artifact(tmp_path_factory):
+    """The euclidean case of ``tem_artifact`` (SanText samples from a euclidean table only)."""
+    rng = np.random.default_rng(5)
+    points = np.concatenate([rng.normal(3.0, 0.3, (500, 2)), rng.uniform(-6, 6, (1000, 2))])
+    artifact = make_artifact(tmp_path_factory, "closed_form_euclidean", points)
+    return add_neighbour_table(artifact, 64, "euclidean")
+
+
 @pytest.mark.parametrize("name, params", [("santext", {}), ("santext+", {"p": 0.4}), ("custext", {"k": 20})])
-def test_closed_form_mechanisms_get_exact_values_that_agree_with_sampling(tem_artifact, name, params):
+def test_closed_form_mechanisms_get_exact_values_that_agree_with_sampling(euclidean_table_artifact, name, params):
     """SanText, SanText+ and CusText: N_w and S_w estimated through privatize_ids, and exact from their
     closed forms (exact_distribution_of): the pooled count of 20 x 1,000 draws within the exact binomial
     interval (1e-6) and the mean S_w within the Bernstein bound (1e-6)."""
     from textdp.calibration import build_summary  # pylint: disable=import-outside-toplevel
     from textdp.mechanisms import make_mechanism  # pylint: disable=import-outside-toplevel
 
-    if tem_artifact.manifest["neighbours"]["metric"] != "euclidean" and name != "custext":
-        pytest.skip("SanText needs a euclidean table")
+    tem_artifact = euclidean_table_artifact
     seed, rng = fresh_rng()
     mech = make_mechanism(name, tem_artifact, 3.0, **params)
     calibrator = WordCalibrator(tem_artifact, name, {3.0: mech}, samples=1000)
