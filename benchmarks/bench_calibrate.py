@@ -13,7 +13,7 @@ at a reduced number of words and extrapolated, honestly:
    and the share of the vocabulary the pruned search scanned. This shows what the exact
    candidate pruning (textdp.calibration.CandidatePrunedSearch) buys and where time goes.
 
-Run: python benchmarks/bench_calibrate.py [--words 16,64] [--breakdown-words 6]
+Run: python -m benchmarks.bench_calibrate [--words 16,64] [--breakdown-words 6]
 Results -> benchmarks/results/calibrate.{json,md}; ``--markdown-only`` re-renders the .md from the .json.
 """
 
@@ -29,9 +29,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.common import machine, write_results  # noqa: E402
+from benchmarks.harness import load_results, machine, write_results  # noqa: E402
 from textdp.locate import open_artifact  # noqa: E402
 from textdp.store import ensure_default_artifact  # noqa: E402
 from textdp.calibration import WordCalibrator, stratified_word_sample  # noqa: E402
@@ -106,12 +104,8 @@ def main(argv=None) -> int:
                         help="re-render benchmarks/results/calibrate.md from the committed calibrate.json")
     args = parser.parse_args(argv)
     if args.markdown_only:
-        from benchmarks.common import RESULTS  # pylint: disable=import-outside-toplevel
-
-        with open(os.path.join(RESULTS, "calibrate.json")) as handle:
-            payload = json.load(handle)
-        with open(os.path.join(RESULTS, "calibrate.md"), "w") as handle:
-            handle.write(markdown(payload))
+        payload = load_results("calibrate")
+        write_results("calibrate", payload, markdown(payload))
         return 0
     w1, w2 = (int(x) for x in args.words.split(","))
     info = machine()

@@ -9,7 +9,7 @@ Measures, in one run on one machine:
 - building the default artifact (time on all cores, size on disk), and the memory a loaded
   artifact costs a process beyond its memory-mapped files (RssAnon growth).
 
-Run: python benchmarks/bench_madlib.py [--tokens 2048]   (results -> benchmarks/results/madlib.*)
+Run: python -m benchmarks.bench_madlib [--tokens 2048]   (results -> benchmarks/results/madlib.*)
 """
 
 import argparse
@@ -22,14 +22,12 @@ import time
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.common import imdb_token_ids, machine, write_results  # noqa: E402
-from textdp.locate import open_artifact  # noqa: E402
-from textdp.store import build_artifact  # noqa: E402
-from textdp.embeddings import BUNDLED_GLOVE, EmbeddingSource  # noqa: E402
-from textdp.madlib import Madlib  # noqa: E402
-from textdp.nearest import DEFAULT_BATCH, DEFAULT_BLOCK_ROWS, AnnoyNearest, ExactNearest  # noqa: E402
+from benchmarks.harness import imdb_token_ids, machine, write_results
+from textdp.locate import open_artifact
+from textdp.store import build_artifact
+from textdp.embeddings import BUNDLED_GLOVE, EmbeddingSource
+from textdp.madlib import Madlib
+from textdp.nearest import DEFAULT_BATCH, DEFAULT_BLOCK_ROWS, AnnoyNearest, ExactNearest
 
 EPSILONS = (1, 5, 10, 20, 50)
 SEARCH_KS = (-1, 5_000, 50_000)

@@ -15,8 +15,8 @@ proportional set size (PSS, /proc/<pid>/smaps_rollup) before loading and after, 
 are alive. Shared pages (the memory-mapped vectors in the page cache) are split between the
 processes by PSS, private pages are not. Target: two processes < 1.3x the memory of one.
 
-    python benchmarks/bench_pipeline.py     # 2,000 reviews, one pair -> benchmarks/results/pipeline.json
-    python benchmarks/bench_pipeline.py --reviews 400 --repeats 2 --output /tmp/pipeline-400.json   # quicker check
+    python -m benchmarks.bench_pipeline     # 2,000 reviews, one pair -> benchmarks/results/pipeline.json
+    python -m benchmarks.bench_pipeline --reviews 400 --repeats 2 --output /tmp/pipeline-400.json   # quicker check
 """
 
 from __future__ import annotations
@@ -28,9 +28,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS
 
 # pylint: disable=wrong-import-position
 import argparse
-import csv
 import glob
-import gzip
 import json
 import subprocess
 import sys
@@ -40,12 +38,9 @@ import time
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from benchmarks.common import machine
+from benchmarks.harness import REPO, RESULTS as RESULTS_DIR, machine, read_imdb, write_results
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-IMDB = os.path.join(os.path.dirname(REPO), "shared", "data", "imdb_50k.csv.gz")
-RESULTS = os.path.join(HERE, "results", "pipeline.json")
+RESULTS = os.path.join(RESULTS_DIR, "pipeline.json")
 EPSILON = 10.0
 NOTES = [
     "Throughput: 'ratio' = bare seconds / pipeline seconds for the same in-vocabulary tokens (the pipeline's "
@@ -62,13 +57,7 @@ NOTES = [
 
 
 def read_reviews(count: int) -> list:
-    texts = []
-    with gzip.open(IMDB, "rt", encoding="utf-8", newline="") as handle:
-        for row in csv.DictReader(handle):
-            texts.append(" ".join(row["text"].split()))  # one review per line
-            if len(texts) >= count:
-                break
-    return texts
+    return [" ".join(row["text"].split()) for row in read_imdb(count)]  # one review per line
 
 
 # --- throughput ----------------------------------------------------------------------------------
@@ -167,7 +156,7 @@ def memory_worker(sync_dir: str, index: int, count: int, artifact: str) -> None:
 
 def memory_run(count: int, artifact: str) -> dict:
     with tempfile.TemporaryDirectory() as sync_dir:
-        # run as a module from the repository, so the worker imports benchmarks.common like the parent
+        # run as a module from the repository, so the worker imports benchmarks.harness like the parent
         procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.bench_pipeline", "--memory-worker", sync_dir,
                                    str(i), str(count), artifact], cwd=REPO)
                  for i in range(count)]
@@ -235,10 +224,8 @@ def main() -> int:
             results["throughput"] = throughput(args.reviews, args.repeats)
         results["memory"] = memory()
     results["machine_after"] = machine()
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as handle:
-        json.dump(results, handle, indent=2)
-        handle.write("\n")
+    name = os.path.splitext(os.path.basename(args.output))[0]
+    write_results(name, results, results_dir=os.path.dirname(os.path.abspath(args.output)))
     print(json.dumps({k: v for k, v in results.items() if k in ("throughput", "memory")}, indent=2)[:4000])
     return 0
 

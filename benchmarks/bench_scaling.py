@@ -38,7 +38,7 @@ import time
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from benchmarks.common import REPO, imdb_texts, machine, write_results
+from benchmarks.harness import REPO, imdb_texts, machine, write_results
 from textdp.locate import open_artifact, read_manifest
 from textdp.mechanisms import make_mechanism
 from textdp.progress import read_progress
@@ -194,6 +194,22 @@ def main(argv=None) -> int:
         print(f"  {mech} eps {eps:g}: {bare[f'{mech}-{eps:g}']}", flush=True)
     results["bare"] = bare
 
+    print("2b. how one process should use its cores for Madlib's exact search", flush=True)
+    privatizer = TextPrivatizer(make_mechanism("madlib", artifact, 10.0), artifact.words, artifact.word_to_id)
+    ids = token_ids(privatizer, texts[:200])[:20_000]
+    nearest = privatizer.mechanism.nearest
+    threading_rows = {}
+    nearest.threads = 1
+    with threadpool_limits(limits=cores):  # one search thread, a BLAS pool of all cores
+        privatizer.mechanism.privatize_ids(ids[:1024], np.random.default_rng(3))
+        started = time.perf_counter()
+        privatizer.mechanism.privatize_ids(ids, np.random.default_rng(3))
+        threading_rows[f"blas_pool_{cores}"] = round(len(ids) / (time.perf_counter() - started), 1)
+    for threads in sorted({1, cores}):
+        threading_rows[f"search_threads_{threads}"] = round(bare_rate(privatizer.mechanism, ids, threads), 1)
+    results["madlib_threading"] = threading_rows
+    print(f"  {threading_rows}", flush=True)
+
     print("3. the pipeline, one and two workers", flush=True)
     tem_input = write_input(os.path.join(workdir, "reviews-tem.txt"), texts[:args.reviews])
     madlib_input = write_input(os.path.join(workdir, "reviews-madlib.txt"), texts[:args.madlib_reviews])
@@ -262,6 +278,9 @@ def markdown(results: dict) -> str:
     all_cores = f"threads_{results['cores']}"
     for key, row in results["bare"].items():
         lines.append(f"| {key} | {row['threads_1']:,.0f} | {row[all_cores]:,.0f} |")
+    lines += ["", "## One process, all cores: Madlib's exact search (epsilon 10, tokens/s)", "",
+              "| way | tokens/s |", "|---|---|"]
+    lines += [f"| {way} | {rate:,.0f} |" for way, rate in results["madlib_threading"].items()]
     lines += ["", "## The pipeline (`textdp privatize`, local runner)", "",
               "| run | tokens | wall (s) | start-up (s) | steady tokens/s | whole-run tokens/s |", "|---|---|---|---|---|---|"]
     for r in results["pipeline"]:

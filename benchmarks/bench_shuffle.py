@@ -7,7 +7,7 @@
    reviews as JSONL with all their fields, without and with ``--shuffle --user-field movie_id
    --drop-fields id``, interleaved.
 
-    python benchmarks/bench_shuffle.py [--records 2000] [--repeats 5] [--privatize-reviews 200]
+    python -m benchmarks.bench_shuffle [--records 2000] [--repeats 5] [--privatize-reviews 200]
 
 Writes benchmarks/results/shuffle.json and shuffle.md (with the machine and its load average,
 since other work shares the machine).
@@ -22,24 +22,17 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS
 
 # pylint: disable=wrong-import-position
 import argparse
-import csv
-import gzip
 import json
 import statistics
-import sys
 import tempfile
 import time
 
 import apache_beam as beam
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # also as a script
-from benchmarks.common import machine  # noqa: E402
+from benchmarks.harness import machine, read_imdb, write_results
 from textdp.accounting import diameter_bounds
 from transforms.shuffle import ShuffleAmplifier
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-IMDB = os.path.join(os.path.dirname(REPO), "shared", "data", "imdb_50k.csv.gz")
-RESULTS = os.path.join(REPO, "benchmarks", "results")
 
 VARIANTS = {
     "baseline (no stage)": None,
@@ -47,16 +40,6 @@ VARIANTS = {
     "shuffle + --k-threshold 5 + --subsample 0.5": dict(user_field="movie_id", drop_fields=["id"],
                                                         k_threshold=5, subsample_rate=0.5),
 }
-
-
-def imdb_rows(limit: int) -> list:
-    rows = []
-    with gzip.open(IMDB, "rt", encoding="utf-8", newline="") as handle:
-        for row in csv.DictReader(handle):
-            rows.append(row)
-            if len(rows) >= limit:
-                break
-    return rows
 
 
 def run_once(rows: list, stage_kwargs, out_dir: str) -> tuple:
@@ -87,7 +70,7 @@ def privatize_benchmark(reviews: int, repeats: int) -> list:
     work = tempfile.mkdtemp(prefix="bench-shuffle-")
     corpus = os.path.join(work, "reviews.jsonl")
     with open(corpus, "w", encoding="utf-8") as handle:
-        for row in imdb_rows(reviews):
+        for row in read_imdb(reviews):
             handle.write(json.dumps(row) + "\n")
     walls = {name: [] for name in PRIVATIZE_VARIANTS}
     cpus = {name: [] for name in PRIVATIZE_VARIANTS}
@@ -116,7 +99,7 @@ def main(argv=None) -> int:
     parser.add_argument("--privatize-repeats", type=int, default=2, help="runs per privatize variant (default 2)")
     args = parser.parse_args(argv)
     info = dict(machine(), beam=beam.__version__)
-    rows = imdb_rows(args.records)
+    rows = read_imdb(args.records)
     walls = {name: [] for name in VARIANTS}
     cpus = {name: [] for name in VARIANTS}
     run_once(rows, None, tempfile.mkdtemp())  # warm-up: imports and first-pipeline costs
@@ -149,9 +132,6 @@ def main(argv=None) -> int:
               "runner": "FnApiRunner (one process)", "machine": info, "results": results,
               "diameter_bounds_400k": {"seconds": diameter_s, **bounds.to_dict()},
               "privatize_rows": privatize_rows}
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "shuffle.json"), "w", encoding="utf-8") as handle:
-        json.dump(report, handle, indent=2)
     lines = [
         "# Shuffle amplifier overhead",
         "",
@@ -187,8 +167,7 @@ def main(argv=None) -> int:
             lines.append(f"| {row['variant']} | {row['median_cpu_s']:.1f} | {row['median_wall_s']:.1f} | "
                          f"{100.0 * (row['median_cpu_s'] - base_cpu) / base_cpu:+.1f}% |")
     lines.append("")
-    with open(os.path.join(RESULTS, "shuffle.md"), "w", encoding="utf-8") as handle:
-        handle.write("\n".join(lines))
+    write_results("shuffle", report, "\n".join(lines))
     print("\n".join(lines))
     return 0
 

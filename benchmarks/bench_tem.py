@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from benchmarks.common import REPO, imdb_token_ids, machine, write_results
+from benchmarks.harness import REPO, imdb_token_ids, machine, write_results
 from textdp.locate import open_artifact
 from textdp.store import default_artifact_path
 from textdp.tem import TEM

@@ -18,7 +18,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import machine, write_results  # noqa: E402
+from benchmarks.harness import machine, write_results  # noqa: E402
 from textdp.locate import artifact_needs, read_manifest, verify_artifact  # noqa: E402
 from textdp.store import ensure_default_artifact, stamp_dir  # noqa: E402
 

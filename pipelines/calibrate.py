@@ -30,7 +30,7 @@ from apache_beam.utils import shared
 from pipelines.flags import (DEFAULT_WORDS, ArtifactOptions, CalibrateOptions, EpsilonGridOptions, MechanismOptions,
                              OutputOptions, SeedOptions, WorkerResourceOptions)
 from pipelines.jobs import Plan, run_job
-from textdp.calibration import MECHANISMS, stratified_word_sample
+from textdp.calibration import stratified_word_sample
 from textdp.errors import TextdpError
 from textdp.locate import artifact_needs, verify_artifact
 from transforms.calibration import (SUMMARY_FILE, TABLE_FILE, TABLE_PREFIX, CalibrateWords, CalibrationConfig,
@@ -47,8 +47,6 @@ def validate(options: PipelineOptions) -> dict:
     output = options.view_as(OutputOptions).output
     if not output:
         raise TextdpError("--output is required (a directory, local or gs://)")
-    if mech.mechanism not in MECHANISMS:
-        raise TextdpError(f"calibrate supports --mechanism {', '.join(MECHANISMS)}")
     mech.validate_mechanism()
     options.view_as(SeedOptions).validate_seed()
     options.view_as(EpsilonGridOptions).epsilon_grid()
@@ -127,8 +125,9 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
     epsilons = options.view_as(EpsilonGridOptions).epsilon_grid()
     elements, words_info = elements or _elements(options, int(manifest["vocab_size"]))
     config = CalibrationConfig(artifact=options.view_as(ArtifactOptions).artifact, mechanism=mech.mechanism,
-                               epsilons=epsilons, samples=opts.samples, nn=mech.nn, search_k=mech.search_k,
-                               beta=mech.beta, gamma=mech.gamma, prune=not opts.no_prune, seed=seed)
+                               epsilons=epsilons, samples=opts.samples,
+                               params=tuple(sorted(mech.mechanism_kwargs().items())), prune=not opts.no_prune,
+                               seed=seed)
     worker = options.view_as(WorkerResourceOptions).worker_config(progress_dir)
     run_info = {
         "words": words_info,

@@ -21,7 +21,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from textdp import accounting
 from textdp.calibration import DEFAULT_SAMPLES
-from textdp.mechanisms import MECHANISMS
+from textdp.mechanisms import ALL_MECHANISMS, mechanism_parameters
 from textdp.neighbours import METRICS
 from textdp.text_privatizer import OOV_POLICIES
 from transforms.amplifier import AmplifierConfig
@@ -65,46 +65,96 @@ class OutputOptions(PipelineOptions):
 
 
 class MechanismOptions(PipelineOptions):
+    """The mechanism and its parameters (each flag names the mechanisms it applies to)."""
+
     @classmethod
     def _add_argparse_args(cls, parser):
         parser.add_argument(
-            "--mechanism", dest="mechanism", choices=MECHANISMS, default="madlib",
-            help="privacy mechanism: madlib (multivariate Laplace noise on the embedding, nearest word; default) or "
-                 "tem (truncated exponential mechanism; needs the artifact's neighbour table, `textdp neighbours`)")
+            "--mechanism", dest="mechanism", choices=ALL_MECHANISMS, default="madlib",
+            help="privacy mechanism (docs/mechanisms.md): madlib (multivariate Laplace noise on the embedding, "
+                 "nearest word; default), tem (truncated exponential mechanism), mahalanobis (Madlib with noise "
+                 "shaped by the embedding's regularized covariance), vickrey (first or second nearest word by the "
+                 "Vickrey rule), truncated-gumbel (no guarantee claimed), santext, santext+ (exponential "
+                 "mechanism over the whole vocabulary; + only for sensitive words), custext (exponential "
+                 "mechanism over each word's output set of --custext-k words). tem, santext, santext+ and "
+                 "truncated-gumbel need the artifact's neighbour table (`textdp neighbours`)")
         parser.add_argument(
             "--nn", dest="nn", choices=("exact", "annoy"), default="exact",
-            help="Madlib nearest-word search: exact (brute force, default) or annoy (approximate, faster; same "
-                 "guarantee, lower utility at small epsilon)")
+            help="madlib, mahalanobis, vickrey: nearest-word search, exact (brute force, default) or annoy "
+                 "(approximate, faster; same guarantee, lower utility at small epsilon)")
         parser.add_argument(
             "--search-k", "--search_k", dest="search_k", type=int, default=-1,
             help="Annoy search_k for --nn annoy (-1: trees * n, Annoy's default)")
         parser.add_argument(
             "--gamma", dest="gamma", type=float, default=None,
-            help="TEM truncation radius gamma >= 0; default: from --beta (Thm. 4.2 of Carvalho et al.)")
+            help="tem: truncation radius gamma >= 0; default: from --beta (Thm. 4.2 of Carvalho et al.)")
         parser.add_argument(
             "--beta", dest="beta", type=float, default=0.001,
-            help="TEM: probability mass allowed outside the gamma-ball when gamma is derived, in (0, 1); default 0.001")
+            help="tem: probability mass allowed outside the gamma-ball when gamma is derived, in (0, 1); default 0.001")
+        parser.add_argument(
+            "--lambda", dest="lam", type=float, default=0.2,
+            help="mahalanobis, vickrey with --vickrey-noise mahalanobis: regularization lambda in [0, 1] of the "
+                 "covariance (0: Mahalanobis, 1: Madlib's spherical noise); default 0.2")
+        parser.add_argument(
+            "--vickrey-t", "--vickrey_t", dest="vickrey_t", type=float, default=0.5,
+            help="vickrey: threshold t in [0, 1] of the Vickrey rule; default 0.5")
+        parser.add_argument(
+            "--vickrey-noise", "--vickrey_noise", dest="vickrey_noise", choices=("madlib", "mahalanobis"),
+            default="madlib", help="vickrey: the noise added before the two nearest words are found; default madlib")
+        parser.add_argument(
+            "--gumbel-scale", "--gumbel_scale", dest="gumbel_scale", type=float, default=None,
+            help="truncated-gumbel: scale of the Gumbel noise (needed at ordinary epsilon: see docs/mechanisms.md)")
+        parser.add_argument(
+            "--gumbel-candidates", "--gumbel_candidates", dest="gumbel_candidates", type=float, default=None,
+            help="truncated-gumbel: mean number of candidates of the truncated set (default: the mechanism's)")
+        parser.add_argument(
+            "--gumbel-max-distance", "--gumbel_max_distance", dest="gumbel_max_distance", type=float, default=None,
+            help="truncated-gumbel: largest candidate distance (default: the mechanism's)")
+        parser.add_argument(
+            "--santext-p", "--santext_p", dest="santext_p", type=float, default=0.3,
+            help="santext+: probability that a non-sensitive word is replaced (else kept); default 0.3")
+        parser.add_argument(
+            "--sensitive-fraction", "--sensitive_fraction", dest="sensitive_fraction", type=float, default=0.9,
+            help="santext+: the share of the vocabulary treated as sensitive, the least frequent words; default 0.9")
+        parser.add_argument(
+            "--custext-k", "--custext_k", dest="custext_k", type=int, default=20,
+            help="custext: size K of each word's output set; default 20")
 
     def validate_mechanism(self) -> None:
         from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+        from textdp.locate import NEAREST_WORD_MECHANISMS  # pylint: disable=import-outside-toplevel
 
         if self.gamma is not None and not (math.isfinite(self.gamma) and self.gamma >= 0):
             raise TextdpError("--gamma must be a finite number >= 0")
         if not 0 < self.beta < 1:
             raise TextdpError("--beta must be in (0, 1)")
-        if self.mechanism != "madlib" and self.nn != "exact":
-            raise TextdpError("--nn applies to --mechanism madlib only")
+        if self.mechanism not in NEAREST_WORD_MECHANISMS and self.nn != "exact":
+            raise TextdpError(f"--nn applies to --mechanism {', '.join(NEAREST_WORD_MECHANISMS)} only")
         if self.mechanism != "tem" and self.gamma is not None:
             raise TextdpError("--gamma applies to --mechanism tem only")
-        if self.mechanism == "tem":
-            try:
-                import textdp.tem  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-            except ImportError as exc:
-                raise TextdpError(f"--mechanism tem is not available (textdp.tem cannot be imported: {exc})") from None
+        for name, value, low, high in (("--lambda", self.lam, 0.0, 1.0), ("--vickrey-t", self.vickrey_t, 0.0, 1.0),
+                                       ("--santext-p", self.santext_p, 0.0, 1.0),
+                                       ("--sensitive-fraction", self.sensitive_fraction, 0.0, 1.0)):
+            if not (math.isfinite(value) and low <= value <= high):
+                raise TextdpError(f"{name} must be in [{low:g}, {high:g}]")
+        if self.custext_k < 1:
+            raise TextdpError("--custext-k must be >= 1")
+        try:
+            from textdp.mechanisms import _SPECS  # pylint: disable=import-outside-toplevel
+            import importlib  # pylint: disable=import-outside-toplevel
+
+            importlib.import_module(_SPECS[self.mechanism][0])
+        except ImportError as exc:
+            raise TextdpError(f"--mechanism {self.mechanism} is not available ({exc})") from None
 
     def mechanism_kwargs(self) -> dict:
-        """Keyword arguments of ``textdp.mechanisms.make_mechanism`` for the chosen mechanism."""
-        return {"nn": self.nn, "search_k": self.search_k, "gamma": self.gamma, "beta": self.beta}
+        """Keyword arguments of ``textdp.mechanisms.make_mechanism`` for the chosen mechanism only."""
+        values = {"nn": self.nn, "search_k": self.search_k, "gamma": self.gamma, "beta": self.beta,
+                  "lam": self.lam, "t": self.vickrey_t, "noise": self.vickrey_noise, "scale": self.gumbel_scale,
+                  "mean_candidates": self.gumbel_candidates, "max_distance": self.gumbel_max_distance,
+                  "p": self.santext_p, "sensitive_fraction": self.sensitive_fraction, "k": self.custext_k}
+        accepted = mechanism_parameters(self.mechanism)
+        return {key: value for key, value in values.items() if key in accepted}
 
 
 class SeedOptions(PipelineOptions):

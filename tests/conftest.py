@@ -4,9 +4,6 @@ Everything here is real: artifacts are built from the bundled GloVe 6B 50d vecto
 come from the IMDb reviews. Nothing is mocked.
 """
 
-import csv
-import gzip
-import io
 import os
 
 import pytest
@@ -15,22 +12,7 @@ from textdp.locate import open_artifact
 from textdp.store import build_artifact, ensure_default_artifact
 from textdp.embeddings import BUNDLED_GLOVE, EmbeddingSource
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
-IMDB = os.path.join(SHARED_DATA, "imdb_50k.csv.gz")
-
-
-def read_imdb(limit=None, split=None):
-    """IMDb rows as dicts (split,id,label,rating,movie_id,text), in file order."""
-    rows = []
-    with gzip.open(IMDB, "rt", encoding="utf-8", newline="") as handle:
-        for row in csv.DictReader(handle):
-            if split and row["split"] != split:
-                continue
-            rows.append(row)
-            if limit and len(rows) >= limit:
-                break
-    return rows
+from benchmarks.harness import IMDB, REPO, SHARED_DATA, read_imdb  # noqa: F401  (one IMDb reader for tests and benchmarks)
 
 
 @pytest.fixture(scope="session")

@@ -417,3 +417,52 @@ def test_tem_exact_values_agree_with_sampling(tem_artifact, epsilon):
         slack = distinct_count_deviation(exact_p, 1000, CHECK_FAILURE_RATE, runs=RUNS)
         mean_distinct = np.mean([r["s_w"] for r in rows])
         assert abs(mean_distinct - rows[0]["s_w_exact"]) <= slack, f"seed={seed} word={word}"
+
+
+@pytest.fixture(scope="module")
+def euclidean_table_artifact(tmp_path_factory):
+    """The euclidean case of ``tem_artifact`` (SanText samples from a euclidean table only)."""
+    rng = np.random.default_rng(5)
+    points = np.concatenate([rng.normal(3.0, 0.3, (500, 2)), rng.uniform(-6, 6, (1000, 2))])
+    artifact = make_artifact(tmp_path_factory, "closed_form_euclidean", points)
+    return add_neighbour_table(artifact, 64, "euclidean")
+
+
+@pytest.mark.parametrize("name, params", [("santext", {}), ("santext+", {"p": 0.4}), ("custext", {"k": 20})])
+def test_closed_form_mechanisms_get_exact_values_that_agree_with_sampling(euclidean_table_artifact, name, params):
+    """SanText, SanText+ and CusText: N_w and S_w estimated through privatize_ids, and exact from their
+    closed forms (exact_distribution_of): the pooled count of 20 x 1,000 draws within the exact binomial
+    interval (1e-6) and the mean S_w within the Bernstein bound (1e-6)."""
+    from textdp.calibration import build_summary  # pylint: disable=import-outside-toplevel
+    from textdp.mechanisms import make_mechanism  # pylint: disable=import-outside-toplevel
+
+    tem_artifact = euclidean_table_artifact
+    seed, rng = fresh_rng()
+    mech = make_mechanism(name, tem_artifact, 3.0, **params)
+    calibrator = WordCalibrator(tem_artifact, name, {3.0: mech}, samples=1000)
+    rows_by_word = {}
+    for word in (7, 1200):
+        rows = [calibrator.calibrate(word, rng)[0] for _ in range(RUNS)]
+        rows_by_word[word] = rows[0]
+        exact = rows[0]["n_w_exact"]
+        assert exact is not None and rows[0]["s_w_exact"] is not None
+        same = sum(r["n_w_count"] for r in rows)
+        lo, hi = stats.binom.interval(1 - CHECK_FAILURE_RATE, RUNS * 1000, exact)
+        assert lo <= same <= hi, f"seed={seed} {name} word={word}: {same} not in [{lo}, {hi}]"
+    summary = build_summary(list(rows_by_word.values()), mechanism=name, epsilons=[3.0], samples=1000,
+                            artifact_info={}, nn_statement="", parameters=mech.parameters(), words_info={},
+                            randomness="test", max_nw=0.9, min_sw=1, coverage=0.5,
+                            privacy_statements={3.0: mech.privacy_statement()})
+    assert summary["recommendation"]["basis"] == f"exact {name} values (closed form)"
+
+
+def test_sampled_only_mechanisms_calibrate_through_privatize_ids(small_artifact):
+    """Mahalanobis (no closed form): estimates only, exact columns empty; Madlib-like at lambda 0."""
+    from textdp.mahalanobis import Mahalanobis  # pylint: disable=import-outside-toplevel
+
+    _, rng = fresh_rng()
+    mech = Mahalanobis(small_artifact, 10.0, lam=0.5)
+    rows = WordCalibrator(small_artifact, "mahalanobis", {10.0: mech}, samples=200).calibrate(5, rng)
+    assert rows[0]["n_w_exact"] is None and 0 <= rows[0]["n_w"] <= 1 and 1 <= rows[0]["s_w"] <= 200
+    with pytest.raises(ValueError, match="unknown mechanism"):
+        WordCalibrator(small_artifact, "laplace", {10.0: mech})

@@ -262,3 +262,17 @@ def test_blas_threads_default_from_the_runner_and_its_workers():
     assert threads("--runner=DataflowRunner", "--experiments=no_use_multiple_sdk_containers") == cores
     assert threads("--runner=FlinkRunner", "--sdk_worker_parallelism=4") == max(1, cores // 4)
     assert threads("--blas-threads=3", "--direct_num_workers=8") == 3
+
+
+def test_progress_lines_for_calibrate_and_neighbours(tmp_path, small_artifact_dir, capsys, monkeypatch):
+    """Progress for the other long jobs: words calibrated of the sample, vocabulary rows of the table."""
+    monkeypatch.setenv("TEXTDP_PROGRESS_INTERVAL", "0.3")
+    assert cli_main(["calibrate", f"--artifact={small_artifact_dir}", "--words=6", "--samples=50", "--epsilons=5",
+                     f"--output={tmp_path}/cal"] + RUNNER) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("textdp calibrate: ")]
+    assert lines and lines[-1].startswith("textdp calibrate: 6 / 6 words (100%), 300 draws")
+    copy = tmp_path / "artifact"
+    shutil.copytree(small_artifact_dir, copy)
+    assert cli_main(["neighbours", f"--artifact={copy}", "--k=5"] + RUNNER) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("textdp neighbours: ")]
+    assert lines and lines[-1].startswith("textdp neighbours: 5,000 / 5,000 rows (100%)")

@@ -18,6 +18,7 @@ from pipelines.flags import AmplifierOptions
 from pipelines.privatize import SHAPE_FIELD
 from textdp import accounting
 from textdp.tokenize import WORD_PATTERN
+from tests.test_neighbours import angular_artifact_dir, neighbour_artifact_dir  # noqa: F401  (fixtures)
 from transforms.shuffle import ShuffleAmplifier, count_words, replace_rare_words, word_types
 
 # the word definition of transforms/shuffle.py, restated so the expected outputs below are computed
@@ -207,20 +208,19 @@ def test_options_validation():
         ShuffleAmplifier(drop_fields=["text"])
 
 
-class _FakeTEM:  # only parameters() is read; the numbers are the real artifact's
-    def __init__(self, metric):
-        self.metric = metric
+def test_token_epsilon0_uses_the_mechanism_metric(neighbour_artifact_dir, angular_artifact_dir):  # noqa: F811
+    """epsilon_0 of a TEM token: epsilon * min(diameter, gamma), the diameter measured in the table's
+    metric (Euclidean; angular: chords between unit directions, at most 2)."""
+    from textdp.locate import open_artifact  # pylint: disable=import-outside-toplevel
+    from textdp.mechanisms import make_mechanism  # pylint: disable=import-outside-toplevel
 
-    def parameters(self):
-        return {"mechanism": "tem", "epsilon": 1.0, "gamma": 100.0, "metric": self.metric}
-
-
-def test_local_token_epsilon0_uses_the_mechanism_metric(small_artifact):
-    euclid, bounds = accounting.local_token_epsilon0(_FakeTEM("euclidean"), small_artifact.vectors)
-    assert euclid == pytest.approx(bounds.upper) and bounds.upper > 5.0
-    angular, bounds = accounting.local_token_epsilon0(_FakeTEM("angular"), small_artifact.vectors)
-    assert bounds.upper <= 2.0 and angular == pytest.approx(bounds.upper)
-    assert 1.0 < bounds.lower <= bounds.upper
+    for directory, metric in ((neighbour_artifact_dir, "euclidean"), (angular_artifact_dir, "angular")):
+        artifact = open_artifact(directory)
+        tem = make_mechanism("tem", artifact, 1.0, gamma=100.0)
+        eps0, bounds = accounting.mechanism_token_epsilon0(tem, artifact.vectors)
+        assert tem.parameters()["metric"] == metric and eps0 == pytest.approx(min(bounds.upper, 100.0))
+        assert 1.0 < bounds.lower <= bounds.upper and (bounds.upper <= 2.0 if metric == "angular" else bounds.upper > 5.0)
+        assert accounting.mechanism_token_epsilon0(tem, artifact.vectors, "keep")[0] == float("inf")
 
 
 def test_section_from_stats_alone():

@@ -182,6 +182,21 @@ def test_harness_runs_the_real_pipeline_and_reports_what_it_measured(tmp_path, n
     assert not run.calibration_matches(tem_calibration, [0.5], 41)
 
 
+def test_any_mechanism_can_join_the_grid_with_its_flags():
+    """Issue 15: the utility benchmark takes every mechanism (--grid) with its own flags."""
+    import argparse  # pylint: disable=import-outside-toplevel
+
+    from benchmarks.utility.run import parse_grid, parse_mechanism_flags, pipeline_command  # pylint: disable=import-outside-toplevel
+
+    assert parse_grid("mahalanobis:5,10; santext:1;") == [("mahalanobis", 5.0), ("mahalanobis", 10.0), ("santext", 1.0)]
+    flags = "vickrey:--vickrey-t=0.5 --lambda=0.2;custext:--custext-k=20"
+    assert parse_mechanism_flags(flags) == {"vickrey": ["--vickrey-t=0.5", "--lambda=0.2"], "custext": ["--custext-k=20"]}
+    args = argparse.Namespace(artifact=None, nn="exact", workers=1, mechanism_flags=flags)
+    cmd = pipeline_command(args, "in.jsonl", "out/r", "vickrey", 5.0, 3)
+    assert cmd[cmd.index("--mechanism") + 1] == "vickrey" and cmd[-2:] == ["--vickrey-t=0.5", "--lambda=0.2"]
+    assert "--nn" in cmd and "--nn" not in pipeline_command(args, "in.jsonl", "out/r", "custext", 5.0, 3)
+
+
 def test_report_puts_attack_success_next_to_accuracy(tmp_path):
     """With the audit benchmark's results, the utility report joins them by (mechanism, epsilon)."""
     from benchmarks.utility import report

@@ -123,6 +123,39 @@ def token_epsilon0(mechanism: str, epsilon: float, diameter_upper: float,
     raise ValueError(f"no epsilon_0 rule for mechanism {mechanism!r}")
 
 
+def mechanism_token_epsilon0(mechanism, vectors: np.ndarray, oov_policy: str = "random"):
+    """epsilon_0 of one token for any mechanism object of textdp.mechanisms, and the diameter used.
+
+    The diameter is measured in the metric of the mechanism's own guarantee:
+    ``diameter_bounds(mechanism.metric_points(vectors)).upper`` (Euclidean for Madlib, the table's
+    metric for TEM, d_RM for Mahalanobis, ...), then ``mechanism.token_epsilon0(diameter)``. The OOV
+    policy applies as in :func:`token_epsilon0`: ``keep`` releases the word itself, so inf.
+    Returns (epsilon_0, DiameterBounds).
+    """
+    bounds = diameter_bounds(_MetricRows(mechanism, vectors))
+    if mechanism.parameters().get("metric") == "angular" and bounds.upper > 2.0:  # unit directions: at most 2 apart
+        bounds = dataclasses.replace(bounds, upper=2.0, method=bounds.method + "; 2 for unit directions")
+    if oov_policy == "keep":
+        return math.inf, bounds
+    return float(mechanism.token_epsilon0(bounds.upper)), bounds
+
+
+class _MetricRows:
+    """Row blocks of ``mechanism.metric_points(vectors)`` without materialising the whole mapped matrix."""
+
+    def __init__(self, mechanism, vectors):
+        self.mechanism, self.vectors = mechanism, vectors
+        self.shape = vectors.shape
+
+    def __len__(self):
+        return len(self.vectors)
+
+    def __getitem__(self, item):
+        if isinstance(item, (int, np.integer)):  # one row: map it as a 1-row block
+            return self.mechanism.metric_points(np.asarray(self.vectors[item:item + 1]))[0]
+        return self.mechanism.metric_points(np.asarray(self.vectors[item]))
+
+
 def record_epsilon0(token_eps0: float, tokens: int) -> float:
     """Basic composition: a record (or an author's records) of ``tokens`` words is tokens*eps0-LDP."""
     if tokens < 0:
@@ -343,27 +376,6 @@ SHUFFLE_ORDER_STATEMENT = (
 UNSHUFFLED_ORDER_STATEMENT = (
     "no shuffle ran: records are output in the runner's order, which may follow the input order (on the local "
     "runner it usually does), so a record's output position can link it to its input position")
-
-
-def local_token_epsilon0(mechanism, vectors: np.ndarray, oov_policy: str = "random") -> tuple:
-    """(token epsilon_0, diameter bounds) of a mechanism over a vocabulary's vectors.
-
-    ``mechanism`` is any object with ``parameters()`` (Madlib, TEM). Three passes over the vectors
-    (about a second for 400k x 50). The diameter is taken in the mechanism's metric: Madlib's is
-    Euclidean; TEM's may be ``angular`` (Euclidean between unit directions, so at most 2).
-    """
-    params = mechanism.parameters()
-    metric = params.get("metric", "euclidean")
-    if metric != "euclidean":
-        from textdp.neighbours import metric_points  # pylint: disable=import-outside-toplevel
-
-        vectors = metric_points(vectors, metric)
-    bounds = diameter_bounds(vectors)
-    if metric == "angular" and bounds.upper > 2.0:  # unit vectors: no two are farther apart than 2
-        bounds = dataclasses.replace(bounds, upper=2.0, method=bounds.method + "; 2 for unit directions")
-    eps0 = token_epsilon0(params["mechanism"], params["epsilon"], bounds.upper,
-                          gamma=params.get("gamma"), oov_policy=oov_policy)
-    return eps0, bounds
 
 
 def amplifier_stats(records_in: int, records_out: int, shapes, fields, rare_types: int, suppressed: int,

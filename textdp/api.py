@@ -32,7 +32,7 @@ from threadpoolctl import threadpool_limits
 from textdp.compact_vocab import SharedVocabularyArtifact
 from textdp.errors import TextdpError
 from textdp.locate import artifact_needs, resolve_artifact, verify_artifact
-from textdp.mechanisms import MECHANISMS, make_mechanism
+from textdp.mechanisms import ALL_MECHANISMS, make_mechanism
 from textdp.records import EMPTY, check_record
 from textdp.summary import privacy_section
 from textdp.text_privatizer import OOV_POLICIES, TextPrivatizer
@@ -45,28 +45,28 @@ class Privatizer:
     """A loaded mechanism over a vocabulary artifact, ready to privatize lists of strings.
 
     Keyword arguments mirror ``textdp privatize``'s flags: ``epsilon`` (required, finite, in
-    (0, 1e6]), ``mechanism`` (madlib, tem), ``artifact`` (a directory or gs:// URL; None: the bundled
-    GloVe 6B 50d artifact, built once into the cache), ``oov_policy`` (random, unk, keep),
-    ``unk_token``, ``nn`` (exact, annoy), ``search_k``, ``gamma``, ``beta``, ``max_text_bytes``;
-    ``threads``: threads of Madlib's exact search (default: this machine's cores).
+    (0, 1e6]), ``mechanism`` (any of ``textdp.mechanisms.ALL_MECHANISMS``), ``artifact`` (a directory
+    or gs:// URL; None: the bundled GloVe 6B 50d artifact, built once into the cache), ``oov_policy``
+    (random, unk, keep), ``unk_token``, ``max_text_bytes``; ``threads``: threads of the exact
+    nearest-word search (default: this machine's cores); any other keyword is a parameter of the
+    mechanism (``nn``, ``search_k``, ``gamma``, ``beta``, ``lam``, ``t``, ``k``, ...: see
+    ``textdp.mechanisms.make_mechanism``).
     The artifact is checked (manifest, sizes, checksums) before anything is loaded.
     """
 
     def __init__(self, epsilon: float, mechanism: str = "madlib", artifact: Optional[str] = None,
-                 oov_policy: str = "random", unk_token: str = "<unk>", nn: str = "exact", search_k: int = -1,
-                 gamma: Optional[float] = None, beta: float = 0.001, max_text_bytes: Optional[int] = None,
-                 threads: Optional[int] = None):
+                 oov_policy: str = "random", unk_token: str = "<unk>", max_text_bytes: Optional[int] = None,
+                 threads: Optional[int] = None, **mechanism_params):
         if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (
                 math.isfinite(epsilon) and 0 < epsilon <= MAX_EPSILON):
             raise TextdpError(f"epsilon must be a finite number in (0, {MAX_EPSILON:g}]")
-        if mechanism not in MECHANISMS:
-            raise TextdpError(f"mechanism must be one of {', '.join(MECHANISMS)}")
+        if mechanism not in ALL_MECHANISMS:
+            raise TextdpError(f"mechanism must be one of {', '.join(ALL_MECHANISMS)}")
         if oov_policy not in OOV_POLICIES:
             raise TextdpError(f"oov_policy must be one of {', '.join(OOV_POLICIES)}")
-        verify_artifact(artifact, needs=artifact_needs(mechanism, nn))
+        verify_artifact(artifact, needs=artifact_needs(mechanism, mechanism_params.get("nn", "exact")))
         self.artifact = SharedVocabularyArtifact(resolve_artifact(artifact))
-        self.mechanism = make_mechanism(mechanism, self.artifact, float(epsilon), nn=nn, search_k=search_k,
-                                        gamma=gamma, beta=beta)
+        self.mechanism = make_mechanism(mechanism, self.artifact, float(epsilon), **mechanism_params)
         self.oov_policy = oov_policy
         self.unk_token = unk_token
         self.max_text_bytes = max_text_bytes

@@ -11,8 +11,10 @@ distribution of M(w):
     paper estimates it by the number of distinct words among ``samples`` draws, so S_w is always
     read together with the number of draws (at most ``samples``).
 
-For TEM the output distribution is known in closed form, so the exact values are reported next to
-the estimates: ``n_w_exact = P(w)`` and ``s_w_exact = E[distinct words in samples draws] =
+For TEM, SanText, SanText+ and CusText the output distribution is known in closed form, so the exact
+values are reported next to the estimates (:func:`exact_distribution_of`); every other mechanism
+(Madlib, Mahalanobis, Vickrey, truncated-gumbel) is estimated by sampling through its own
+``privatize_ids`` only: ``n_w_exact = P(w)`` and ``s_w_exact = E[distinct words in samples draws] =
 sum_i 1 - (1 - p_i)^samples``, the expectation of the very estimator used for S_w (so the two are
 directly comparable, and the exact one has no sampling error).
 
@@ -37,7 +39,8 @@ K_VALUES = (1, 5, 10, 20, 50, 100, 200, 500, 1000)  # Fig. 1 of the paper
 DISTANCE_PERCENTILES = (5, 20, 50, 80, 95)  # Fig. 1 of the paper
 SUMMARY_PERCENTILES = (1, 5, 25, 50, 75, 95, 99)
 DEFAULT_SAMPLES = 1000  # draws per word and epsilon, as in the paper
-MECHANISMS = ("madlib", "tem")
+MECHANISMS = ("madlib", "tem")  # offered by the calibrate pipeline today
+CALIBRATABLE = ("madlib", "tem", "mahalanobis", "vickrey", "truncated-gumbel", "santext", "santext+", "custext")
 
 
 # --- which words ------------------------------------------------------------------------------
@@ -153,6 +156,40 @@ def tem_exact_statistics(row: np.ndarray, word_id: int, epsilon: float, gamma: f
     return float(probabilities[word_id]), expected_distinct(probabilities, samples)
 
 
+def exact_distribution_of(mech, row: np.ndarray, word_id: int) -> Optional[np.ndarray]:
+    """The exact output distribution of ``mech`` for input ``word_id`` over the vocabulary, or None.
+
+    ``row`` holds d(w, .) in the mechanism's metric (from :func:`distance_row`, itself exactly 0).
+    TEM: its closed form. SanText: P(y) ~ exp(-epsilon d(w, y) / 2) over the vocabulary; SanText+:
+    the same restricted to the sensitive words, mixed with "unchanged" for a non-sensitive input
+    (probability 1 - p); CusText: the input's output-set weights. None for the mechanisms without a
+    closed form (their statistics are estimated by sampling).
+    """
+    name = getattr(mech, "name", None)
+    if name == "tem":
+        from textdp.tem import output_distribution  # pylint: disable=import-outside-toplevel
+
+        return output_distribution(row, mech.epsilon, mech.gamma, self_id=word_id)
+    if name in ("santext", "santext+"):
+        log_w = -0.5 * mech.epsilon * np.asarray(row, dtype=np.float64)
+        if name == "santext+":
+            log_w = np.where(mech.sensitive, log_w, -np.inf)
+        log_w = log_w - log_w.max()
+        probs = np.exp(log_w)
+        probs /= probs.sum()
+        if name == "santext+" and not mech.sensitive[word_id]:
+            probs *= mech.p
+            probs[word_id] += 1.0 - mech.p
+        return probs
+    if name == "custext":
+        probs = np.zeros(len(row))
+        members = mech.set_ids[word_id]
+        weights = mech.probabilities(np.array([word_id]))[0]
+        probs[members[members >= 0]] = weights[members >= 0]
+        return probs
+    return None
+
+
 # --- exact nearest-word search with candidate pruning ------------------------------------------
 
 
@@ -252,8 +289,10 @@ class CandidatePrunedSearch:
 class WordCalibrator:
     """Statistics for one word at every epsilon: the unit of work the Beam job shards.
 
-    ``mechanisms`` maps epsilon to a mechanism object (``Madlib`` or ``TEM``), built once per
-    worker. For Madlib the draws use the mechanism's own noise (``noisy_vectors``) and its own
+    ``mechanisms`` maps epsilon to a mechanism object of textdp.mechanisms (any of ``CALIBRATABLE``),
+    built once per worker. Mechanisms other than Madlib are sampled through their own
+    ``privatize_ids``; the exact N_w and S_w are added where a closed form exists
+    (:func:`exact_distribution_of`). For Madlib the draws use the mechanism's own noise (``noisy_vectors``) and its own
     nearest-neighbour method; with ``nn='exact'`` and ``prune=True`` the exact search is
     restricted to the words that can win (:class:`CandidatePrunedSearch`, same answers).
     Sampling all ``samples`` draws for a word and epsilon is one vectorised call.
@@ -261,8 +300,8 @@ class WordCalibrator:
 
     def __init__(self, artifact, mechanism: str, mechanisms: Dict[float, object], samples: int = DEFAULT_SAMPLES,
                  prune: bool = True, ks: Sequence[int] = K_VALUES):
-        if mechanism not in MECHANISMS:
-            raise ValueError(f"unknown mechanism {mechanism!r} (expected one of {', '.join(MECHANISMS)})")
+        if mechanism not in CALIBRATABLE:
+            raise ValueError(f"unknown mechanism {mechanism!r} (expected one of {', '.join(CALIBRATABLE)})")
         if samples < 1:
             raise ValueError("samples must be >= 1")
         self.artifact = artifact
@@ -320,6 +359,10 @@ class WordCalibrator:
                 gamma = float(mech.gamma)
                 exact_nw, exact_sw = tem_exact_statistics(row, word_id, epsilon, gamma, self.samples)
                 record.update(n_w_exact=exact_nw, s_w_exact=exact_sw, tem_gamma=gamma)
+            else:
+                probs = exact_distribution_of(mech, row, word_id)
+                if probs is not None:
+                    record.update(n_w_exact=float(probs[word_id]), s_w_exact=expected_distinct(probs, self.samples))
             record.update(knn_columns)
             rows.append(record)
         return rows
@@ -384,7 +427,7 @@ def knn_distance_percentiles(rows: Sequence[dict], ks: Sequence[int] = K_VALUES,
 
 
 def recommend(rows: Sequence[dict], max_nw: Optional[float] = 0.5, min_sw: Optional[float] = 50,
-              coverage: float = 0.99, use_exact: bool = False) -> dict:
+              coverage: float = 0.99, use_exact: bool = False, exact_label: str = "exact TEM values") -> dict:
     """The largest epsilon whose worst-case targets hold for at least ``coverage`` of the words.
 
     A word meets the targets at epsilon when N_w <= max_nw and S_w >= min_sw (a target set to
@@ -425,7 +468,7 @@ def recommend(rows: Sequence[dict], max_nw: Optional[float] = 0.5, min_sw: Optio
     if min_sw is not None:
         targets.append(f"S_w >= {min_sw:g}")
     target_text = " and ".join(targets) + f" for at least {coverage:.4g} of the words"
-    basis = "exact TEM values" if use_exact else "estimates from sampling"
+    basis = exact_label if use_exact else "estimates from sampling"
     if recommended is None:
         message = (f"No tested epsilon meets {target_text} (judged on {basis}): test other epsilons "
                    "(usually smaller ones) or relax the targets.")
@@ -450,6 +493,8 @@ DEFINITIONS = {
     "S_w": "the number of distinct words among the draws of M(w), the paper's estimate of the effective "
            "support of M(w) (large is private); never more than the number of draws.",
     "n_w_exact (TEM)": "P(w) from TEM's closed form P(i) ~ exp(-epsilon * min(d(w,i), gamma) / 2).",
+    "n_w_exact (SanText, SanText+, CusText)": "P(w) from the mechanism's closed form (textdp.calibration."
+                                              "exact_distribution_of).",
     "s_w_exact (TEM)": "the expected number of distinct words in the same number of draws, "
                        "sum_i 1 - (1 - P(i))^samples: the exact expectation of the S_w estimate.",
     "coverage": "the share of sampled words for which both targets must hold; the sampled words stand for "
@@ -464,8 +509,10 @@ def build_summary(rows: Sequence[dict], *, mechanism: str, epsilons: Sequence[fl
                   max_nw: Optional[float], min_sw: Optional[float], coverage: float,
                   privacy_statements: Dict[float, dict], created_utc: str = "") -> dict:
     """summary.json: per epsilon the distribution of N_w and S_w, Fig. 1 percentiles, the recommendation."""
-    use_exact = mechanism == "tem" and all(r.get("n_w_exact") is not None for r in rows)
-    recommendation = recommend(rows, max_nw=max_nw, min_sw=min_sw, coverage=coverage, use_exact=use_exact)
+    use_exact = bool(rows) and all(r.get("n_w_exact") is not None for r in rows)
+    label = "exact TEM values" if mechanism == "tem" else f"exact {mechanism} values (closed form)"
+    recommendation = recommend(rows, max_nw=max_nw, min_sw=min_sw, coverage=coverage, use_exact=use_exact,
+                               exact_label=label)
     chosen = recommendation["recommended_epsilon"]
     return {
         "job": "calibrate",

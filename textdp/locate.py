@@ -72,13 +72,24 @@ def _local_directory(location: Optional[str], progress: Optional[Progress]) -> s
 # --- the pre-run check --------------------------------------------------------------------------
 
 
+NEEDS_NEIGHBOUR_TABLE = ("tem", "santext", "santext+", "truncated-gumbel")  # they sample from the K-nearest table
+NEAREST_WORD_MECHANISMS = ("madlib", "mahalanobis", "vickrey")  # --nn chooses their search
+
+
 def artifact_needs(mechanism: str = "madlib", nn: str = "exact") -> tuple:
-    """The parts of the artifact a privatize or calibrate run with this mechanism reads."""
-    if mechanism == "tem":
+    """The parts of the artifact a privatize or calibrate run with this mechanism reads.
+
+    CusText uses the neighbour table when there is one (it builds its output sets faster with it)
+    and builds them from the vectors otherwise, so it needs only the vocabulary and vectors."""
+    from textdp.mechanisms import ALL_MECHANISMS  # pylint: disable=import-outside-toplevel
+
+    if mechanism not in ALL_MECHANISMS:
+        raise ValueError(f"unknown mechanism {mechanism!r}")
+    if mechanism in NEEDS_NEIGHBOUR_TABLE:
         return ALWAYS_NEEDED + ("neighbours",)
-    if mechanism == "madlib":
-        return ALWAYS_NEEDED + (("annoy",) if nn == "annoy" else ())
-    raise ValueError(f"unknown mechanism {mechanism!r}")
+    if mechanism in NEAREST_WORD_MECHANISMS and nn == "annoy":
+        return ALWAYS_NEEDED + ("annoy",)
+    return ALWAYS_NEEDED
 
 
 def verify_artifact(location: Optional[str], needs: Iterable[str] = ALWAYS_NEEDED,

@@ -30,6 +30,14 @@ def sample_noise(count: int, dim: int, epsilon: float, rng: np.random.Generator)
     return direction / norms * magnitude
 
 
+def check_diameter(diameter_upper: float) -> float:
+    """A diameter bound must be a number >= 0 (inf is allowed and gives epsilon_0 = inf)."""
+    value = float(diameter_upper)
+    if not value >= 0:
+        raise ValueError("diameter_upper must be >= 0")
+    return value
+
+
 class Madlib:
     """Madlib over a vocabulary artifact: ``privatize_ids(ids, rng) -> released ids``."""
 
@@ -59,6 +67,18 @@ class Madlib:
             chunk = ids[start:start + self.batch]
             out[start:start + len(chunk)] = self.nearest.query(self.noisy_vectors(chunk, rng))
         return out
+
+    # the guarantee's metric ------------------------------------------------------------------------
+    def metric_points(self, vectors: np.ndarray) -> np.ndarray:
+        """Points whose Euclidean distances are the guarantee's metric: the embedding itself (row-wise)."""
+        return np.asarray(vectors, dtype=np.float64)
+
+    def token_epsilon0(self, diameter_upper: float) -> float:
+        """Pure local-DP epsilon_0 of one released token over the vocabulary: epsilon * diam, with
+        ``diameter_upper`` an upper bound on the Euclidean diameter of the embedding (of
+        ``metric_points(vectors)``): any two words are at most diam apart, so the metric bound
+        exp(epsilon d(w, w')) is at most exp(epsilon diam)."""
+        return self.epsilon * check_diameter(diameter_upper)
 
     def parameters(self) -> dict:
         params = {"mechanism": self.name, "epsilon": self.epsilon, "nn": self.nn}

@@ -1,35 +1,109 @@
-"""Mechanism factory: the one place that turns ``--mechanism`` and its parameters into an object.
+"""Mechanism factory: the one place that turns a mechanism name and its parameters into an object.
 
-Every mechanism offers the same interface (``name``, ``privatize_ids(ids, rng)``,
-``parameters()``, ``privacy_statement()``), so the pipeline never needs to know which one runs.
+The contract every mechanism keeps (Madlib, TEM, Mahalanobis, Vickrey, TruncatedGumbel, SanText,
+SanText+, CusText), so that the pipeline never needs to know which one runs:
+
+``name``
+    the mechanism's name as the factory knows it (``"santext+"`` for SanText with ``plus=True``).
+``privatize_ids(ids, rng) -> ids``
+    one released vocabulary id per input id, independent draws, vectorised over the batch (never a
+    Python loop per token, apart from Annoy's one-query-at-a-time C++ calls). ``rng`` is a
+    ``numpy.random.Generator`` made by the caller (from OS entropy in a worker's ``setup()``).
+``parameters() -> dict``
+    the parameters that define the distribution, JSON-ready, with ``"mechanism": name``.
+``privacy_statement() -> dict``
+    what holds for a released token and a record, derived from the parameters: at least
+    ``notion``, ``per_token`` and ``per_record``; mechanisms that protect only some words or pairs
+    (SanText+, CusText) also say exactly which (``covered``, ``not_covered``), and a mechanism
+    whose guarantee textdp cannot check (truncated-gumbel) says that none is claimed.
+``metric_points(vectors) -> points``
+    maps embedding rows (any block of them: it works row by row) to the points whose EUCLIDEAN
+    distances are the metric of the mechanism's guarantee: the vectors themselves (Madlib,
+    Vickrey over Madlib noise, SanText, truncated-gumbel), the table's metric points (TEM: the
+    directions for an angular table), S^{-1/2} phi for Mahalanobis (and Vickrey over Mahalanobis
+    noise). The diameter a caller passes to ``token_epsilon0`` must be measured on these points:
+    ``diameter_bounds(mechanism.metric_points(artifact.vectors)).upper`` (textdp.accounting
+    ``mechanism_token_epsilon0`` does exactly that).
+``token_epsilon0(diameter_upper) -> float``
+    the pure local-DP epsilon_0 of one released token over the finite vocabulary, given an upper
+    bound on the vocabulary's diameter in that metric: Madlib epsilon*diam, TEM
+    epsilon*min(diam, gamma), Mahalanobis and Vickrey epsilon*diam_metric, SanText epsilon*diam,
+    SanText+ inf when p < 1 (a kept non-sensitive word reveals itself), CusText epsilon with a
+    single output set and inf otherwise (groups have disjoint outputs), truncated-gumbel inf (no
+    guarantee claimed). inf means "no finite bound is claimed", never "unknown but fine".
+
+``MECHANISMS`` lists the names the pipelines offer today; ``ALL_MECHANISMS`` every name the
+factory builds (the pipelines' flags for the new ones are wired separately).
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import importlib
 
 from textdp.errors import TextdpError
 
-MECHANISMS = ("madlib", "tem")
+MECHANISMS = ("madlib", "tem")  # offered by the pipelines' --mechanism today
+ALL_MECHANISMS = ("madlib", "tem", "mahalanobis", "vickrey", "truncated-gumbel", "santext", "santext+", "custext")
+
+# name -> (module, class, {keyword: default}, fixed keywords)
+_SPECS = {
+    "madlib": ("textdp.madlib", "Madlib", {"nn": "exact", "search_k": -1}, {}),
+    "tem": ("textdp.tem", "TEM", {"gamma": None, "beta": 0.001}, {}),
+    "mahalanobis": ("textdp.mahalanobis", "Mahalanobis", {"lam": 0.2, "nn": "exact", "search_k": -1}, {}),
+    "vickrey": ("textdp.vickrey", "Vickrey", {"t": 0.5, "noise": "madlib", "lam": 0.2, "nn": "exact", "search_k": -1}, {}),
+    "truncated-gumbel": ("textdp.truncated_gumbel", "TruncatedGumbel",
+                         {"scale": None, "mean_candidates": None, "max_distance": None}, {}),
+    "santext": ("textdp.santext", "SanText", {"plus": False, "sensitive_fraction": 0.9, "p": 0.3, "sensitive_ids": None}, {}),
+    "santext+": ("textdp.santext", "SanText", {"sensitive_fraction": 0.9, "p": 0.3, "sensitive_ids": None}, {"plus": True}),
+    "custext": ("textdp.custext", "CusText", {"k": 20, "metric": "euclidean"}, {}),
+}
+_ALIASES = {"lambda": "lam"}
 
 
-def make_mechanism(name: str, artifact, epsilon: float, nn: str = "exact", search_k: int = -1,
-                   gamma: Optional[float] = None, beta: float = 0.001):
-    """Build the mechanism ``name`` over a loaded artifact.
+def mechanism_parameters(name: str) -> dict:
+    """The keyword parameters (and their defaults) that mechanism ``name`` takes."""
+    if name not in _SPECS:
+        raise TextdpError(f"unknown mechanism {name!r}; expected one of {', '.join(ALL_MECHANISMS)}")
+    return dict(_SPECS[name][2])
 
-    ``nn``/``search_k`` apply to Madlib (nearest-word search); ``gamma``/``beta`` to TEM (gamma
-    None means TEM's default from beta, Thm. 4.2 of Carvalho et al.).
+
+def make_mechanism(name: str, artifact, epsilon: float, **params):
+    """Build the mechanism ``name`` over a loaded artifact with its own keyword parameters.
+
+    Madlib: ``nn``, ``search_k``. TEM: ``gamma`` (None: Thm. 4.2 from ``beta``), ``beta``.
+    Mahalanobis: ``lam`` (or ``lambda``), ``nn``, ``search_k``. Vickrey: ``t``, ``noise``
+    (``madlib``/``mahalanobis``), ``lam``, ``nn``, ``search_k``. truncated-gumbel: ``scale``,
+    ``mean_candidates``, ``max_distance``. SanText: ``plus``, ``sensitive_fraction``, ``p``,
+    ``sensitive_ids`` (``santext+`` is SanText with ``plus=True``). CusText: ``k``, ``metric``.
+
+    A keyword of another mechanism is accepted only at its default value (callers that pass one set
+    of flags to every mechanism keep working); any other value, or an unknown keyword, is an error.
     """
-    if name == "madlib":
-        from textdp.madlib import Madlib  # pylint: disable=import-outside-toplevel
-
-        return Madlib(artifact, epsilon, nn=nn, search_k=search_k)
-    if name == "tem":
-        try:
-            from textdp.tem import TEM  # pylint: disable=import-outside-toplevel
-        except ImportError as exc:
-            raise TextdpError(
-                f"--mechanism tem is not available in this installation (textdp.tem cannot be imported: {exc})"
-            ) from None
-        return TEM(artifact, epsilon, gamma=gamma, beta=beta)
-    raise TextdpError(f"unknown mechanism {name!r}; expected one of {', '.join(MECHANISMS)}")
+    if name not in _SPECS:
+        raise TextdpError(f"unknown mechanism {name!r}; expected one of {', '.join(ALL_MECHANISMS)}")
+    module_name, class_name, accepted, fixed = _SPECS[name]
+    known_elsewhere = {}
+    for spec in _SPECS.values():
+        for key, default in spec[2].items():
+            known_elsewhere.setdefault(key, default)
+    kwargs = {}
+    for key, value in params.items():
+        key = _ALIASES.get(key, key)
+        if key in fixed:
+            if value != fixed[key]:
+                raise TextdpError(f"mechanism {name!r} always has {key}={fixed[key]!r}")
+            continue
+        if key in accepted:
+            kwargs[key] = value
+        elif key in known_elsewhere:
+            if value is not None and value != known_elsewhere[key]:
+                raise TextdpError(f"parameter {key!r} does not apply to mechanism {name!r} (its parameters: "
+                                  f"{', '.join(accepted) or 'none'})")
+        else:
+            raise TextdpError(f"unknown parameter {key!r} for mechanism {name!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TextdpError(f"--mechanism {name} is not available in this installation ({module_name} cannot be "
+                          f"imported: {exc})") from None
+    return getattr(module, class_name)(artifact, epsilon, **fixed, **kwargs)

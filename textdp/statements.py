@@ -23,9 +23,10 @@ def oov_statement(policy: str, unk_token: str, unknown_tokens: Optional[int] = N
                 "vocabulary word drawn uniformly at random, independently of the input word. That output has "
                 "the same distribution whichever unknown word stood there, so it reveals nothing about which "
                 "unknown word it was; compared with any vocabulary word at that position, output probabilities "
-                "differ by at most the factor exp(epsilon_0), where epsilon_0 is the per-word pure local-DP "
-                "bound of the amplification accounting (epsilon x the vocabulary diameter; capped at gamma for "
-                "TEM) that every vocabulary word has too. The layout of a record, including how an unknown compound was split, is released "
+                "differ by at most the factor exp(epsilon_0), where epsilon_0 is the mechanism's per-word pure "
+                "local-DP bound over the vocabulary that every vocabulary word has too (the amplification "
+                "accounting's epsilon_0: epsilon x the vocabulary diameter for Madlib, capped at gamma for TEM; "
+                "a mechanism without such a bound gives no such factor). The layout of a record, including how an unknown compound was split, is released "
                 "as described under 'structure'.")
     if policy == "unk":
         return (f"Words not in the vocabulary{count} were replaced by the marker {unk_token!r}, which does not "

@@ -362,6 +362,20 @@ class TEM:
             active = np.sort(np.concatenate([retry, waiting]))
         return out, spent
 
+    # the guarantee's metric ------------------------------------------------------------------------
+    def metric_points(self, vectors: np.ndarray) -> np.ndarray:
+        """Points whose Euclidean distances are the guarantee's metric (the table's metric): the vectors,
+        or their directions for ``angular`` (row-wise, float64)."""
+        return self._metric_points(vectors, self.metric, dtype=np.float64)
+
+    def token_epsilon0(self, diameter_upper: float) -> float:
+        """Pure local-DP epsilon_0 of one token: epsilon * min(diam, gamma), ``diameter_upper`` in the
+        table's metric (of ``metric_points(vectors)``). The scores are clipped at gamma, so no two words
+        are more than exp(epsilon gamma) apart whatever their distance (Carvalho et al., Lemma 4.1)."""
+        from textdp.madlib import check_diameter  # pylint: disable=import-outside-toplevel
+
+        return self.epsilon * min(check_diameter(diameter_upper), self.gamma)
+
     # reporting -------------------------------------------------------------------------------------
     def parameters(self) -> dict:
         params = {"mechanism": self.name, "epsilon": self.epsilon, "gamma": self.gamma,

@@ -81,7 +81,7 @@ class AmplificationSection(beam.DoFn):
     def process(self, stats):
         amp = self.amplifier
         holder = self._state.value
-        token_eps0, diameter = accounting.local_token_epsilon0(
+        token_eps0, diameter = accounting.mechanism_token_epsilon0(
             holder.mechanism, holder.artifact.vectors, self.perturb_config.oov_policy)
         section = accounting.amplification_section(
             stats, token_eps0, shuffled=amp.shuffle, delta=amp.delta, subsample_rate=amp.subsample,

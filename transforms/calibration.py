@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import apache_beam as beam
 import numpy as np
@@ -44,21 +44,16 @@ class CalibrationConfig:
     mechanism: str
     epsilons: Tuple[float, ...]
     samples: int
-    nn: str = "exact"
-    search_k: int = -1
-    beta: float = 0.001
+    params: Tuple[Tuple[str, Any], ...] = ()  # the mechanism's keyword parameters, sorted (name, value) pairs
     prune: bool = True
     seed: Optional[int] = None
-    gamma: Optional[float] = None
 
     def artifact_tag(self) -> str:
         """Shared cache key: the artifact alone (every calibration of it shares one loaded copy)."""
         return f"textdp-calibrate-artifact:{self.artifact or '<default>'}"
 
     def build_mechanisms(self, artifact) -> dict:
-        return {eps: make_mechanism(self.mechanism, artifact, eps, nn=self.nn, search_k=self.search_k, beta=self.beta,
-                                    gamma=self.gamma)
-                for eps in self.epsilons}
+        return {eps: make_mechanism(self.mechanism, artifact, eps, **dict(self.params)) for eps in self.epsilons}
 
 
 def parquet_schema() -> pa.Schema:

@@ -24,7 +24,7 @@ import os
 import uuid
 import zlib
 from dataclasses import astuple, dataclass
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import apache_beam as beam
 import numpy as np
@@ -46,10 +46,8 @@ class PerturbConfig:
     artifact: Optional[str]
     mechanism: str
     epsilon: float
-    nn: str = "exact"
-    search_k: int = -1
-    gamma: Optional[float] = None
-    beta: float = 0.001
+    # the mechanism's own keyword parameters (textdp.mechanisms.make_mechanism), as sorted (name, value) pairs
+    params: Tuple[Tuple[str, Any], ...] = ()
     oov_policy: str = "random"
     unk_token: str = "<unk>"
     seed: Optional[int] = None
@@ -61,7 +59,12 @@ class PerturbConfig:
 
     def tag(self) -> str:
         """The Shared cache key: the state depends on the artifact and the mechanism's parameters only."""
-        return "textdp-privatizer:" + repr(astuple(self)[:8])
+        return "textdp-privatizer:" + repr(astuple(self)[:5])
+
+    @staticmethod
+    def mechanism_params(**params) -> Tuple[Tuple[str, Any], ...]:
+        """``params`` in the hashable form of ``PerturbConfig.params``."""
+        return tuple(sorted(params.items()))
 
 
 class PrivatizerHolder:
@@ -75,8 +78,7 @@ class PrivatizerHolder:
 
     def make_mechanism(self):
         config = self.config
-        return make_mechanism(config.mechanism, self.artifact, config.epsilon, nn=config.nn,
-                              search_k=config.search_k, gamma=config.gamma, beta=config.beta)
+        return make_mechanism(config.mechanism, self.artifact, config.epsilon, **dict(config.params))
 
     def make_privatizer(self) -> TextPrivatizer:
         """A TextPrivatizer with its own mechanism instance, for one DoFn instance (one thread)."""

@@ -29,6 +29,7 @@ from typing import NamedTuple, Optional, Sequence
 import apache_beam as beam
 from apache_beam.utils import shared
 
+from textdp.mechanisms import mechanism_parameters
 from textdp.text_privatizer import OOV_POLICIES
 from transforms.perturb import PerturbConfig, PerturbTokens
 from transforms.worker import WorkerConfig
@@ -80,19 +81,21 @@ class PrivatizeResult(NamedTuple):
 class Privatize(beam.PTransform):
     """Privatize strings or dict records word by word (see the module docstring).
 
-    Keyword arguments mirror ``textdp privatize``'s flags: ``epsilon``, ``mechanism`` (madlib, tem),
-    ``artifact`` (directory or gs://; None: the bundled GloVe artifact), ``text_fields``, ``oov_policy``,
-    ``unk_token``, ``nn``, ``search_k``, ``gamma``, ``beta``, ``seed`` (tests only: not private),
-    ``max_text_bytes``, ``batch_tokens``. ``shape_field`` is for the LAC Amplifier. ``worker``: BLAS threads per process and
+    Keyword arguments mirror ``textdp privatize``'s flags: ``epsilon``, ``mechanism`` (any of
+    ``textdp.mechanisms.ALL_MECHANISMS``), ``artifact`` (directory or gs://; None: the bundled GloVe
+    artifact), ``text_fields``, ``oov_policy``, ``unk_token``, ``seed`` (tests only: not private),
+    ``max_text_bytes``, ``batch_tokens``; any other keyword is a parameter of the mechanism
+    (``nn``, ``search_k`` for Madlib; ``gamma``, ``beta`` for TEM; ``lam``; ``t``; ``k``; ...: see
+    ``textdp.mechanisms.make_mechanism``). ``shape_field`` is for the LAC Amplifier. ``worker``: BLAS threads per process and
     progress (default: from the pipeline's options, ``transforms.worker.WorkerConfig.for_options``).
     """
 
     def __init__(self, epsilon: float, mechanism: str = "madlib", artifact: Optional[str] = None,
                  text_fields: Sequence[str] = (), oov_policy: str = "random", unk_token: str = "<unk>",
-                 nn: str = "exact", search_k: int = -1, gamma: Optional[float] = None, beta: float = 0.001,
                  seed: Optional[int] = None, max_text_bytes: Optional[int] = None,
                  batch_tokens: int = DEFAULT_BATCH_TOKENS, shape_field: Optional[str] = None, keyed: bool = False,
-                 diagnostics: bool = False, worker: Optional[WorkerConfig] = None, label: Optional[str] = None):
+                 diagnostics: bool = False, worker: Optional[WorkerConfig] = None, label: Optional[str] = None,
+                 **mechanism_params):
         super().__init__(label)
         if not (isinstance(epsilon, (int, float)) and 0 < float(epsilon) < float("inf")):
             raise ValueError("epsilon must be a finite number > 0")
@@ -102,8 +105,13 @@ class Privatize(beam.PTransform):
             raise ValueError("batch_tokens must be >= 1")
         if isinstance(text_fields, str):
             text_fields = [text_fields]
-        self.config = PerturbConfig(artifact=artifact, mechanism=mechanism, epsilon=float(epsilon), nn=nn,
-                                    search_k=search_k, gamma=gamma, beta=beta, oov_policy=oov_policy,
+        accepted = mechanism_parameters(mechanism)  # raises for an unknown mechanism
+        unknown = sorted(set(mechanism_params) - set(accepted) - {"lambda"})
+        if unknown:
+            raise ValueError(f"{', '.join(unknown)}: not parameters of mechanism {mechanism!r} "
+                             f"(its parameters: {', '.join(accepted) or 'none'})")
+        self.config = PerturbConfig(artifact=artifact, mechanism=mechanism, epsilon=float(epsilon),
+                                    params=PerturbConfig.mechanism_params(**mechanism_params), oov_policy=oov_policy,
                                     unk_token=unk_token, seed=seed, text_fields=tuple(text_fields),
                                     shape_field=shape_field, max_text_bytes=max_text_bytes)
         self.batch_tokens = int(batch_tokens)

