@@ -38,7 +38,6 @@ from textdp.audit_pairs import BANDS, base_word_count, base_words, bound_text
 from textdp.audit_selfcheck import planned_tests
 from textdp.errors import TextdpError
 from textdp.locate import artifact_needs, verify_artifact
-from textdp.mechanisms import MECHANISMS
 from transforms.audit_common import AuditConfig
 from transforms.audit_outputs import (INVERSION_TABLE, LINKAGE_TABLE, SELF_CHECK_TABLE, SUMMARY_FILE, WriteAuditOutputs,
                                       inversion_schema, linkage_schema, self_check_schema)
@@ -118,8 +117,6 @@ def prepare_run(options: PipelineOptions) -> Prepared:
     seed = options.view_as(SeedOptions).seed
     if not out.output:
         raise TextdpError("--output is required (a directory, local or gs://)")
-    if mech.mechanism not in MECHANISMS:
-        raise TextdpError(f"audit supports --mechanism {', '.join(MECHANISMS)}")
     mech.validate_mechanism()
     options.view_as(SeedOptions).validate_seed()
     epsilons = options.view_as(EpsilonGridOptions).epsilon_grid()
