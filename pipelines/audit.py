@@ -17,7 +17,6 @@ Outputs under ``--output``: ``self_check.parquet``, ``inversion.parquet``, ``lin
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import sys
@@ -189,9 +188,8 @@ def prepare_run(options: PipelineOptions) -> Prepared:
         "self_check": {
             "draws_per_word": opts.draws, "pairs_planned": pairs_total, "band_pairs": band_pair_count,
             "user_pairs": len(user_pairs), "oov_pairs": oov_pair_count, "neighbour_ranks": list(BANDS),
-            "bound": "per pair: " + ("epsilon * min(d(w, w'), gamma) (Carvalho et al., Thm. 4.1; gamma caps the "
-                                     "scores)" if mech.mechanism == "tem" else "epsilon * d(w, w') (metric DP)")
-                     + "; unknown words: what --oov-policy claims (0 between two unknown words)",
+            "bound": ("per pair: " + bound_text(mech.mechanism)
+                      + "; unknown words: what --oov-policy claims (0 between two unknown words)"),
             "method": (f"Each pair: {opts.draws:,} releases per word and epsilon, split in halves; the event is chosen "
                        "on one half (outputs w releases more often than w', the prefix with the best bound), its "
                        "probabilities bounded on the other (one-sided Clopper-Pearson at level alpha/2 each); both "

@@ -99,13 +99,22 @@ def pair_bound(mechanism, distance: float) -> float:
     return math.inf
 
 
-def bound_text(mechanism) -> str:
+BOUND_TEXTS = {
+    "madlib": "epsilon * d(w, w'), Euclidean",
+    "tem": "epsilon * min(d(w, w'), gamma) (Carvalho et al., Thm. 4.1; the scores are clipped at gamma)",
+    "mahalanobis": "epsilon * d(w, w') in the Mahalanobis metric of the mechanism",
+    "vickrey": "epsilon * d(w, w') in the metric of its noise",
+    "santext": "epsilon * d(w, w'), Euclidean",
+    "santext+": "none claimed when p < 1 (a kept non-sensitive word reveals itself)",
+    "custext": "none claimed across output sets (token_epsilon0 is infinite for a vocabulary of several sets)",
+    "truncated-gumbel": "none claimed",
+}
+
+
+def bound_text(mechanism_name: str) -> str:
     """How the guarantee of a pair is computed, for the report."""
-    if getattr(mechanism, "token_epsilon0", None) is not None:
-        return "the mechanism's own per-token bound at the pair's distance (token_epsilon0(d))"
-    if getattr(mechanism, "name", "") == "tem":
-        return "epsilon * min(d(w, w'), gamma) (Carvalho et al., Thm. 4.1 with the scores clipped at gamma)"
-    return "epsilon * d(w, w') (metric differential privacy)"
+    specific = BOUND_TEXTS.get(mechanism_name, "as the mechanism states it")
+    return f"the mechanism's own per-token bound at the pair's distance (token_epsilon0(d)): {specific}"
 
 
 def oov_pair_bound(policy: str, mechanism, other_max_distance: Optional[float]) -> float:

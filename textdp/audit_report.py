@@ -213,7 +213,7 @@ def _self_check_html(check: dict) -> str:
                    f"{worst}</table>") if worst else ""
     return (f"<table><tr><th>epsilon</th><th>pairs</th><th>tests</th><th>violations</th><th>leaks without a guarantee</th>"
             f"<th>median tightness</th><th>max tightness</th><th>max LCB - bound</th></tr>{rows}</table>{worst_table}"
-            f"<p>{_e(check['method'])}</p>")
+            f"<p>{_e(check['method'])}</p><p>Guarantee of a pair: {_e(check.get('bound', ''))}</p>")
 
 
 def _inversion_html(inv: dict) -> str:

@@ -18,7 +18,7 @@ Stages, each parallel over its own unit of work:
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional
+from typing import Dict
 
 import apache_beam as beam
 import numpy as np
