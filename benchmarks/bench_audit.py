@@ -192,7 +192,7 @@ def main(argv=None) -> None:
                 run["self_check"]["vocabulary_words_drawn"] = len(vocabulary)
             for plot in ("self_check.png", "inversion.png", "linkage.png"):
                 source = os.path.join(run["output"], plot)
-                if os.path.exists(source):
+                if os.path.exists(source) and run["part"] in PARTS:  # not the kept record of an earlier run
                     shutil.copyfile(source, os.path.join(RESULTS, f"audit-{run['part']}-{plot}"))
         # the machine's load at the end is the last run's (not the time of this re-rendering)
         payload["machine"].setdefault("loadavg_at_end", payload["runs"][-1]["loadavg_after"])
