@@ -26,7 +26,9 @@ from textdp.compact_vocab import CompactVocabulary
 from textdp.mechanisms import make_mechanism
 from textdp.store import Artifact
 from textdp.text_privatizer import TextPrivatizer, vocabulary_words
+from textdp import tokenize as tokenize_module
 from textdp.tokenize import Tokenizer
+from textdp.word_memo import WordMemo
 
 # --- frozen reference: textdp/tokenize.py before issue 17 (do not edit) ---------------------------
 
@@ -336,15 +338,41 @@ def test_lone_surrogates_tokenize_as_before_and_the_layout_fails_as_before(defau
         new.layout()
 
 
-def test_a_full_memo_starts_over_without_changing_the_output(small_vocabulary):
+def test_a_full_memo_starts_over_without_changing_the_output(monkeypatch, small_vocabulary):
+    clears = []
+    clear = WordMemo.clear
+    monkeypatch.setattr(WordMemo, "clear", lambda memo: (clears.append(memo.count), clear(memo)))
     texts = [row["text"] for row in read_imdb(limit=300)]
     tokenizer = Tokenizer(small_vocabulary)
     tokenizer.MEMO_WORDS = 50
     reference = FrozenReferenceTokenizer(small_vocabulary)
     for start in range(0, len(texts), 30):
         compare_batch(tokenizer, reference, texts[start:start + 30], small_vocabulary)
-        assert len(tokenizer._codes) <= 50 + 30 * 1000  # pylint: disable=protected-access
-    assert len(tokenizer._codes) < len(set(w for t in texts for w in WORD_PATTERN.findall(t)))  # it did start over
+        assert tokenizer._memo.count <= 50  # pylint: disable=protected-access
+    assert len(clears) >= 10 and set(clears) == {50}
+
+
+def test_hash_collisions_never_give_a_word_another_words_id(monkeypatch, default_vocabulary):
+    """Every word of the batch gets one of two keys: lookups must still give each word its own id."""
+    def colliding_keys(codes, starts, ends):
+        return np.where((ends - starts) % 2 == 0, np.uint64(7), np.uint64(1 << 63)).astype(np.uint64)
+
+    monkeypatch.setattr(tokenize_module, "word_keys", colliding_keys)
+    texts = [row["text"] for row in read_imdb(limit=60)] + ADVERSARIAL[:40]
+    tokenizer, reference = Tokenizer(default_vocabulary), FrozenReferenceTokenizer(default_vocabulary)
+    for start in range(0, len(texts), 20):  # the memo holds one word per key; later batches hit and miss
+        compare_batch(tokenizer, reference, texts[start:start + 20], default_vocabulary)
+    assert tokenizer._memo.count == 2  # pylint: disable=protected-access
+
+
+def test_layouts_without_a_free_marker_take_the_piece_by_piece_path(monkeypatch, small_vocabulary):
+    """The layout payloads stand a marker code point for the words; a batch holding every candidate
+    is written piece by piece instead, with the same digests."""
+    monkeypatch.setattr(tokenize_module, "_MARKERS", ("\ufdd0", "\ufdd1"))
+    texts = ADVERSARIAL[:40] + ['He said "don\'t"\ufdd0 and\\ left.\n', "\ufdd1it's 3.5\ufdd1"]
+    reference = FrozenReferenceTokenizer(small_vocabulary)
+    compare_batch(Tokenizer(small_vocabulary), reference, texts, small_vocabulary)  # no marker free
+    compare_batch(Tokenizer(small_vocabulary), reference, texts[:-1], small_vocabulary)  # the second one
 
 
 @pytest.mark.parametrize("policy", ["random", "unk", "keep"])

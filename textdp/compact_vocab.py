@@ -19,6 +19,7 @@ import mmap
 import numpy as np
 
 from textdp.store import Artifact
+from textdp.word_memo import ranges
 from textdp.errors import ArtifactError
 
 
@@ -70,6 +71,22 @@ class CompactVocabulary:
             del data  # keep no exported buffer on the map
         gathered[ends - 1] = 10
         return gathered.tobytes().decode("utf-8").split("\n")[:-1]
+
+    def joined_words(self, ids: np.ndarray) -> tuple:
+        """``("".join(vocab[i] for i in ids), code point length of each)``, gathered from the map at once."""
+        ids = np.asarray(ids, dtype=np.int64)
+        starts = self._starts[ids]
+        spans = self._ends[ids] - starts
+        data = np.frombuffer(self._map, dtype=np.uint8)
+        try:
+            gathered = data[ranges(starts, spans)]
+        finally:
+            del data  # keep no exported buffer on the map
+        if not len(gathered) or gathered.max() < 128:  # ASCII: one code point per byte
+            return gathered.tobytes().decode("ascii"), spans
+        first_bytes = np.concatenate(([0], np.cumsum((gathered & 0xC0) != 0x80)))  # code points so far
+        ends = np.cumsum(spans)
+        return gathered.tobytes().decode("utf-8"), first_bytes[ends] - first_bytes[ends - spans]
 
     def get(self, word: str, default=None):
         """The id of ``word`` (exact match), or ``default``."""

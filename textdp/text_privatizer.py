@@ -128,14 +128,23 @@ class TextPrivatizer:
         return released, {"tokens": int(len(ids)), "changed_tokens": changed, "unknown_tokens": unknown}
 
     def _render(self, batch: TokenizedBatch, released: np.ndarray) -> List[str]:
+        """Released texts: vocabulary words for ids >= 0; UNKNOWN_ID keeps the input word and
+        _UNK_MARK gives the marker, both verbatim (no case pattern applied)."""
         verbatim = released < 0
+        words, lengths = joined_words(self.words, np.where(verbatim, 0, released))
         if not verbatim.any():
-            return batch.render(vocabulary_words(self.words, released))
-        surface = vocabulary_words(self.words, np.where(verbatim, 0, released))
-        originals = batch.words if (released == UNKNOWN_ID).any() else None
-        for k in np.flatnonzero(verbatim).tolist():
-            surface[k] = originals[k] if released[k] == UNKNOWN_ID else self.unk_token
-        return batch.render(surface, verbatim)
+            return batch.render_joined(words, lengths)
+        fixed = dict.fromkeys(np.flatnonzero(released == _UNK_MARK).tolist(), self.unk_token)
+        return batch.render_joined(words, lengths, verbatim, original=released == UNKNOWN_ID, fixed=fixed)
+
+
+def joined_words(words: Sequence[str], ids: np.ndarray) -> Tuple[str, np.ndarray]:
+    """``("".join(words[i] for i in ids), length of each)``, in one gather when the vocabulary can."""
+    gather = getattr(words, "joined_words", None)
+    if gather is not None:
+        return gather(ids)
+    chosen = list(map(words.__getitem__, np.asarray(ids).tolist()))
+    return "".join(chosen), np.fromiter(map(len, chosen), dtype=np.int64, count=len(chosen))
 
 
 def vocabulary_words(words: Sequence[str], ids: np.ndarray) -> List[str]:

@@ -24,13 +24,14 @@ copied to the output unchanged. The rules, chosen for GloVe-style vocabularies:
 What the tokenizer finds unknown is decided by the caller's out-of-vocabulary policy; this module
 only marks it (id -1).
 
-Speed. The privatizer works on batches (``Tokenizer.tokenize_batch``, ``TokenizedBatch``): the
-texts are cut with numpy (textdp.word_split), each distinct surface word is looked up, cased and,
-if needed, split once and remembered in a bounded per-tokenizer memo (word -> id and case), the
-layout digests and the re-assembled texts are built from whole-batch arrays. No step runs Python
-code per word except for the words that need it (capitalized, glued clitics, words not seen
-before). The output is byte for byte the one of the original one-word-at-a-time implementation,
-which tests/test_fast_text_path.py keeps as a frozen reference and compares on IMDb reviews.
+Speed. The privatizer works on batches (``Tokenizer.tokenize_batch`` -> ``TokenizedBatch``) and
+keeps a batch as numpy arrays over the code points of its texts: words are found by one numpy pass
+(textdp.word_split), each distinct surface word is resolved once (id, case pattern, split) and
+remembered in a bounded memo looked up for the whole batch at once (textdp.word_memo), and layout
+digests and released texts are assembled from code point ranges. Python runs per word only for the
+few words that need it (not seen before, glued clitics, non-ASCII words to re-case). The output is
+byte for byte that of the original word-at-a-time implementation, which
+tests/test_fast_text_path.py keeps as a frozen reference and compares on IMDb reviews.
 """
 
 from __future__ import annotations
@@ -39,13 +40,13 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from itertools import chain, repeat
 from json.encoder import encode_basestring  # what json.dumps(..., ensure_ascii=False) uses for strings
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from textdp.word_split import WORD_PATTERN, split_pieces
+from textdp.word_memo import WordMemo, different_spans, ranges, word_keys
+from textdp.word_split import WORD_PATTERN, cut_words
 
 LOWER, CAPITALIZED, UPPER = 0, 1, 2
 UNKNOWN_ID = -1
@@ -85,7 +86,7 @@ class Tokenized:
     """A text cut into pieces; ``slots[k]`` is the index in ``pieces`` of the k-th word.
 
     Pieces alternate structure and word, starting and ending with structure (possibly empty), so
-    ``slots`` is always ``[1, 3, 5, ...]``; the batch code relies on it.
+    ``slots`` is always ``[1, 3, 5, ...]``.
     """
 
     pieces: List[str]
@@ -99,9 +100,12 @@ class Tokenized:
         return self.pieces[1::2]
 
     def _as_batch(self) -> "TokenizedBatch":
-        return TokenizedBatch([self.pieces], np.asarray(self.ids, dtype=np.int64),
-                              np.asarray(self.cases, dtype=np.uint8), np.asarray(self.glued, dtype=bool),
-                              np.array([0, len(self.slots)], dtype=np.int64))
+        edges = np.cumsum([len(piece) for piece in self.pieces])
+        text = "".join(self.pieces)
+        codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        return TokenizedBatch(text, codes, np.array([0]), np.array([len(text)]), edges[0:-1:2], edges[1::2],
+                              np.asarray(self.ids, dtype=np.int64), np.asarray(self.cases, dtype=np.uint8),
+                              np.asarray(self.glued, dtype=bool), np.array([0, len(self.slots)]))
 
     def layout(self) -> str:
         """A digest of everything this text releases besides the identities of its words.
@@ -123,142 +127,289 @@ class Tokenized:
         return self._as_batch().render(list(released), flags)[0]
 
 
+# Unicode noncharacters (never meant to occur in text): the first one absent from a batch stands for
+# the words when the layout payloads are built
+_MARKERS = tuple(map(chr, range(0xFDD0, 0xFDF0))) + tuple(chr(plane + last) for plane in range(0, 0x110000, 0x10000)
+                                                      for last in (0xFFFE, 0xFFFF))
+
+
 @dataclass
 class TokenizedBatch:
-    """Texts cut into pieces, with the words of all texts in flat arrays.
+    """Texts cut into words, as arrays over the code points of the texts joined by a separator.
 
-    ``pieces[i]`` alternates structure and word for text i, like ``Tokenized.pieces``; the words
-    of text i are ``ids[bounds[i]:bounds[i + 1]]`` (and the same range of ``cases`` and ``glued``).
+    Text i is ``text[text_starts[i]:text_ends[i]]``; word k is ``text[starts[k]:ends[k]]`` (parts
+    of a split word are words), with ``ids[k]``, ``cases[k]`` and ``glued[k]``; the words of text i
+    are ``bounds[i]`` to ``bounds[i + 1]``. Everything between words is structure.
     """
 
-    pieces: List[List[str]]
-    ids: np.ndarray     # int64, UNKNOWN_ID for words not in the vocabulary
-    cases: np.ndarray   # uint8 case pattern per word
-    glued: np.ndarray   # bool: a clitic split off the word before it
-    bounds: np.ndarray  # int64, len(pieces) + 1
+    text: str
+    codes: np.ndarray        # uint32 code points of ``text``
+    text_starts: np.ndarray  # int64
+    text_ends: np.ndarray
+    starts: np.ndarray       # int64, one per word
+    ends: np.ndarray
+    ids: np.ndarray          # int64, UNKNOWN_ID for words not in the vocabulary
+    cases: np.ndarray        # uint8 case pattern
+    glued: np.ndarray        # bool: a clitic split off the word before it
+    bounds: np.ndarray       # int64, one more than the number of texts
 
     def __len__(self) -> int:
-        return len(self.pieces)
-
-    def __getitem__(self, index: int) -> Tokenized:
-        start, end = int(self.bounds[index]), int(self.bounds[index + 1])
-        return Tokenized(self.pieces[index], list(range(1, 2 * (end - start), 2)), self.ids[start:end].copy(),
-                         self.cases[start:end].tolist(), self.glued[start:end].tolist())
+        return len(self.bounds) - 1
 
     @property
     def word_counts(self) -> np.ndarray:
         return np.diff(self.bounds)
 
+    def pieces(self, index: int) -> List[str]:
+        first, last = int(self.bounds[index]), int(self.bounds[index + 1])
+        edges = np.empty(2 * (last - first) + 2, dtype=np.int64)
+        edges[0], edges[-1] = self.text_starts[index], self.text_ends[index]
+        edges[1:-1:2], edges[2:-1:2] = self.starts[first:last], self.ends[first:last]
+        edges = edges.tolist()
+        return [self.text[a:b] for a, b in zip(edges[:-1], edges[1:])]
+
+    def __getitem__(self, index: int) -> Tokenized:
+        first, last = int(self.bounds[index]), int(self.bounds[index + 1])
+        return Tokenized(self.pieces(index), list(range(1, 2 * (last - first), 2)), self.ids[first:last].copy(),
+                         self.cases[first:last].tolist(), self.glued[first:last].tolist())
+
     @property
     def words(self) -> List[str]:
         """The surface words of all texts, in order."""
-        return list(chain.from_iterable(pieces[1::2] for pieces in self.pieces))
+        text = self.text
+        return [text[a:b] for a, b in zip(self.starts.tolist(), self.ends.tolist())]
+
+    def _structure(self):
+        """Per word, where the structure before it starts; per text, where its last structure starts."""
+        counts = self.word_counts
+        before = np.empty(len(self.starts), dtype=np.int64)
+        before[1:] = self.ends[:-1]
+        with_words = counts > 0
+        before[self.bounds[:-1][with_words]] = self.text_starts[with_words]
+        last = self.text_starts.copy()
+        last[with_words] = self.ends[self.bounds[1:][with_words] - 1]
+        return before, last
 
     def layouts(self) -> List[str]:
         """``Tokenized.layout()`` of every text: the same JSON payload, built without json.dumps.
 
         ``json.dumps([structure, cases, glued], ensure_ascii=False)`` is, byte for byte,
         ``[[s0, null, s1, null, ...], [c0, c1, ...], [g0, ...]]`` with ``", "`` between items and
-        every structure string written by ``encode_basestring``. The case digits come from one
-        batch array and a text without glued clitics has an all-``false`` list.
+        every structure string written by ``encode_basestring``, which escapes code point by code
+        point. So each text's structure, with a marker code point in place of each word, is escaped
+        in one call and the markers replaced by ``", null, "``; the case digits and the glued flags
+        are written from batch arrays.
         """
-        count = len(self.ids)
-        digits = np.empty((count, 3), dtype=np.uint8)
+        marker = next((m for m in _MARKERS if m not in self.text), None)
+        structures = self._marked_structures(marker) if marker else None
+        digits = np.empty((len(self.ids), 3), dtype=np.uint8)
         digits[:, 0] = self.cases + np.uint8(48)  # "0", "1", "2"
-        digits[:, 1] = 44                          # ","
-        digits[:, 2] = 32                          # " "
+        digits[:, 1:] = (44, 32)                   # ", "
         digits = digits.tobytes()
-        glued_before = np.concatenate(([0], np.cumsum(self.glued)))
-        bounds = self.bounds.tolist()
-        has_glued = (glued_before[self.bounds[1:]] > glued_before[self.bounds[:-1]]).tolist()
+        flags = (self.glued.astype(np.uint8) + np.uint8(48)).tobytes()  # "0" / "1" per word
         out = []
-        for index, pieces in enumerate(self.pieces):
-            start, end = bounds[index], bounds[index + 1]
-            if has_glued[index]:
-                glued = json.dumps(self.glued[start:end].tolist()).encode("ascii")
+        for index, (first, last) in enumerate(zip(self.bounds[:-1].tolist(), self.bounds[1:].tolist())):
+            if structures is not None:
+                structure = encode_basestring(structures[index]).replace(marker, '", null, "')
             else:
-                glued = b"[" + (b"false, " * (end - start))[:-2] + b"]"
-            payload = b"".join((b"[[", ", null, ".join(map(encode_basestring, pieces[0::2])).encode("utf-8"), b"], [",
-                                digits[3 * start:max(3 * end - 2, 3 * start)], b"], ", glued, b"]"))
+                structure = ", null, ".join(map(encode_basestring, self.pieces(index)[0::2]))
+            glued = flags[first:last].replace(b"0", b"false, ").replace(b"1", b"true, ")[:-2]
+            payload = b"".join((b"[[", structure.encode("utf-8"), b"], [",
+                                digits[3 * first:max(3 * last - 2, 3 * first)], b"], [", glued, b"]]"))
             out.append(hashlib.sha256(payload).hexdigest()[:32])
         return out
 
-    def render(self, released: List[str], verbatim: Optional[np.ndarray] = None) -> List[str]:
+    def _marked_structures(self, marker: str) -> List[str]:
+        """Each text with every word replaced by ``marker`` (an empty structure between split parts stays)."""
+        count = len(self.codes)
+        depth = np.zeros(count + 1, dtype=np.int8)  # +1 where a word starts, -1 where one ends
+        depth[self.starts] = 1
+        depth[self.ends] -= 1
+        in_word = np.cumsum(depth[:-1]) > 0
+        word_start = np.zeros(count, dtype=bool)
+        word_start[self.starts] = True
+        units = np.empty((count, 2), dtype=np.uint32)
+        units[:, 0] = ord(marker)
+        units[:, 1] = self.codes
+        keep = np.empty((count, 2), dtype=bool)
+        keep[:, 0] = word_start
+        np.logical_not(in_word, out=keep[:, 1])
+        marked = units[keep].tobytes().decode("utf-32-le", "surrogatepass")
+        at = np.concatenate(([0], np.cumsum(keep.sum(axis=1))))  # position in ``marked`` of each code point
+        return [marked[a:b] for a, b in zip(at[self.text_starts].tolist(), at[self.text_ends].tolist())]
+
+    def render(self, released: Sequence[str], verbatim: Optional[np.ndarray] = None) -> List[str]:
         """Every text with its words replaced by ``released`` (one string per word of the batch).
 
         As ``Tokenized.render``: each word takes its case pattern unless ``verbatim`` is True for
         it, and a glued clitic slot whose released word is not a clitic gets a space in front.
         """
-        if len(released) != len(self.ids):
-            raise ValueError(f"{len(released)} released words for {len(self.ids)} word slots")
-        words = list(released)
-        cases, keep_case = self.cases, verbatim if verbatim is not None else np.zeros(len(words), dtype=bool)
-        for k in np.flatnonzero((cases == UPPER) & ~keep_case).tolist():
-            words[k] = words[k].upper()
-        for k in np.flatnonzero((cases == CAPITALIZED) & ~keep_case).tolist():
-            word = words[k]
-            words[k] = word[:1].upper() + word[1:]
-        for k in np.flatnonzero(self.glued).tolist():
-            if not is_clitic(released[k]):
-                words[k] = " " + words[k]
-        bounds = self.bounds.tolist()
-        out = []
-        for index, pieces in enumerate(self.pieces):
-            filled = pieces.copy()
-            filled[1::2] = words[bounds[index]:bounds[index + 1]]
-            out.append("".join(filled))
-        return out
+        lengths = np.fromiter(map(len, released), dtype=np.int64, count=len(released))
+        return self.render_joined("".join(released), lengths, verbatim)
 
+    def render_joined(self, words: str, lengths: np.ndarray, verbatim: Optional[np.ndarray] = None,
+                      original: Optional[np.ndarray] = None, fixed: Optional[Dict[int, str]] = None) -> List[str]:
+        """``render`` with the released words given as one string and their lengths (code points).
 
-_SPLIT = -1          # memo code of a word that is cut into several (see Tokenizer._split)
-_NOT_SEEN = 1 << 62  # memo miss
+        ``original[k]``: word k is released as the input word itself; ``fixed[k]``: as that string.
+        Both are verbatim (no case pattern applied), as are the words with ``verbatim[k]``.
+        """
+        count = len(self.ids)
+        if len(lengths) != count:
+            raise ValueError(f"{len(lengths)} released words for {count} word slots")
+        word_codes = np.frombuffer(words.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        keep_case = np.zeros(count, dtype=bool) if verbatim is None else np.array(verbatim, dtype=bool)
+        source = len(self.codes) + np.cumsum(lengths) - lengths  # in codes + word_codes + extra_codes
+        length = np.array(lengths, dtype=np.int64)
+        if original is not None and original.any():
+            source[original] = self.starts[original]
+            length[original] = self.ends[original] - self.starts[original]
+            keep_case |= original
+        joined = np.concatenate((self.codes, word_codes))
+        special = self._special_words(joined, source, length, keep_case, fixed or {})
+        extra = "".join(special.values())
+        if special:
+            slots = np.fromiter(special, dtype=np.int64, count=len(special))
+            extra_lengths = np.fromiter(map(len, special.values()), dtype=np.int64, count=len(special))
+            source[slots] = len(joined) + np.cumsum(extra_lengths) - extra_lengths
+            length[slots] = extra_lengths
+            keep_case[slots] = True
+            joined = np.concatenate((joined, np.frombuffer(extra.encode("utf-32-le", "surrogatepass"), np.uint32)))
+        # segments, per text: structure, word, structure, ..., word, structure
+        before, last = self._structure()
+        texts = np.repeat(np.arange(len(self)), self.word_counts)
+        segments = 2 * count + len(self)
+        starts, sizes = np.empty(segments, dtype=np.int64), np.empty(segments, dtype=np.int64)
+        word_segment = 2 * np.arange(count) + texts + 1
+        starts[word_segment - 1], sizes[word_segment - 1] = before, self.starts - before
+        starts[word_segment], sizes[word_segment] = source, length
+        final = 2 * self.bounds[1:] + np.arange(len(self))
+        starts[final], sizes[final] = last, self.text_ends - last
+        out = joined[ranges(starts, sizes)]
+        at = np.concatenate(([0], np.cumsum(sizes)))  # where each segment starts in ``out``
+        self._recase_ascii(out, at[word_segment], length, keep_case)
+        released = out.tobytes().decode("utf-32-le", "surrogatepass")
+        return [released[a:b] for a, b in zip(at[final - 2 * self.word_counts].tolist(), at[final + 1].tolist())]
+
+    def _special_words(self, joined, source, length, keep_case, fixed) -> Dict[int, str]:
+        """The words that need Python: glued slots whose word is no clitic (a space in front),
+        ``fixed`` words, and words to re-case that are not ASCII. Returns slot -> final string."""
+        def word(k):
+            return fixed[k] if k in fixed else joined[source[k]:source[k] + length[k]].tobytes().decode(
+                "utf-32-le", "surrogatepass")
+
+        cases = self.cases
+        special = {}
+        for k in sorted(set(np.flatnonzero(self.glued).tolist()) | set(fixed)):
+            released = word(k)
+            spaced = self.glued[k] and not is_clitic(released)
+            if spaced or k in fixed:
+                cased = released if keep_case[k] or k in fixed else apply_case(released, int(cases[k]))
+                special[k] = " " + cased if spaced else cased
+        recase = np.flatnonzero((cases != LOWER) & ~keep_case & (length > 0))
+        if len(recase):
+            first = joined[source[recase]]
+            upper = cases[recase] == UPPER
+            non_ascii = first >= 128
+            if upper.any():
+                whole = np.maximum.reduceat(joined[ranges(source[recase[upper]], length[recase[upper]])],
+                                            np.concatenate(([0], np.cumsum(length[recase[upper]])[:-1])))
+                non_ascii[upper] = whole >= 128
+            for k in recase[non_ascii].tolist():
+                if k not in special:
+                    special[k] = apply_case(word(k), int(cases[k]))
+        return special
+
+    def _recase_ascii(self, out, at, length, keep_case) -> None:
+        """Apply CAPITALIZED and UPPER in place to the ASCII words left to re-case (a-z -> A-Z)."""
+        for pattern in (CAPITALIZED, UPPER):
+            slots = np.flatnonzero((self.cases == pattern) & ~keep_case & (length > 0))
+            if not len(slots):
+                continue
+            positions = at[slots] if pattern == CAPITALIZED else ranges(at[slots], length[slots])
+            letters = out[positions]
+            lower = (letters >= 97) & (letters <= 122)
+            out[positions[lower]] -= 32
 
 
 class Tokenizer:
     """Cuts text into pieces and looks words up in a vocabulary (``word -> id`` mapping).
 
     ``word_to_id`` needs only ``get(word, default)`` (a dict, or textdp.compact_vocab's
-    CompactVocabulary). Each distinct surface word is resolved once and remembered: as a code
-    ``(id + 1) * 4 + case`` (one word), or ``_SPLIT`` with its parts kept apart. The memo holds at
-    most ``MEMO_WORDS`` words (about 100 bytes each) and starts over when full, so that a worker's
-    private memory stays small whatever the vocabulary size; one instance per thread.
+    CompactVocabulary). Each distinct surface word is resolved once and remembered in a WordMemo
+    of at most ``MEMO_WORDS`` words (cleared when full): as ``(id + 1) * 4 + case`` for one word,
+    or ``-1 - r`` for a word cut into parts, entry r of the split table. Not for concurrent use:
+    one instance per thread (TextPrivatizer has one per DoFn instance).
     """
 
     MEMO_WORDS = 1 << 16
 
     def __init__(self, word_to_id: Dict[str, int]):
         self.word_to_id = word_to_id
-        self._codes: Dict[str, int] = {}
-        self._splits: Dict[str, tuple] = {}
+        self._memo: Optional[WordMemo] = None
+        self._splits = _Splits()
 
     def tokenize(self, text: str) -> Tokenized:
         return self.tokenize_batch([text])[0]
 
     def tokenize_batch(self, texts: Sequence[str]) -> TokenizedBatch:
-        pieces = split_pieces(texts)
-        counts = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces)) // 2
-        bounds = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-        words = list(chain.from_iterable(one[1::2] for one in pieces))
-        codes = self._codes_of(words)
-        split = np.flatnonzero(codes == _SPLIT)
-        if len(split):
-            return self._with_splits(pieces, words, codes, split, bounds)
-        return TokenizedBatch(pieces, (codes >> 2) - 1, (codes & 3).astype(np.uint8),
-                              np.zeros(len(codes), dtype=bool), bounds)
+        cut = cut_words(texts)
+        values = self._values(cut)
+        bounds = np.concatenate(([0], np.cumsum(cut.counts))).astype(np.int64)
+        starts, ends = cut.starts, cut.ends
+        ids, cases, glued = (values >> 2) - 1, (values & 3).astype(np.uint8), np.zeros(len(values), dtype=bool)
+        split = np.flatnonzero(values < 0)
+        if len(split):  # replace each split word by its parts
+            table = self._splits.arrays()
+            entries = -1 - values[split]
+            sizes = np.ones(len(values), dtype=np.int64)
+            sizes[split] = table.sizes[entries]
+            before = np.concatenate(([0], np.cumsum(sizes)))  # new index of each word (and of the end)
+            targets = ranges(before[split], sizes[split])
+            parts = ranges(table.starts[entries], sizes[split])
+            word_starts = np.repeat(starts[split], sizes[split])
+            ids, cases, glued, starts, ends = (np.repeat(a, sizes) for a in (ids, cases, glued, starts, ends))
+            ids[targets], cases[targets], glued[targets] = table.ids[parts], table.cases[parts], table.glued[parts]
+            starts[targets] = word_starts + table.offsets[parts]
+            ends[targets] = word_starts + table.offsets[parts] + table.lengths[parts]
+            bounds = before[bounds]
+        return TokenizedBatch(cut.text, cut.codes, cut.text_starts, cut.text_ends, starts, ends, ids, cases,
+                              glued, bounds)
 
-    def _codes_of(self, words: List[str]) -> np.ndarray:
-        memo = self._codes
-        if len(memo) > self.MEMO_WORDS:
+    def _values(self, cut) -> np.ndarray:
+        """The memo value of every word of the batch, resolving (and memoizing) the ones not seen yet."""
+        if self._memo is None or self._memo.capacity != self.MEMO_WORDS:
+            self._memo = WordMemo(self.MEMO_WORDS)
+        memo = self._memo
+        if memo.count >= memo.capacity or len(self._splits) > memo.capacity:
             memo.clear()
-            self._splits.clear()
-        codes = np.fromiter(map(memo.get, words, repeat(_NOT_SEEN)), dtype=np.int64, count=len(words))
-        missing = np.flatnonzero(codes == _NOT_SEEN)
-        if len(missing):
-            missed = [words[k] for k in missing.tolist()]
-            new = {word: self._code(word) for word in set(missed)}
-            memo.update(new)
-            codes[missing] = list(map(new.__getitem__, missed))
-        return codes
+            self._splits = _Splits()
+        codes, starts, ends = cut.codes, cut.starts, cut.ends
+        lengths = ends - starts
+        keys = word_keys(codes, starts, ends)
+        entries = memo.find(keys, codes, starts, lengths)
+        values = memo.values[np.maximum(entries, 0)]
+        missing = np.flatnonzero(entries < 0)
+        if not len(missing):
+            return values
+        unique_keys, first, inverse = np.unique(keys[missing], return_index=True, return_inverse=True)
+        firsts = missing[first]
+        resolved = []
+        for k, key, start, end in zip(firsts.tolist(), unique_keys.tolist(), starts[firsts].tolist(),
+                                      ends[firsts].tolist()):
+            value = self._code(cut.text[start:end])
+            memo.add(key, codes[start:end], value)
+            resolved.append(value)
+        values[missing] = np.array(resolved, dtype=np.int64)[inverse.reshape(-1)]
+        # a word whose key another word of the batch has too: resolved on its own
+        model = firsts[inverse.reshape(-1)]
+        same_length = missing[lengths[missing] == lengths[model]]
+        odd = np.concatenate((missing[lengths[missing] != lengths[model]], same_length[different_spans(
+            codes, starts[same_length], codes, starts[model[lengths[missing] == lengths[model]]],
+            lengths[same_length])]))
+        for k in odd.tolist():
+            values[k] = self._code(cut.text[int(starts[k]):int(ends[k])])
+        return values
 
     def _lookup(self, word: str) -> int:
         return self.word_to_id.get(word.lower().replace("\u2019", "'"), UNKNOWN_ID)
@@ -267,13 +418,12 @@ class Tokenizer:
         word_id = self._lookup(word)
         if word_id != UNKNOWN_ID or not _JOINER.search(word):
             return (word_id + 1) * 4 + case_pattern(word)
-        self._splits[word] = self._split(word)
-        return _SPLIT
+        return -1 - self._splits.add(*self._split(word))
 
     def _split(self, word: str) -> tuple:
         """An unknown word with joiners: clitic split if the vocabulary has it, else at joiners.
 
-        Returns (pieces word, structure, word, ..., word; ids; cases; glued) for its parts.
+        Returns the parts' offsets in the word, lengths, ids, case patterns and glued flags.
         """
         normal = word.lower().replace("\u2019", "'")
         cut = None
@@ -284,40 +434,51 @@ class Tokenizer:
             if apostrophe > 0 and normal[apostrophe:] in _CLITICS:
                 cut = apostrophe
         if cut is not None and len(normal) == len(word) and self._lookup(word[:cut]) != UNKNOWN_ID:
-            parts = [word[:cut], "", word[cut:]]
-            glued = [False, True]
+            pieces, glued = [word[:cut], "", word[cut:]], [False, True]
         else:
-            parts = _JOINER.split(word)  # word, joiner, word, ..., word: joiners become structure
-            glued = [False] * (len(parts) // 2 + 1)
-        words = parts[0::2]
-        return (parts, [self._lookup(part) for part in words], [case_pattern(part) for part in words], glued)
+            pieces = _JOINER.split(word)  # word, joiner, word, ..., word: joiners become structure
+            glued = [False] * (len(pieces) // 2 + 1)
+        offsets = np.cumsum([0] + [len(piece) for piece in pieces])[0::2].tolist()
+        words = pieces[0::2]
+        return (offsets, [len(part) for part in words], [self._lookup(part) for part in words],
+                [case_pattern(part) for part in words], glued)
 
-    def _with_splits(self, pieces, words, codes, split, bounds) -> TokenizedBatch:
-        """The batch with every ``_SPLIT`` word replaced by its parts (words and structure)."""
-        parts = [self._splits.get(words[k]) or self._split(words[k]) for k in split.tolist()]
-        sizes = np.ones(len(codes), dtype=np.int64)
-        sizes[split] = [len(part[1]) for part in parts]
-        before = np.concatenate(([0], np.cumsum(sizes)))  # new index of each old word (and of the end)
-        ids = np.repeat((codes >> 2) - 1, sizes)
-        cases = np.repeat(codes & 3, sizes).astype(np.uint8)
-        glued = np.zeros(len(ids), dtype=bool)
-        targets = np.concatenate([np.arange(before[k], before[k + 1]) for k in split.tolist()])
-        ids[targets] = list(chain.from_iterable(part[1] for part in parts))
-        cases[targets] = list(chain.from_iterable(part[2] for part in parts))
-        glued[targets] = list(chain.from_iterable(part[3] for part in parts))
-        texts = (np.searchsorted(bounds, split, side="right") - 1).tolist()
-        local = (split - bounds[texts]).tolist()
-        pieces = list(pieces)
-        position = 0
-        while position < len(texts):  # rebuild the pieces of each text that holds split words
-            text, rebuilt, taken = texts[position], [], 0
-            old = pieces[text]
-            while position < len(texts) and texts[position] == text:
-                slot = 2 * local[position] + 1
-                rebuilt.extend(old[taken:slot])
-                rebuilt.extend(parts[position][0])
-                taken = slot + 1
-                position += 1
-            rebuilt.extend(old[taken:])
-            pieces[text] = rebuilt
-        return TokenizedBatch(pieces, ids, cases, glued, before[bounds])
+
+@dataclass
+class _SplitArrays:
+    starts: np.ndarray   # first part of each entry
+    sizes: np.ndarray    # parts per entry
+    offsets: np.ndarray  # per part: code points from the start of the word
+    lengths: np.ndarray
+    ids: np.ndarray
+    cases: np.ndarray
+    glued: np.ndarray
+
+
+class _Splits:
+    """The parts of the words the memo knows to be cut (one entry per distinct surface word)."""
+
+    def __init__(self):
+        self._columns = ([], [], [], [], [])  # offsets, lengths, ids, cases, glued of all parts
+        self._starts: List[int] = []
+        self._arrays: Optional[_SplitArrays] = None
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def add(self, offsets, lengths, ids, cases, glued) -> int:
+        self._starts.append(len(self._columns[0]))
+        for column, values in zip(self._columns, (offsets, lengths, ids, cases, glued)):
+            column.extend(values)
+        self._arrays = None
+        return len(self._starts) - 1
+
+    def arrays(self) -> _SplitArrays:
+        if self._arrays is None:
+            starts = np.array(self._starts, dtype=np.int64)
+            offsets, lengths, ids, cases, glued = self._columns
+            self._arrays = _SplitArrays(starts, np.diff(np.append(starts, len(offsets))),
+                                        np.array(offsets, dtype=np.int64), np.array(lengths, dtype=np.int64),
+                                        np.array(ids, dtype=np.int64), np.array(cases, dtype=np.uint8),
+                                        np.array(glued, dtype=bool))
+        return self._arrays

@@ -1,11 +1,11 @@
-"""Cut a batch of texts into structure and word pieces with numpy instead of the regex engine.
+"""Find the words of a batch of texts with numpy instead of the regex engine.
 
-``split_pieces(texts)`` returns, for every text, exactly ``WORD_CAPTURE.split(text)``: the list
-``[structure, word, structure, ..., word, structure]`` (first and last structure possibly empty)
-where the words are the matches of ``WORD_PATTERN`` (textdp.tokenize). Python's regex engine
-spends ~250 ns per word on IMDb reviews; classifying the code points of the whole batch with a
-table and marking the word boundaries costs about a quarter of that, most of it the final
-``str.split`` that builds the piece strings.
+``cut_words(texts)`` returns where every match of ``WORD_PATTERN`` (textdp.tokenize) starts and
+ends, as code point positions in the texts joined by a separator, together with those code points
+as a uint32 array: everything the tokenizer, the layout digests and the renderer need, with no
+Python object per word. ``split_pieces`` gives the same cut as lists of strings, exactly
+``WORD_CAPTURE.split(text)`` per text (tests compare the two). Python's regex engine spends ~250 ns
+per word on IMDb reviews; one numpy pass over the code points of the whole batch costs a tenth.
 
 Why the vector rule is the regex. ``WORD_PATTERN`` is ``W+ (J W+)*`` with W = ``[^\\W_]`` (Python:
 ``str.isalnum()``) and J a joiner: ``'``, ``\u2019`` or ``-`` between two W, or ``.``/``,`` with a
@@ -15,15 +15,15 @@ never needs to backtrack: the words are the maximal runs of code points that are
 joiner. The classification table is checked against the regex for every code point by
 tests/test_fast_text_path.py.
 
-How. The texts are joined with a separator code point B (never a word character) and encoded to
-UTF-32, so that one numpy pass classifies every code point of the batch. A marker M is inserted at
-every word start and end, the batch is decoded once and split at B (texts) and at M (pieces). B and
-M are Unicode noncharacters; a text that contains either is split with the regex instead.
+How. The texts are joined with a separator (``\x00``: structure, so no word runs from one text into
+the next; a text may contain it too, texts are told apart by position) and encoded to UTF-32, so
+that one numpy pass classifies every code point of the batch.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import List, Sequence
 
 import numpy as np
@@ -31,10 +31,7 @@ import numpy as np
 WORD_PATTERN = re.compile(r"[^\W_]+(?:(?:['\u2019\-]|(?<=\d)[.,](?=\d))[^\W_]+)*")
 WORD_CAPTURE = re.compile(f"({WORD_PATTERN.pattern})")  # split() keeps the words: structure, word, ...
 
-_TEXT_SEPARATOR = "\ufdd0"  # B: noncharacters, not meant to occur in text
-_WORD_MARKER = "\ufdd1"     # M
-_SEPARATOR_CODE = ord(_TEXT_SEPARATOR)
-_MARKER_CODE = ord(_WORD_MARKER)
+SEPARATOR = "\x00"
 
 _WORD, _DIGIT, _JOINS_WORDS, _JOINS_DIGITS = 1, 2, 4, 8
 _BMP = 0x10000
@@ -90,29 +87,47 @@ def word_mask(flags: np.ndarray) -> np.ndarray:
     return inside
 
 
+@dataclass
+class WordCut:
+    """The words of a batch: ``text`` is the texts joined by SEPARATOR, ``codes`` its code points.
+
+    Text i is ``text[text_starts[i]:text_ends[i]]``; word k is ``text[starts[k]:ends[k]]``, words
+    in reading order, ``counts[i]`` of them in text i.
+    """
+
+    text: str
+    codes: np.ndarray        # uint32
+    text_starts: np.ndarray  # int64 code point positions
+    text_ends: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+    counts: np.ndarray
+
+
+def cut_words(texts: Sequence[str]) -> WordCut:
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    text = SEPARATOR.join(texts)
+    codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    text_ends = np.cumsum(lengths + 1) - 1
+    text_starts = text_ends - lengths
+    inside = np.zeros(len(codes) + 2, dtype=np.int8)
+    inside[1:-1] = word_mask(classify(codes))
+    change = np.diff(inside)
+    starts = np.flatnonzero(change == 1)
+    ends = np.flatnonzero(change == -1)
+    counts = np.diff(np.concatenate(([0], np.searchsorted(starts, text_ends))))
+    return WordCut(text, codes, text_starts, text_ends, starts, ends, counts)
+
+
 def split_pieces(texts: Sequence[str]) -> List[List[str]]:
-    """``WORD_CAPTURE.split(text)`` for every text, computed for the whole batch at once."""
-    if not texts:
-        return []
-    odd = [i for i, text in enumerate(texts) if _TEXT_SEPARATOR in text or _WORD_MARKER in text]
-    if odd:  # a text holding a marker code point: the regex, same result
-        out = split_pieces([t for t in texts if _TEXT_SEPARATOR not in t and _WORD_MARKER not in t])
-        for i in odd:
-            out.insert(i, WORD_CAPTURE.split(texts[i]))
-        return out
-    joined = _TEXT_SEPARATOR + _TEXT_SEPARATOR.join(texts) + _TEXT_SEPARATOR
-    codes = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    inside = word_mask(classify(codes))
-    # a marker before every code point where word and structure alternate (word starts and ends);
-    # the separators around each text are structure, so every text starts and ends with structure
-    boundary = np.zeros(len(codes), dtype=bool)  # True: a marker goes before this code point
-    np.not_equal(inside[1:], inside[:-1], out=boundary[1:])
-    cuts = np.flatnonzero(boundary)
-    markers = cuts + np.arange(len(cuts))  # where the markers land in the marked batch
-    marked = np.empty(len(codes) + len(cuts), dtype=np.uint32)
-    original = np.ones(len(marked), dtype=bool)
-    original[markers] = False
-    marked[original] = codes
-    marked[markers] = _MARKER_CODE
-    marked = marked.tobytes().decode("utf-32-le", "surrogatepass")
-    return [text.split(_WORD_MARKER) for text in marked[1:-1].split(_TEXT_SEPARATOR)]
+    """``WORD_CAPTURE.split(text)`` for every text, from ``cut_words`` (structure, word, ..., structure)."""
+    cut = cut_words(texts)
+    out, word = [], 0
+    for start, end, count in zip(cut.text_starts.tolist(), cut.text_ends.tolist(), cut.counts.tolist()):
+        edges = [start]
+        for k in range(word, word + count):
+            edges += (int(cut.starts[k]), int(cut.ends[k]))
+        edges.append(end)
+        out.append([cut.text[a:b] for a, b in zip(edges[:-1], edges[1:])])
+        word += count
+    return out
