@@ -21,7 +21,7 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 from tests.conftest import read_imdb
-from textdp import word_split
+from textdp import word_memo, word_split
 from textdp.compact_vocab import CompactVocabulary
 from textdp.mechanisms import make_mechanism
 from textdp.store import Artifact
@@ -352,17 +352,24 @@ def test_a_full_memo_starts_over_without_changing_the_output(monkeypatch, small_
     assert len(clears) >= 10 and set(clears) == {50}
 
 
-def test_hash_collisions_never_give_a_word_another_words_id(monkeypatch, default_vocabulary):
-    """Every word of the batch gets one of two keys: lookups must still give each word its own id."""
-    def colliding_keys(codes, starts, ends):
-        return np.where((ends - starts) % 2 == 0, np.uint64(7), np.uint64(1 << 63)).astype(np.uint64)
+@pytest.mark.parametrize("colliding", ["every word", "hashed words"])
+def test_hash_collisions_never_give_a_word_another_words_id(monkeypatch, default_vocabulary, colliding):
+    """Words get one of two keys (every word, or every word the memo hashes: longer than 8 code
+    points or not ASCII): lookups must still give each word its own id, case and split."""
+    def two_keys(lengths):
+        return np.where(lengths % 2 == 0, np.uint64(7), np.uint64((1 << 63) | 5)).astype(np.uint64)
 
-    monkeypatch.setattr(tokenize_module, "word_keys", colliding_keys)
+    if colliding == "every word":
+        monkeypatch.setattr(tokenize_module, "word_keys", lambda codes, starts, ends: (
+            two_keys(ends - starts), np.zeros(len(starts), dtype=bool)))
+    else:
+        monkeypatch.setattr(word_memo, "_hash", lambda codes, starts, lengths: two_keys(lengths))
     texts = [row["text"] for row in read_imdb(limit=60)] + ADVERSARIAL[:40]
     tokenizer, reference = Tokenizer(default_vocabulary), FrozenReferenceTokenizer(default_vocabulary)
     for start in range(0, len(texts), 20):  # the memo holds one word per key; later batches hit and miss
         compare_batch(tokenizer, reference, texts[start:start + 20], default_vocabulary)
-    assert tokenizer._memo.count == 2  # pylint: disable=protected-access
+    memo = tokenizer._memo  # pylint: disable=protected-access
+    assert memo.count == 2 if colliding == "every word" else memo.count > 1000
 
 
 def test_layouts_without_a_free_marker_take_the_piece_by_piece_path(monkeypatch, small_vocabulary):

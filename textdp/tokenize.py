@@ -220,22 +220,21 @@ class TokenizedBatch:
         return out
 
     def _marked_structures(self, marker: str) -> List[str]:
-        """Each text with every word replaced by ``marker`` (an empty structure between split parts stays)."""
+        """Each text with every word replaced by ``marker`` (an empty structure between split parts stays).
+
+        Every code point gives at most one: the marker where a word starts, itself if it is
+        structure, nothing inside a word.
+        """
         count = len(self.codes)
         depth = np.zeros(count + 1, dtype=np.int8)  # +1 where a word starts, -1 where one ends
         depth[self.starts] = 1
         depth[self.ends] -= 1
-        in_word = np.cumsum(depth[:-1]) > 0
-        word_start = np.zeros(count, dtype=bool)
-        word_start[self.starts] = True
-        units = np.empty((count, 2), dtype=np.uint32)
-        units[:, 0] = ord(marker)
-        units[:, 1] = self.codes
-        keep = np.empty((count, 2), dtype=bool)
-        keep[:, 0] = word_start
-        np.logical_not(in_word, out=keep[:, 1])
+        keep = np.cumsum(depth[:-1]) <= 0  # structure
+        keep[self.starts] = True
+        units = self.codes.copy()
+        units[self.starts] = ord(marker)
         marked = units[keep].tobytes().decode("utf-32-le", "surrogatepass")
-        at = np.concatenate(([0], np.cumsum(keep.sum(axis=1))))  # position in ``marked`` of each code point
+        at = np.concatenate(([0], np.cumsum(keep)))  # position in ``marked`` of each code point
         return [marked[a:b] for a, b in zip(at[self.text_starts].tolist(), at[self.text_ends].tolist())]
 
     def render(self, released: Sequence[str], verbatim: Optional[np.ndarray] = None) -> List[str]:
@@ -300,7 +299,9 @@ class TokenizedBatch:
 
         cases = self.cases
         special = {}
-        for k in sorted(set(np.flatnonzero(self.glued).tolist()) | set(fixed)):
+        glued = np.flatnonzero(self.glued)
+        glued = glued[~_ascii_clitics(joined, source[glued], length[glued])]  # those need a look
+        for k in sorted(set(glued.tolist()) | set(fixed)):
             released = word(k)
             spaced = self.glued[k] and not is_clitic(released)
             if spaced or k in fixed:
@@ -330,6 +331,30 @@ class TokenizedBatch:
             letters = out[positions]
             lower = (letters >= 97) & (letters <= 122)
             out[positions[lower]] -= 32
+
+
+_APOSTROPHES = (39, 0x2019)
+
+
+def _ascii_clitics(codes: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``is_clitic`` for words (spans of ``codes``) made of ASCII and ``’`` only; False for the others.
+
+    For such words ``is_clitic`` is: the first code point is an apostrophe, or the word is ``n't``
+    in any case (``’`` read as ``'``).
+    """
+    if not len(starts) or not len(codes):
+        return np.zeros(len(starts), dtype=bool)
+    chars = codes[ranges(starts, lengths)]
+    others = np.concatenate(([0], np.cumsum((chars >= 128) & (chars != 0x2019))))  # other code points so far
+    ends = np.cumsum(lengths)
+    plain = (others[ends] == others[ends - lengths]) & (lengths > 0)
+    first = codes[np.minimum(starts, len(codes) - 1)]
+    clitic = np.isin(first, _APOSTROPHES)
+    three = np.flatnonzero(lengths == 3)
+    if len(three):
+        a, b, c = (codes[starts[three] + i] for i in range(3))
+        clitic[three] |= np.isin(a, (78, 110)) & np.isin(b, _APOSTROPHES) & np.isin(c, (84, 116))
+    return plain & clitic
 
 
 class Tokenizer:
@@ -386,8 +411,8 @@ class Tokenizer:
             self._splits = _Splits()
         codes, starts, ends = cut.codes, cut.starts, cut.ends
         lengths = ends - starts
-        keys = word_keys(codes, starts, ends)
-        entries = memo.find(keys, codes, starts, lengths)
+        keys, packed = word_keys(codes, starts, ends)
+        entries = memo.find(keys, packed, codes, starts, lengths)
         values = memo.values[np.maximum(entries, 0)]
         missing = np.flatnonzero(entries < 0)
         if not len(missing):
@@ -401,12 +426,12 @@ class Tokenizer:
             memo.add(key, codes[start:end], value)
             resolved.append(value)
         values[missing] = np.array(resolved, dtype=np.int64)[inverse.reshape(-1)]
-        # a word whose key another word of the batch has too: resolved on its own
-        model = firsts[inverse.reshape(-1)]
-        same_length = missing[lengths[missing] == lengths[model]]
-        odd = np.concatenate((missing[lengths[missing] != lengths[model]], same_length[different_spans(
-            codes, starts[same_length], codes, starts[model[lengths[missing] == lengths[model]]],
-            lengths[same_length])]))
+        # a word whose hashed key another word of the batch has too: resolved on its own
+        hashed = ~packed[missing]
+        missing, model = missing[hashed], firsts[inverse.reshape(-1)][hashed]
+        same_length = lengths[missing] == lengths[model]
+        odd = np.concatenate((missing[~same_length], missing[same_length][different_spans(
+            codes, starts[missing[same_length]], codes, starts[model[same_length]], lengths[missing[same_length]])]))
         for k in odd.tolist():
             values[k] = self._code(cut.text[int(starts[k]):int(ends[k])])
         return values

@@ -2,11 +2,11 @@
 
 The tokenizer resolves each distinct surface word once (vocabulary id, case pattern, split) and
 remembers the result here, so that a batch of words is looked up without a Python object or call
-per word: every word of the batch gets a 64-bit key from its code points (a polynomial hash
-computed from prefix sums, ``word_keys``), the keys are found in an open-addressing table, and
-every hit is then compared code point by code point with the stored word. A hash collision can
-therefore never give a word another word's value: a word whose key is taken by another word is
-simply not memoized (the caller resolves it itself every time).
+per word: every word of the batch gets a 64-bit key from its code points (``word_keys``: short
+ASCII words are packed into the key exactly, others hashed), the keys are found in an
+open-addressing table, and a hit on a hashed key is compared code point by code point with the
+stored word. A hash collision can therefore never give a word another word's value: a word whose
+key is taken by another word is simply not memoized (the caller resolves it every time).
 
 Memory is fixed by ``capacity`` (words): the table (12 bytes per slot, two slots per word), the
 values and offsets (20 bytes per word) and the stored code points (4 bytes each): about 5 MB for
@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-_MULTIPLIER = 0x9E3779B97F4A7C15  # odd, so invertible modulo 2**64
-_P = np.uint64(_MULTIPLIER)
-_P_INVERSE = np.uint64(pow(_MULTIPLIER, -1, 1 << 64))
+_P = np.uint64(0x9E3779B97F4A7C15)
 _EMPTY = np.uint64(0)  # no key is 0 (see word_keys)
 
 
@@ -32,24 +30,46 @@ def _powers(base: np.uint64, count: int) -> np.ndarray:
     return powers
 
 
-def word_keys(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """A 64-bit key per span ``codes[starts[k]:ends[k]]``, equal for equal code point sequences.
+_HASHED = np.uint64(1 << 63)  # set in every hashed key, never in a packed one
+_LOW_BYTES = np.array([0] + [(1 << (8 * n)) - 1 for n in range(1, 8)] + [(1 << 64) - 1], dtype=np.uint64)
 
-    sum_t (c_t + 1) P^(t - start) mod 2**64, from prefix sums over the whole batch (the factor
-    P^-start makes it independent of where the word stands), mixed with the length and scrambled
-    by the splitmix64 finalizer.
+
+def word_keys(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple:
+    """A 64-bit key per span ``codes[starts[k]:ends[k]]`` and whether the key is the word itself.
+
+    Words of at most 8 ASCII code points (most words) are packed into their key, one byte each:
+    equal keys are equal words, nothing to verify. Longer or non-ASCII words get a hash with the
+    top bit set (never a packed key): sum_t (c_t + 1) P^t mod 2**64 over the word, mixed with its
+    length and scrambled by the splitmix64 finalizer; a hit on a hashed key must be verified.
     """
+    lengths = ends - starts
+    keys = np.empty(len(starts), dtype=np.uint64)
+    if not len(starts):
+        return keys, np.zeros(0, dtype=bool)
+    non_ascii = np.concatenate(([0], np.cumsum(codes >= 128)))
+    packed = (lengths <= 8) & (non_ascii[ends] == non_ascii[starts])
+    data = np.zeros(len(codes) + 8, dtype=np.uint8)
+    data[:len(codes)] = codes  # the low byte: the code point itself where it is ASCII
+    windows = np.ndarray((len(codes) + 1,), dtype="<u8", buffer=data, strides=(1,))  # 8 bytes from each position
+    keys[packed] = windows[starts[packed]] & _LOW_BYTES[lengths[packed]]
+    hashed = np.flatnonzero(~packed)
+    if len(hashed):
+        keys[hashed] = _hash(codes, starts[hashed], lengths[hashed]) | _HASHED
+    return keys, packed
+
+
+def _hash(codes: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    firsts = np.cumsum(lengths) - lengths  # where each word starts among the gathered code points
+    within = np.arange(int(lengths.sum())) - np.repeat(firsts, lengths)
     with np.errstate(over="ignore"):
-        prefix = np.zeros(len(codes) + 1, dtype=np.uint64)
-        np.cumsum((codes.astype(np.uint64) + np.uint64(1)) * _powers(_P, len(codes)), out=prefix[1:])
-        key = (prefix[ends] - prefix[starts]) * _powers(_P_INVERSE, len(codes) + 1)[starts]
-        key ^= (ends - starts).astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93)
+        terms = (codes[ranges(starts, lengths)].astype(np.uint64) + np.uint64(1)) * _powers(_P, int(lengths.max()))[within]
+        key = np.add.reduceat(terms, firsts)
+        key ^= lengths.astype(np.uint64) * np.uint64(0xD6E8FEB86659FD93)
         key ^= key >> np.uint64(30)
         key *= np.uint64(0xBF58476D1CE4E5B9)
         key ^= key >> np.uint64(27)
         key *= np.uint64(0x94D049BB133111EB)
         key ^= key >> np.uint64(31)
-    key[key == _EMPTY] = 1
     return key
 
 
@@ -91,15 +111,29 @@ class WordMemo:
         self._pool_used = 0
         self.count = 0
 
+    def _slots(self, keys: np.ndarray) -> np.ndarray:
+        """Home slot of each key: Fibonacci hashing, so that packed keys (zero high bytes) spread too."""
+        with np.errstate(over="ignore"):
+            return ((keys * _P) >> self._shift).astype(np.int64)
+
+    def nbytes(self) -> int:
+        """Bytes of this memo's arrays (the code point pool keeps its largest size across clears)."""
+        return sum(a.nbytes for a in (self._keys, self._entries, self.values, self._starts, self._lengths,
+                                      self._pool))
+
     def clear(self) -> None:
         self._keys.fill(0)
         self._pool_used = 0
         self.count = 0
 
-    def find(self, keys: np.ndarray, codes: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        """The entry of every word (span of ``codes``) with key ``keys[k]``, -1 where it is not memoized."""
+    def find(self, keys: np.ndarray, packed: np.ndarray, codes: np.ndarray, starts: np.ndarray,
+             lengths: np.ndarray) -> np.ndarray:
+        """The entry of every word (span of ``codes``) with key ``keys[k]``, -1 where it is not memoized.
+
+        ``packed[k]``: the key is the word itself; other hits are compared code point by code point.
+        """
         entry = np.full(len(keys), -1, dtype=np.int64)
-        slot = (keys >> self._shift).astype(np.int64)
+        slot = self._slots(keys)
         pending = np.arange(len(keys))
         while len(pending):  # linear probing, all pending words one slot further per round
             at = slot[pending]
@@ -108,13 +142,14 @@ class WordMemo:
             entry[pending[hit]] = self._entries[at[hit]]
             pending = pending[~hit & (stored != _EMPTY)]
             slot[pending] = (slot[pending] + 1) & self._mask
-        found = np.flatnonzero(entry >= 0)
-        hits = entry[found]
-        wrong = found[self._lengths[hits] != lengths[found]]
-        same_length = found[self._lengths[hits] == lengths[found]]
-        wrong = np.concatenate((wrong, same_length[different_spans(
-            codes, starts[same_length], self._pool, self._starts[entry[same_length]], lengths[same_length])]))
-        entry[wrong] = -1  # a key collision: another word holds this key
+        check = np.flatnonzero((entry >= 0) & ~packed)
+        if len(check):
+            stored = entry[check]
+            wrong = check[self._lengths[stored] != lengths[check]]
+            same = check[self._lengths[stored] == lengths[check]]
+            wrong = np.concatenate((wrong, same[different_spans(codes, starts[same], self._pool,
+                                                                self._starts[entry[same]], lengths[same])]))
+            entry[wrong] = -1  # a hash collision: another word holds this key
         return entry
 
     LONGEST_WORD = 100  # code points; longer words are rare and not worth the pool space
@@ -124,7 +159,7 @@ class WordMemo:
         is taken by another word, or the word is longer than LONGEST_WORD)."""
         if self.count >= self.capacity or len(word) > self.LONGEST_WORD:
             return False
-        slot = int(np.uint64(key) >> self._shift)
+        slot = int(self._slots(np.array([key], dtype=np.uint64))[0])
         while self._keys[slot] != _EMPTY:
             if int(self._keys[slot]) == key:
                 return False

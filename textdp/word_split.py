@@ -66,9 +66,9 @@ _TABLE = _bmp_table()  # 64 KB, built in ~20 ms at import
 def classify(codes: np.ndarray) -> np.ndarray:
     """Flags per code point (uint32 array): a table lookup; code points above the BMP (emoji,
     rare scripts: few in real text) one by one, so that no 1 MB table is built in every process."""
-    astral = codes >= _BMP
-    if not astral.any():
+    if not len(codes) or codes.max() < _BMP:
         return _TABLE[codes]
+    astral = codes >= _BMP
     flags = _TABLE[np.where(astral, 0, codes)]
     positions = np.flatnonzero(astral)
     flags[positions] = [code_point_flags(chr(code)) for code in codes[positions].tolist()]
