@@ -375,11 +375,12 @@ def test_hash_collisions_never_give_a_word_another_words_id(monkeypatch, default
 def test_layouts_without_a_free_marker_take_the_piece_by_piece_path(monkeypatch, small_vocabulary):
     """The layout payloads stand a marker code point for the words; a batch holding every candidate
     is written piece by piece instead, with the same digests."""
-    monkeypatch.setattr(tokenize_module, "_MARKERS", ("\ufdd0", "\ufdd1"))
+    monkeypatch.setattr(tokenize_module, "_MARKERS", ("\ufdd0", "\ufdd1", "\ufdd2", "\ufdd3"))
     texts = ADVERSARIAL[:40] + ['He said "don\'t"\ufdd0 and\\ left.\n', "\ufdd1it's 3.5\ufdd1"]
+    assert "\ufdd0" in "".join(texts) and "\ufdd1" in "".join(texts)
     reference = FrozenReferenceTokenizer(small_vocabulary)
-    compare_batch(Tokenizer(small_vocabulary), reference, texts, small_vocabulary)  # no marker free
-    compare_batch(Tokenizer(small_vocabulary), reference, texts[:-1], small_vocabulary)  # the second one
+    compare_batch(Tokenizer(small_vocabulary), reference, texts + ["\ufdd2"], small_vocabulary)  # one free
+    compare_batch(Tokenizer(small_vocabulary), reference, texts, small_vocabulary)  # the last two are free
 
 
 @pytest.mark.parametrize("policy", ["random", "unk", "keep"])

@@ -40,6 +40,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from itertools import islice
 from json.encoder import encode_basestring  # what json.dumps(..., ensure_ascii=False) uses for strings
 from typing import Dict, List, Optional, Sequence
 
@@ -152,6 +153,7 @@ class TokenizedBatch:
     cases: np.ndarray        # uint8 case pattern
     glued: np.ndarray        # bool: a clitic split off the word before it
     bounds: np.ndarray       # int64, one more than the number of texts
+    in_word: Optional[np.ndarray] = None  # bool per code point, if known (else derived from the words)
 
     def __len__(self) -> int:
         return len(self.bounds) - 1
@@ -196,46 +198,56 @@ class TokenizedBatch:
         ``json.dumps([structure, cases, glued], ensure_ascii=False)`` is, byte for byte,
         ``[[s0, null, s1, null, ...], [c0, c1, ...], [g0, ...]]`` with ``", "`` between items and
         every structure string written by ``encode_basestring``, which escapes code point by code
-        point. So each text's structure, with a marker code point in place of each word, is escaped
-        in one call and the markers replaced by ``", null, "``; the case digits and the glued flags
-        are written from batch arrays.
+        point. So the whole batch, words replaced by one marker code point and texts separated by
+        another, is escaped in one call and the word markers replaced by ``", null, "``; the case
+        digits and the glued flags are written for the whole batch from its arrays.
         """
-        marker = next((m for m in _MARKERS if m not in self.text), None)
-        structures = self._marked_structures(marker) if marker else None
+        if not len(self):
+            return []
+        markers = list(islice((m for m in _MARKERS if m not in self.text), 2))  # two code points no text has
+        structures = self._json_structures(*markers) if len(markers) == 2 else None
         digits = np.empty((len(self.ids), 3), dtype=np.uint8)
         digits[:, 0] = self.cases + np.uint8(48)  # "0", "1", "2"
         digits[:, 1:] = (44, 32)                   # ", "
         digits = digits.tobytes()
-        flags = (self.glued.astype(np.uint8) + np.uint8(48)).tobytes()  # "0" / "1" per word
+        glued = (self.glued.astype(np.uint8) + np.uint8(48)).tobytes().replace(b"0", b"false, ").replace(b"1", b"true, ")
+        glued_at = (7 * self.bounds - np.concatenate(([0], np.cumsum(self.glued)))[self.bounds]).tolist()
+        bounds = self.bounds.tolist()
         out = []
-        for index, (first, last) in enumerate(zip(self.bounds[:-1].tolist(), self.bounds[1:].tolist())):
+        for index in range(len(self)):
+            first, last = bounds[index], bounds[index + 1]
             if structures is not None:
-                structure = encode_basestring(structures[index]).replace(marker, '", null, "')
+                structure = structures[index]
             else:
-                structure = ", null, ".join(map(encode_basestring, self.pieces(index)[0::2]))
-            glued = flags[first:last].replace(b"0", b"false, ").replace(b"1", b"true, ")[:-2]
-            payload = b"".join((b"[[", structure.encode("utf-8"), b"], [",
-                                digits[3 * first:max(3 * last - 2, 3 * first)], b"], [", glued, b"]]"))
+                structure = ", null, ".join(map(encode_basestring, self.pieces(index)[0::2])).encode("utf-8")[1:-1]
+            payload = b"".join((b'[["', structure, b'"], [', digits[3 * first:max(3 * last - 2, 3 * first)], b"], [",
+                                glued[glued_at[index]:max(glued_at[index + 1] - 2, glued_at[index])], b"]]"))
             out.append(hashlib.sha256(payload).hexdigest()[:32])
         return out
 
-    def _marked_structures(self, marker: str) -> List[str]:
-        """Each text with every word replaced by ``marker`` (an empty structure between split parts stays).
+    def _json_structures(self, word_marker: str, text_marker: str) -> List[bytes]:
+        """Per text, its structure pieces as JSON strings joined by ``", null, "``, without the outer quotes.
 
-        Every code point gives at most one: the marker where a word starts, itself if it is
-        structure, nothing inside a word.
+        Every code point gives at most one: ``word_marker`` where a word starts, itself if it is
+        structure (the separator between texts becomes ``text_marker``), nothing inside a word.
         """
-        count = len(self.codes)
-        depth = np.zeros(count + 1, dtype=np.int8)  # +1 where a word starts, -1 where one ends
-        depth[self.starts] = 1
-        depth[self.ends] -= 1
-        keep = np.cumsum(depth[:-1]) <= 0  # structure
+        keep = self._structure_mask()
         keep[self.starts] = True
         units = self.codes.copy()
-        units[self.starts] = ord(marker)
+        units[self.starts] = ord(word_marker)
+        units[self.text_ends[:-1]] = ord(text_marker)
         marked = units[keep].tobytes().decode("utf-32-le", "surrogatepass")
-        at = np.concatenate(([0], np.cumsum(keep)))  # position in ``marked`` of each code point
-        return [marked[a:b] for a, b in zip(at[self.text_starts].tolist(), at[self.text_ends].tolist())]
+        escaped = encode_basestring(marked)[1:-1].replace(word_marker, '", null, "')
+        return escaped.encode("utf-8").split(text_marker.encode("utf-8"))
+
+    def _structure_mask(self) -> np.ndarray:
+        """True for every code point outside the words (a new array)."""
+        if self.in_word is not None:
+            return ~self.in_word
+        depth = np.zeros(len(self.codes) + 1, dtype=np.int8)  # +1 where a word starts, -1 where one ends
+        depth[self.starts] = 1
+        depth[self.ends] -= 1
+        return np.cumsum(depth[:-1], dtype=np.int8) <= 0
 
     def render(self, released: Sequence[str], verbatim: Optional[np.ndarray] = None) -> List[str]:
         """Every text with its words replaced by ``released`` (one string per word of the batch).
@@ -398,8 +410,10 @@ class Tokenizer:
             starts[targets] = word_starts + table.offsets[parts]
             ends[targets] = word_starts + table.offsets[parts] + table.lengths[parts]
             bounds = before[bounds]
+            later = targets[table.offsets[parts] > 0]  # parts after the first: a joiner (or nothing) before them
+            cut.in_word[ranges(ends[later - 1], starts[later] - ends[later - 1])] = False
         return TokenizedBatch(cut.text, cut.codes, cut.text_starts, cut.text_ends, starts, ends, ids, cases,
-                              glued, bounds)
+                              glued, bounds, cut.in_word)
 
     def _values(self, cut) -> np.ndarray:
         """The memo value of every word of the batch, resolving (and memoizing) the ones not seen yet."""

@@ -31,6 +31,7 @@ def _powers(base: np.uint64, count: int) -> np.ndarray:
 
 
 _HASHED = np.uint64(1 << 63)  # set in every hashed key, never in a packed one
+_HIGH_BITS = np.uint64(0x8080808080808080)
 _LOW_BYTES = np.array([0] + [(1 << (8 * n)) - 1 for n in range(1, 8)] + [(1 << 64) - 1], dtype=np.uint64)
 
 
@@ -46,12 +47,11 @@ def word_keys(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple:
     keys = np.empty(len(starts), dtype=np.uint64)
     if not len(starts):
         return keys, np.zeros(0, dtype=bool)
-    non_ascii = np.concatenate(([0], np.cumsum(codes >= 128)))
-    packed = (lengths <= 8) & (non_ascii[ends] == non_ascii[starts])
     data = np.zeros(len(codes) + 8, dtype=np.uint8)
-    data[:len(codes)] = codes  # the low byte: the code point itself where it is ASCII
+    np.minimum(codes, 255, out=data[:len(codes)], casting="unsafe")  # ASCII as is, anything else >= 128
     windows = np.ndarray((len(codes) + 1,), dtype="<u8", buffer=data, strides=(1,))  # 8 bytes from each position
-    keys[packed] = windows[starts[packed]] & _LOW_BYTES[lengths[packed]]
+    keys[:] = windows[starts] & _LOW_BYTES[np.minimum(lengths, 8)]
+    packed = (lengths <= 8) & (keys & _HIGH_BITS == 0)  # short, and no byte >= 128: ASCII
     hashed = np.flatnonzero(~packed)
     if len(hashed):
         keys[hashed] = _hash(codes, starts[hashed], lengths[hashed]) | _HASHED

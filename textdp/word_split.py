@@ -102,6 +102,7 @@ class WordCut:
     starts: np.ndarray
     ends: np.ndarray
     counts: np.ndarray
+    in_word: np.ndarray      # bool per code point
 
 
 def cut_words(texts: Sequence[str]) -> WordCut:
@@ -110,13 +111,14 @@ def cut_words(texts: Sequence[str]) -> WordCut:
     codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
     text_ends = np.cumsum(lengths + 1) - 1
     text_starts = text_ends - lengths
+    in_word = word_mask(classify(codes))
     inside = np.zeros(len(codes) + 2, dtype=np.int8)
-    inside[1:-1] = word_mask(classify(codes))
+    inside[1:-1] = in_word
     change = np.diff(inside)
     starts = np.flatnonzero(change == 1)
     ends = np.flatnonzero(change == -1)
     counts = np.diff(np.concatenate(([0], np.searchsorted(starts, text_ends))))
-    return WordCut(text, codes, text_starts, text_ends, starts, ends, counts)
+    return WordCut(text, codes, text_starts, text_ends, starts, ends, counts, in_word)
 
 
 def split_pieces(texts: Sequence[str]) -> List[List[str]]:
