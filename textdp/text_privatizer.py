@@ -54,7 +54,7 @@ class TextPrivatizer:
             raise ValueError(f"unknown OOV policy {oov_policy!r}; expected one of {', '.join(OOV_POLICIES)}")
         self.mechanism = mechanism
         self.words = words
-        self.tokenizer = Tokenizer(word_to_id)
+        self.tokenizer = Tokenizer(word_to_id, words)
         self.oov_policy = oov_policy
         self.unk_token = unk_token
 
@@ -129,13 +129,23 @@ class TextPrivatizer:
 
     def _render(self, batch: TokenizedBatch, released: np.ndarray) -> List[str]:
         """Released texts: vocabulary words for ids >= 0; UNKNOWN_ID keeps the input word and
-        _UNK_MARK gives the marker, both verbatim (no case pattern applied)."""
-        verbatim = released < 0
-        words, lengths = joined_words(self.words, np.where(verbatim, 0, released))
-        if not verbatim.any():
-            return batch.render_joined(words, lengths)
+        _UNK_MARK gives the marker, both verbatim (no case pattern applied).
+
+        A word released as its own id that its vocabulary word in its case pattern spells exactly
+        (``batch.echoes``; most words at large epsilon) is copied from the input instead: the same
+        text, without a trip through the vocabulary. Glued clitics always take the long way (their
+        space rule looks at the vocabulary word).
+        """
+        original = released == UNKNOWN_ID
+        if batch.echoes is not None:
+            original |= (released == batch.ids) & batch.echoes & ~batch.glued
         fixed = dict.fromkeys(np.flatnonzero(released == _UNK_MARK).tolist(), self.unk_token)
-        return batch.render_joined(words, lengths, verbatim, original=released == UNKNOWN_ID, fixed=fixed)
+        gather = ~original & (released >= 0)
+        words, gathered = joined_words(self.words, released[gather])
+        lengths = np.zeros(len(released), dtype=np.int64)
+        lengths[gather] = gathered
+        verbatim = released < 0
+        return batch.render_joined(words, lengths, verbatim if verbatim.any() else None, original, fixed)
 
 
 def joined_words(words: Sequence[str], ids: np.ndarray) -> Tuple[str, np.ndarray]:

@@ -154,6 +154,7 @@ class TokenizedBatch:
     glued: np.ndarray        # bool: a clitic split off the word before it
     bounds: np.ndarray       # int64, one more than the number of texts
     in_word: Optional[np.ndarray] = None  # bool per code point, if known (else derived from the words)
+    echoes: Optional[np.ndarray] = None   # bool per word: releasing its own id gives it back as it is
 
     def __len__(self) -> int:
         return len(self.bounds) - 1
@@ -264,43 +265,97 @@ class TokenizedBatch:
 
         ``original[k]``: word k is released as the input word itself; ``fixed[k]``: as that string.
         Both are verbatim (no case pattern applied), as are the words with ``verbatim[k]``.
+        Texts none of whose words changes come back as they went in; when few words change they
+        are spliced into the input text by text, otherwise every text is assembled from code point
+        ranges (both give the same text).
         """
         count = len(self.ids)
         if len(lengths) != count:
             raise ValueError(f"{len(lengths)} released words for {count} word slots")
-        word_codes = np.frombuffer(words.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+        fixed = fixed or {}
         keep_case = np.zeros(count, dtype=bool) if verbatim is None else np.array(verbatim, dtype=bool)
+        if original is None or not original.any():
+            original = np.zeros(count, dtype=bool)
+        changed = ~original | self.glued  # a glued clitic may need a space in front
+        changed[list(fixed)] = True
+        keep_case |= original
+        if np.count_nonzero(changed) <= count * self.SPLICE_SHARE:
+            return self._splice(np.flatnonzero(changed), words, lengths, keep_case, original, fixed)
+        word_codes = np.frombuffer(words.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
         source = len(self.codes) + np.cumsum(lengths) - lengths  # in codes + word_codes + extra_codes
         length = np.array(lengths, dtype=np.int64)
-        if original is not None and original.any():
-            source[original] = self.starts[original]
-            length[original] = self.ends[original] - self.starts[original]
-            keep_case |= original
+        source[original] = self.starts[original]
+        length[original] = self.ends[original] - self.starts[original]
         joined = np.concatenate((self.codes, word_codes))
-        special = self._special_words(joined, source, length, keep_case, fixed or {})
-        extra = "".join(special.values())
+        special = self._special_words(joined, source, length, keep_case, fixed)
         if special:
             slots = np.fromiter(special, dtype=np.int64, count=len(special))
+            extra = "".join(special.values())
             extra_lengths = np.fromiter(map(len, special.values()), dtype=np.int64, count=len(special))
             source[slots] = len(joined) + np.cumsum(extra_lengths) - extra_lengths
             length[slots] = extra_lengths
             keep_case[slots] = True
             joined = np.concatenate((joined, np.frombuffer(extra.encode("utf-32-le", "surrogatepass"), np.uint32)))
-        # segments, per text: structure, word, structure, ..., word, structure
-        before, last = self._structure()
-        texts = np.repeat(np.arange(len(self)), self.word_counts)
-        segments = 2 * count + len(self)
-        starts, sizes = np.empty(segments, dtype=np.int64), np.empty(segments, dtype=np.int64)
-        word_segment = 2 * np.arange(count) + texts + 1
-        starts[word_segment - 1], sizes[word_segment - 1] = before, self.starts - before
-        starts[word_segment], sizes[word_segment] = source, length
-        final = 2 * self.bounds[1:] + np.arange(len(self))
-        starts[final], sizes[final] = last, self.text_ends - last
+        return self._assemble(np.arange(len(self)), joined, source, length, keep_case)
+
+    SPLICE_SHARE = 0.125  # up to this share of changed words, splicing in Python beats assembling in numpy
+
+    def _splice(self, changed, words, lengths, keep_case, original, fixed) -> List[str]:
+        """Every text, with each changed word (slot in ``changed``) cut out and its release put in,
+        word by word in Python: ``Tokenized.render``'s rules applied to the few words that change."""
+        offsets = (np.cumsum(lengths) - lengths)[changed].tolist()
+        owners = (np.searchsorted(self.bounds, changed, side="right") - 1).tolist()
+        starts, ends = self.starts[changed].tolist(), self.ends[changed].tolist()
+        cases, glued, text = self.cases[changed].tolist(), self.glued[changed].tolist(), self.text
+        keep, inputs = keep_case[changed].tolist(), original[changed].tolist()
+        out = [text[a:b] for a, b in zip(self.text_starts.tolist(), self.text_ends.tolist())]
+        at = 0
+        while at < len(changed):
+            index, pieces = owners[at], []
+            position = int(self.text_starts[index])
+            while at < len(changed) and owners[at] == index:
+                k = int(changed[at])
+                if k in fixed:
+                    released = fixed[k]
+                elif inputs[at]:
+                    released = text[starts[at]:ends[at]]
+                else:
+                    released = words[offsets[at]:offsets[at] + int(lengths[k])]
+                word = released if keep[at] or k in fixed else apply_case(released, cases[at])
+                if glued[at] and not is_clitic(released):
+                    word = " " + word
+                pieces += (text[position:starts[at]], word)
+                position = ends[at]
+                at += 1
+            pieces.append(text[position:int(self.text_ends[index])])
+            out[index] = "".join(pieces)
+        return out
+
+    def _assemble(self, texts: np.ndarray, joined, source, length, keep_case) -> List[str]:
+        """Texts ``texts`` put together from code point ranges: per text structure, word, structure,
+        ..., word, structure; structure from the input, word k from ``joined[source[k]:+length[k]]``."""
+        if not len(texts):
+            return []
+        counts = self.word_counts[texts]
+        words = ranges(self.bounds[texts], counts)
+        has_words = counts > 0
+        before = self.ends[np.maximum(words - 1, 0)]  # structure before a word starts after the previous word...
+        firsts = np.cumsum(counts) - counts
+        before[firsts[has_words]] = self.text_starts[texts[has_words]]  # ... or where its text starts
+        last = self.text_starts[texts]
+        last[has_words] = self.ends[self.bounds[texts[has_words] + 1] - 1]
+        text_of = np.repeat(np.arange(len(texts)), counts)
+        word_segment = 2 * np.arange(len(words)) + text_of + 1
+        final = 2 * (firsts + counts) + np.arange(len(texts))
+        starts, sizes = np.empty(final[-1] + 1, dtype=np.int64), np.empty(final[-1] + 1, dtype=np.int64)
+        starts[word_segment - 1], sizes[word_segment - 1] = before, self.starts[words] - before
+        starts[word_segment], sizes[word_segment] = source[words], length[words]
+        starts[final], sizes[final] = last, self.text_ends[texts] - last
         out = joined[ranges(starts, sizes)]
         at = np.concatenate(([0], np.cumsum(sizes)))  # where each segment starts in ``out``
-        self._recase_ascii(out, at[word_segment], length, keep_case)
+        _recase_ascii(out, at[word_segment], self.cases[words], length[words], keep_case[words])
         released = out.tobytes().decode("utf-32-le", "surrogatepass")
-        return [released[a:b] for a, b in zip(at[final - 2 * self.word_counts].tolist(), at[final + 1].tolist())]
+        return [released[a:b] for a, b in zip(at[final - 2 * counts].tolist(), at[final + 1].tolist())]
 
     def _special_words(self, joined, source, length, keep_case, fixed) -> Dict[int, str]:
         """The words that need Python: glued slots whose word is no clitic (a space in front),
@@ -333,16 +388,17 @@ class TokenizedBatch:
                     special[k] = apply_case(word(k), int(cases[k]))
         return special
 
-    def _recase_ascii(self, out, at, length, keep_case) -> None:
-        """Apply CAPITALIZED and UPPER in place to the ASCII words left to re-case (a-z -> A-Z)."""
-        for pattern in (CAPITALIZED, UPPER):
-            slots = np.flatnonzero((self.cases == pattern) & ~keep_case & (length > 0))
-            if not len(slots):
-                continue
-            positions = at[slots] if pattern == CAPITALIZED else ranges(at[slots], length[slots])
-            letters = out[positions]
-            lower = (letters >= 97) & (letters <= 122)
-            out[positions[lower]] -= 32
+def _recase_ascii(out: np.ndarray, at: np.ndarray, cases: np.ndarray, length: np.ndarray, keep_case: np.ndarray) -> None:
+    """Apply CAPITALIZED and UPPER in place to the words at ``at`` in ``out`` left to re-case:
+    ASCII a-z -> A-Z (the others were re-cased in Python)."""
+    for pattern in (CAPITALIZED, UPPER):
+        slots = np.flatnonzero((cases == pattern) & ~keep_case & (length > 0))
+        if not len(slots):
+            continue
+        positions = at[slots] if pattern == CAPITALIZED else ranges(at[slots], length[slots])
+        letters = out[positions]
+        lower = (letters >= 97) & (letters <= 122)
+        out[positions[lower]] -= 32
 
 
 _APOSTROPHES = (39, 0x2019)
@@ -374,15 +430,18 @@ class Tokenizer:
 
     ``word_to_id`` needs only ``get(word, default)`` (a dict, or textdp.compact_vocab's
     CompactVocabulary). Each distinct surface word is resolved once and remembered in a WordMemo
-    of at most ``MEMO_WORDS`` words (cleared when full): as ``(id + 1) * 4 + case`` for one word,
-    or ``-1 - r`` for a word cut into parts, entry r of the split table. Not for concurrent use:
-    one instance per thread (TextPrivatizer has one per DoFn instance).
+    of at most ``MEMO_WORDS`` words (cleared when full): as ``(id + 1) * 8 + echo * 4 + case`` for
+    one word, or ``-1 - r`` for a word cut into parts, entry r of the split table. ``echo``: the
+    word is its vocabulary word in its own case pattern (``apply_case(words[id], case) == word``),
+    so releasing its own id gives it back unchanged (known only when ``words`` is given). Not for
+    concurrent use: one instance per thread (TextPrivatizer has one per DoFn instance).
     """
 
     MEMO_WORDS = 1 << 16
 
-    def __init__(self, word_to_id: Dict[str, int]):
+    def __init__(self, word_to_id: Dict[str, int], words: Optional[Sequence[str]] = None):
         self.word_to_id = word_to_id
+        self.words = words  # id -> word, to know which words a release of their own id gives back as they are
         self._memo: Optional[WordMemo] = None
         self._splits = _Splits()
 
@@ -394,7 +453,8 @@ class Tokenizer:
         values = self._values(cut)
         bounds = np.concatenate(([0], np.cumsum(cut.counts))).astype(np.int64)
         starts, ends = cut.starts, cut.ends
-        ids, cases, glued = (values >> 2) - 1, (values & 3).astype(np.uint8), np.zeros(len(values), dtype=bool)
+        ids, cases, glued = (values >> 3) - 1, (values & 3).astype(np.uint8), np.zeros(len(values), dtype=bool)
+        echoes = (values & 4).astype(bool)
         split = np.flatnonzero(values < 0)
         if len(split):  # replace each split word by its parts
             table = self._splits.arrays()
@@ -405,15 +465,17 @@ class Tokenizer:
             targets = ranges(before[split], sizes[split])
             parts = ranges(table.starts[entries], sizes[split])
             word_starts = np.repeat(starts[split], sizes[split])
-            ids, cases, glued, starts, ends = (np.repeat(a, sizes) for a in (ids, cases, glued, starts, ends))
+            ids, cases, glued, echoes, starts, ends = (np.repeat(a, sizes) for a in (ids, cases, glued, echoes, starts,
+                                                                                    ends))
             ids[targets], cases[targets], glued[targets] = table.ids[parts], table.cases[parts], table.glued[parts]
+            echoes[targets] = table.echoes[parts]
             starts[targets] = word_starts + table.offsets[parts]
             ends[targets] = word_starts + table.offsets[parts] + table.lengths[parts]
             bounds = before[bounds]
             later = targets[table.offsets[parts] > 0]  # parts after the first: a joiner (or nothing) before them
             cut.in_word[ranges(ends[later - 1], starts[later] - ends[later - 1])] = False
         return TokenizedBatch(cut.text, cut.codes, cut.text_starts, cut.text_ends, starts, ends, ids, cases,
-                              glued, bounds, cut.in_word)
+                              glued, bounds, cut.in_word, echoes)
 
     def _values(self, cut) -> np.ndarray:
         """The memo value of every word of the batch, resolving (and memoizing) the ones not seen yet."""
@@ -456,8 +518,12 @@ class Tokenizer:
     def _code(self, word: str) -> int:
         word_id = self._lookup(word)
         if word_id != UNKNOWN_ID or not _JOINER.search(word):
-            return (word_id + 1) * 4 + case_pattern(word)
+            case = case_pattern(word)
+            return (word_id + 1) * 8 + self._echo(word, word_id, case) * 4 + case
         return -1 - self._splits.add(*self._split(word))
+
+    def _echo(self, word: str, word_id: int, case: int) -> bool:
+        return self.words is not None and word_id != UNKNOWN_ID and apply_case(self.words[word_id], case) == word
 
     def _split(self, word: str) -> tuple:
         """An unknown word with joiners: clitic split if the vocabulary has it, else at joiners.
@@ -479,8 +545,9 @@ class Tokenizer:
             glued = [False] * (len(pieces) // 2 + 1)
         offsets = np.cumsum([0] + [len(piece) for piece in pieces])[0::2].tolist()
         words = pieces[0::2]
-        return (offsets, [len(part) for part in words], [self._lookup(part) for part in words],
-                [case_pattern(part) for part in words], glued)
+        ids, cases = [self._lookup(part) for part in words], [case_pattern(part) for part in words]
+        echoes = [self._echo(*one) for one in zip(words, ids, cases)]
+        return offsets, [len(part) for part in words], ids, cases, glued, echoes
 
 
 @dataclass
@@ -492,22 +559,23 @@ class _SplitArrays:
     ids: np.ndarray
     cases: np.ndarray
     glued: np.ndarray
+    echoes: np.ndarray
 
 
 class _Splits:
     """The parts of the words the memo knows to be cut (one entry per distinct surface word)."""
 
     def __init__(self):
-        self._columns = ([], [], [], [], [])  # offsets, lengths, ids, cases, glued of all parts
+        self._columns = ([], [], [], [], [], [])  # offsets, lengths, ids, cases, glued, echoes of all parts
         self._starts: List[int] = []
         self._arrays: Optional[_SplitArrays] = None
 
     def __len__(self) -> int:
         return len(self._starts)
 
-    def add(self, offsets, lengths, ids, cases, glued) -> int:
+    def add(self, offsets, lengths, ids, cases, glued, echoes) -> int:
         self._starts.append(len(self._columns[0]))
-        for column, values in zip(self._columns, (offsets, lengths, ids, cases, glued)):
+        for column, values in zip(self._columns, (offsets, lengths, ids, cases, glued, echoes)):
             column.extend(values)
         self._arrays = None
         return len(self._starts) - 1
@@ -515,9 +583,9 @@ class _Splits:
     def arrays(self) -> _SplitArrays:
         if self._arrays is None:
             starts = np.array(self._starts, dtype=np.int64)
-            offsets, lengths, ids, cases, glued = self._columns
+            offsets, lengths, ids, cases, glued, echoes = self._columns
             self._arrays = _SplitArrays(starts, np.diff(np.append(starts, len(offsets))),
                                         np.array(offsets, dtype=np.int64), np.array(lengths, dtype=np.int64),
                                         np.array(ids, dtype=np.int64), np.array(cases, dtype=np.uint8),
-                                        np.array(glued, dtype=bool))
+                                        np.array(glued, dtype=bool), np.array(echoes, dtype=bool))
         return self._arrays
