@@ -182,17 +182,6 @@ class TokenizedBatch:
         text = self.text
         return [text[a:b] for a, b in zip(self.starts.tolist(), self.ends.tolist())]
 
-    def _structure(self):
-        """Per word, where the structure before it starts; per text, where its last structure starts."""
-        counts = self.word_counts
-        before = np.empty(len(self.starts), dtype=np.int64)
-        before[1:] = self.ends[:-1]
-        with_words = counts > 0
-        before[self.bounds[:-1][with_words]] = self.text_starts[with_words]
-        last = self.text_starts.copy()
-        last[with_words] = self.ends[self.bounds[1:][with_words] - 1]
-        return before, last
-
     def layouts(self) -> List[str]:
         """``Tokenized.layout()`` of every text: the same JSON payload, built without json.dumps.
 
