@@ -114,8 +114,9 @@ class TextPrivatizer:
         released = np.full(len(ids), UNKNOWN_ID, dtype=np.int64)
         if self.oov_policy == "random":
             # an unknown word is released as M(u) for a uniform vocabulary word u (see the module docstring)
-            inputs = ids.copy()
+            inputs = ids
             if unknown:
+                inputs = ids.copy()
                 inputs[~known] = rng.integers(0, len(self.words), size=unknown)
             if len(inputs):
                 released = self.mechanism.privatize_ids(inputs, rng)
@@ -124,7 +125,8 @@ class TextPrivatizer:
                 released[known] = self.mechanism.privatize_ids(ids[known], rng)
             if unknown and self.oov_policy == "unk":
                 released[~known] = _UNK_MARK
-        changed = int((released[known] != ids[known]).sum()) + (unknown if self.oov_policy != "keep" else 0)
+        # an unknown word counts as changed unless kept ('keep' releases UNKNOWN_ID there: equal to its id)
+        changed = int(len(ids) - np.count_nonzero(released == ids))
         return released, {"tokens": int(len(ids)), "changed_tokens": changed, "unknown_tokens": unknown}
 
     def _render(self, batch: TokenizedBatch, released: np.ndarray) -> List[str]:

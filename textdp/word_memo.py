@@ -136,16 +136,18 @@ class WordMemo:
 
         ``packed[k]``: the key is the word itself; other hits are compared code point by code point.
         """
-        entry = np.full(len(keys), -1, dtype=np.int64)
         slot = self._slots(keys)
-        pending = np.arange(len(keys))
-        while len(pending):  # linear probing, all pending words one slot further per round
+        stored = self._keys[slot]
+        hit = stored == keys
+        entry = np.where(hit, self._entries[slot], -1).astype(np.int64)
+        pending = np.flatnonzero(~hit & (stored != _EMPTY))
+        while len(pending):  # linear probing: the words whose home slot holds another key, one slot further
+            slot[pending] = (slot[pending] + 1) & self._mask
             at = slot[pending]
             stored = self._keys[at]
             hit = stored == keys[pending]
             entry[pending[hit]] = self._entries[at[hit]]
             pending = pending[~hit & (stored != _EMPTY)]
-            slot[pending] = (slot[pending] + 1) & self._mask
         check = np.flatnonzero((entry >= 0) & ~packed)
         if len(check):
             stored = entry[check]

@@ -112,11 +112,10 @@ def cut_words(texts: Sequence[str]) -> WordCut:
     text_ends = np.cumsum(lengths + 1) - 1
     text_starts = text_ends - lengths
     in_word = word_mask(classify(codes))
-    inside = np.zeros(len(codes) + 2, dtype=np.int8)
+    inside = np.zeros(len(codes) + 2, dtype=bool)
     inside[1:-1] = in_word
-    change = np.diff(inside)
-    starts = np.flatnonzero(change == 1)
-    ends = np.flatnonzero(change == -1)
+    edges = np.flatnonzero(inside[1:] != inside[:-1])  # word starts and ends, alternating
+    starts, ends = edges[0::2], edges[1::2]
     counts = np.diff(np.concatenate(([0], np.searchsorted(starts, text_ends))))
     return WordCut(text, codes, text_starts, text_ends, starts, ends, counts, in_word)
 
