@@ -102,6 +102,24 @@ class CompactVocabulary:
             position += 1
         return default
 
+    def get_many(self, words) -> np.ndarray:
+        """``[get(word, -1) for word in words]`` as an int64 array, the hash search done for all at once."""
+        out = np.full(len(words), -1, dtype=np.int64)
+        if not len(words) or not len(self._sorted_hashes):
+            return out
+        hashes = self._sorted_hashes
+        keys = np.fromiter(map(hash, words), dtype=np.int64, count=len(words))
+        positions = np.minimum(np.searchsorted(hashes, keys), len(hashes) - 1)
+        found = np.flatnonzero(hashes[positions] == keys)
+        candidates = self._order[positions[found]].astype(np.int64)
+        stored = zip(self._starts[candidates].tolist(), self._ends[candidates].tolist())
+        for k, candidate, (start, end) in zip(found.tolist(), candidates.tolist(), stored):
+            if self._map[start:end] == words[k].encode("utf-8"):
+                out[k] = candidate
+            else:  # another word with the same hash comes first: the slow path
+                out[k] = self.get(words[k], -1)
+        return out
+
     def __contains__(self, word: str) -> bool:
         return self.get(word) is not None
 

@@ -40,7 +40,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from itertools import islice
+from itertools import accumulate, islice
 from json.encoder import encode_basestring  # what json.dumps(..., ensure_ascii=False) uses for strings
 from typing import Dict, List, Optional, Sequence
 
@@ -414,6 +414,11 @@ def _ascii_clitics(codes: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -
     return plain & clitic
 
 
+def _vocabulary_words(words: Sequence[str], ids: np.ndarray) -> List[str]:
+    words_at = getattr(words, "words_at", None)
+    return words_at(ids) if words_at is not None else [words[i] for i in ids.tolist()]
+
+
 class Tokenizer:
     """Cuts text into pieces and looks words up in a vocabulary (``word -> id`` mapping).
 
@@ -470,10 +475,14 @@ class Tokenizer:
         """The memo value of every word of the batch, resolving (and memoizing) the ones not seen yet."""
         if self._memo is None or self._memo.capacity != self.MEMO_WORDS:
             self._memo = WordMemo(self.MEMO_WORDS)
-        memo = self._memo
-        if memo.count >= memo.capacity or len(self._splits) > memo.capacity:
-            memo.clear()
             self._splits = _Splits()
+        memo = self._memo
+        if memo.count >= memo.capacity:
+            if len(self._splits) > memo.capacity:  # the split table only grows: start both over
+                memo.clear()
+                self._splits = _Splits()
+            else:
+                memo.make_room()  # keeps the words in use (split entries stay valid)
         codes, starts, ends = cut.codes, cut.starts, cut.ends
         lengths = ends - starts
         keys, packed = word_keys(codes, starts, ends)
@@ -483,60 +492,82 @@ class Tokenizer:
         if not len(missing):
             return values
         unique_keys, first, inverse = np.unique(keys[missing], return_index=True, return_inverse=True)
-        firsts = missing[first]
-        resolved = []
-        for k, key, start, end in zip(firsts.tolist(), unique_keys.tolist(), starts[firsts].tolist(),
-                                      ends[firsts].tolist()):
-            value = self._code(cut.text[start:end])
-            memo.add(key, codes[start:end], value)
-            resolved.append(value)
-        values[missing] = np.array(resolved, dtype=np.int64)[inverse.reshape(-1)]
+        firsts, inverse = missing[first], inverse.reshape(-1)
+        words = [cut.text[a:b] for a, b in zip(starts[firsts].tolist(), ends[firsts].tolist())]
+        resolved = self._codes(words)
+        memo.add_many(unique_keys, codes, starts[firsts], lengths[firsts], resolved)
+        values[missing] = resolved[inverse]
         # a word whose hashed key another word of the batch has too: resolved on its own
         hashed = ~packed[missing]
-        missing, model = missing[hashed], firsts[inverse.reshape(-1)][hashed]
+        missing, model = missing[hashed], firsts[inverse][hashed]
         same_length = lengths[missing] == lengths[model]
         odd = np.concatenate((missing[~same_length], missing[same_length][different_spans(
             codes, starts[missing[same_length]], codes, starts[model[same_length]], lengths[missing[same_length]])]))
-        for k in odd.tolist():
-            values[k] = self._code(cut.text[int(starts[k]):int(ends[k])])
+        if len(odd):
+            values[odd] = self._codes([cut.text[a:b] for a, b in zip(starts[odd].tolist(), ends[odd].tolist())])
         return values
 
-    def _lookup(self, word: str) -> int:
-        return self.word_to_id.get(word.lower().replace("\u2019", "'"), UNKNOWN_ID)
+    def _ids(self, words: List[str]) -> np.ndarray:
+        """Vocabulary ids of surface words (looked up lowercased, ``’`` read as ``'``)."""
+        keys = [word.lower().replace("\u2019", "'") for word in words]
+        get_many = getattr(self.word_to_id, "get_many", None)
+        if get_many is not None:
+            return get_many(keys)
+        return np.fromiter((self.word_to_id.get(key, UNKNOWN_ID) for key in keys), dtype=np.int64, count=len(keys))
 
-    def _code(self, word: str) -> int:
-        word_id = self._lookup(word)
-        if word_id != UNKNOWN_ID or not _JOINER.search(word):
-            case = case_pattern(word)
-            return (word_id + 1) * 8 + self._echo(word, word_id, case) * 4 + case
-        return -1 - self._splits.add(*self._split(word))
+    def _describe(self, words: List[str]) -> tuple:
+        """(ids, case patterns, echo flags) of surface words; echo: ``apply_case(words[id], case) == word``."""
+        ids = self._ids(words)
+        cases = np.fromiter(map(case_pattern, words), dtype=np.int64, count=len(words))
+        echoes = np.zeros(len(words), dtype=np.int64)
+        known = np.flatnonzero(ids != UNKNOWN_ID)
+        if self.words is not None and len(known):
+            spelled = _vocabulary_words(self.words, ids[known])
+            echoes[known] = [apply_case(v, c) == words[k] for k, v, c in zip(known.tolist(), spelled,
+                                                                              cases[known].tolist())]
+        return ids, cases, echoes
 
-    def _echo(self, word: str, word_id: int, case: int) -> bool:
-        return self.words is not None and word_id != UNKNOWN_ID and apply_case(self.words[word_id], case) == word
+    def _codes(self, words: List[str]) -> np.ndarray:
+        """Memo values for surface words: their id, echo flag and case pattern, or their split entry."""
+        ids, cases, echoes = self._describe(words)
+        values = (ids + 1) * 8 + echoes * 4 + cases
+        splitting = [k for k in np.flatnonzero(ids == UNKNOWN_ID).tolist() if _JOINER.search(words[k])]
+        if splitting:
+            for k, entry in zip(splitting, self._split([words[k] for k in splitting])):
+                values[k] = -1 - entry
+        return values
 
-    def _split(self, word: str) -> tuple:
-        """An unknown word with joiners: clitic split if the vocabulary has it, else at joiners.
-
-        Returns the parts' offsets in the word, lengths, ids, case patterns and glued flags.
-        """
-        normal = word.lower().replace("\u2019", "'")
-        cut = None
-        if normal.endswith("n't") and len(normal) > 3:
-            cut = len(normal) - 3
-        else:
-            apostrophe = normal.rfind("'")
-            if apostrophe > 0 and normal[apostrophe:] in _CLITICS:
-                cut = apostrophe
-        if cut is not None and len(normal) == len(word) and self._lookup(word[:cut]) != UNKNOWN_ID:
-            pieces, glued = [word[:cut], "", word[cut:]], [False, True]
-        else:
-            pieces = _JOINER.split(word)  # word, joiner, word, ..., word: joiners become structure
-            glued = [False] * (len(pieces) // 2 + 1)
-        offsets = np.cumsum([0] + [len(piece) for piece in pieces])[0::2].tolist()
-        words = pieces[0::2]
-        ids, cases = [self._lookup(part) for part in words], [case_pattern(part) for part in words]
-        echoes = [self._echo(*one) for one in zip(words, ids, cases)]
-        return offsets, [len(part) for part in words], ids, cases, glued, echoes
+    def _split(self, words: List[str]) -> List[int]:
+        """Unknown words with joiners: a clitic split if the vocabulary has the word before the
+        clitic (``don't`` -> ``do`` + ``n't``), else a split at every joiner (``foo-bar`` -> ``foo``
+        ``-`` ``bar``). Adds each to the split table; returns their entries."""
+        cuts = []
+        for word in words:
+            normal = word.lower().replace("\u2019", "'")
+            cut = None
+            if normal.endswith("n't") and len(normal) > 3:
+                cut = len(normal) - 3
+            else:
+                apostrophe = normal.rfind("'")
+                if apostrophe > 0 and normal[apostrophe:] in _CLITICS:
+                    cut = apostrophe
+            cuts.append(cut if cut is not None and len(normal) == len(word) else None)
+        clitic = [k for k, cut in enumerate(cuts) if cut is not None]
+        heads = self._ids([words[k][:cuts[k]] for k in clitic])
+        for k, head in zip(clitic, heads.tolist()):
+            if head == UNKNOWN_ID:
+                cuts[k] = None
+        pieces = [[word[:cut], "", word[cut:]] if cut is not None else _JOINER.split(word)  # joiners: structure
+                  for word, cut in zip(words, cuts)]
+        parts = [part for one in pieces for part in one[0::2]]
+        ids, cases, echoes = (column.tolist() for column in self._describe(parts))
+        sizes, offsets, glued = [], [], []
+        for one, cut in zip(pieces, cuts):
+            sizes.append(len(one) // 2 + 1)
+            offsets.append(0)
+            offsets.extend(list(accumulate(len(piece) for piece in one[:-1]))[1::2])
+            glued.extend((False, True) if cut is not None else [False] * sizes[-1])
+        return self._splits.add(sizes, offsets, list(map(len, parts)), ids, cases, glued, echoes)
 
 
 @dataclass
@@ -552,29 +583,33 @@ class _SplitArrays:
 
 
 class _Splits:
-    """The parts of the words the memo knows to be cut (one entry per distinct surface word)."""
+    """The parts of the words the memo knows to be cut (one entry per distinct surface word), in
+    arrays that grow by doubling, so that a batch reads them without converting anything."""
 
     def __init__(self):
-        self._columns = ([], [], [], [], [], [])  # offsets, lengths, ids, cases, glued, echoes of all parts
-        self._starts: List[int] = []
-        self._arrays: Optional[_SplitArrays] = None
+        self._entries, self._parts = 0, 0
+        self._per_entry = np.zeros((2, 64), dtype=np.int64)  # start, size
+        self._per_part = np.zeros((6, 256), dtype=np.int64)  # offset, length, id, case, glued, echo
 
     def __len__(self) -> int:
-        return len(self._starts)
+        return self._entries
 
-    def add(self, offsets, lengths, ids, cases, glued, echoes) -> int:
-        self._starts.append(len(self._columns[0]))
-        for column, values in zip(self._columns, (offsets, lengths, ids, cases, glued, echoes)):
-            column.extend(values)
-        self._arrays = None
-        return len(self._starts) - 1
+    def add(self, sizes, offsets, lengths, ids, cases, glued, echoes) -> List[int]:
+        """Add entries of ``sizes[e]`` parts each (the part columns flat, in order); returns their numbers."""
+        count, parts = len(sizes), len(offsets)
+        while self._entries + count > self._per_entry.shape[1]:
+            self._per_entry = np.concatenate((self._per_entry, np.zeros_like(self._per_entry)), axis=1)
+        while self._parts + parts > self._per_part.shape[1]:
+            self._per_part = np.concatenate((self._per_part, np.zeros_like(self._per_part)), axis=1)
+        sizes = np.asarray(sizes, dtype=np.int64)
+        self._per_entry[0, self._entries:self._entries + count] = self._parts + np.cumsum(sizes) - sizes
+        self._per_entry[1, self._entries:self._entries + count] = sizes
+        self._per_part[:, self._parts:self._parts + parts] = (offsets, lengths, ids, cases, glued, echoes)
+        self._entries += count
+        self._parts += parts
+        return list(range(self._entries - count, self._entries))
 
     def arrays(self) -> _SplitArrays:
-        if self._arrays is None:
-            starts = np.array(self._starts, dtype=np.int64)
-            offsets, lengths, ids, cases, glued, echoes = self._columns
-            self._arrays = _SplitArrays(starts, np.diff(np.append(starts, len(offsets))),
-                                        np.array(offsets, dtype=np.int64), np.array(lengths, dtype=np.int64),
-                                        np.array(ids, dtype=np.int64), np.array(cases, dtype=np.uint8),
-                                        np.array(glued, dtype=bool), np.array(echoes, dtype=bool))
-        return self._arrays
+        entry, part = self._per_entry[:, :self._entries], self._per_part[:, :self._parts]
+        return _SplitArrays(entry[0], entry[1], part[0], part[1], part[2], part[3].astype(np.uint8),
+                            part[4].astype(bool), part[5].astype(bool))

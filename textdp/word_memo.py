@@ -99,7 +99,13 @@ def different_spans(first: np.ndarray, first_starts: np.ndarray, second: np.ndar
 
 
 class WordMemo:
-    """Code point sequences (words) -> int64 values, for at most ``capacity`` words."""
+    """Code point sequences (words) -> int64 values, for at most ``capacity`` words.
+
+    When full, ``make_room`` keeps the words found since the previous time (the working set,
+    at most half the capacity) and forgets the others.
+    """
+
+    LONGEST_WORD = 100  # code points; longer words are rare and not worth the pool space
 
     def __init__(self, capacity: int):
         self.capacity = int(capacity)
@@ -109,8 +115,10 @@ class WordMemo:
         self._keys = np.zeros(1 << bits, dtype=np.uint64)
         self._entries = np.zeros(1 << bits, dtype=np.int32)
         self.values = np.zeros(self.capacity, dtype=np.int64)
+        self._entry_keys = np.zeros(self.capacity, dtype=np.uint64)
         self._starts = np.zeros(self.capacity, dtype=np.int64)
         self._lengths = np.zeros(self.capacity, dtype=np.int64)
+        self._used = np.zeros(self.capacity, dtype=bool)
         self._pool = np.zeros(1 << 12, dtype=np.uint32)
         self._pool_used = 0
         self.count = 0
@@ -121,14 +129,27 @@ class WordMemo:
             return ((keys * _P) >> self._shift).astype(np.int64)
 
     def nbytes(self) -> int:
-        """Bytes of this memo's arrays (the code point pool keeps its largest size across clears)."""
-        return sum(a.nbytes for a in (self._keys, self._entries, self.values, self._starts, self._lengths,
-                                      self._pool))
+        """Bytes of this memo's arrays (the code point pool keeps its largest size)."""
+        return sum(a.nbytes for a in (self._keys, self._entries, self.values, self._entry_keys, self._starts,
+                                      self._lengths, self._used, self._pool))
 
     def clear(self) -> None:
         self._keys.fill(0)
+        self._used.fill(False)
         self._pool_used = 0
         self.count = 0
+
+    def make_room(self) -> np.ndarray:
+        """Keep the entries found since the last call (at most half the capacity), forget the rest.
+
+        Returns the values kept (the caller may need to know which of its side tables they use).
+        """
+        kept = np.flatnonzero(self._used[:self.count])[:self.capacity // 2]
+        keys, values = self._entry_keys[kept], self.values[kept]
+        pool, starts, lengths = self._pool[:self._pool_used].copy(), self._starts[kept], self._lengths[kept]
+        self.clear()
+        self.add_many(keys, pool, starts, lengths, values)
+        return values
 
     def find(self, keys: np.ndarray, packed: np.ndarray, codes: np.ndarray, starts: np.ndarray,
              lengths: np.ndarray) -> np.ndarray:
@@ -156,31 +177,44 @@ class WordMemo:
             wrong = np.concatenate((wrong, same[different_spans(codes, starts[same], self._pool,
                                                                 self._starts[entry[same]], lengths[same])]))
             entry[wrong] = -1  # a hash collision: another word holds this key
+        self._used[entry[entry >= 0]] = True
         return entry
 
-    LONGEST_WORD = 100  # code points; longer words are rare and not worth the pool space
+    def add_many(self, keys: np.ndarray, codes: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                 values: np.ndarray) -> None:
+        """Remember ``values[k]`` for the word ``codes[starts[k]:+lengths[k]]`` under ``keys[k]`` (distinct keys).
 
-    def add(self, key: int, word: np.ndarray, value: int) -> bool:
-        """Remember ``value`` for the code points ``word`` under ``key``; False if not (full, the key
-        is taken by another word, or the word is longer than LONGEST_WORD)."""
-        if self.count >= self.capacity or len(word) > self.LONGEST_WORD:
-            return False
-        slot = int(self._slots(np.array([key], dtype=np.uint64))[0])
-        while self._keys[slot] != _EMPTY:
-            if int(self._keys[slot]) == key:
-                return False
-            slot = (slot + 1) & self._mask
-        if self._pool_used + len(word) > len(self._pool):
-            grown = np.zeros(max(2 * len(self._pool), self._pool_used + len(word)), dtype=np.uint32)
+        Words are left out when the memo is full, when their key is taken (by another word: a hash
+        collision) or when they are longer than LONGEST_WORD.
+        """
+        candidates = np.flatnonzero(lengths <= self.LONGEST_WORD)[:self.capacity - self.count]
+        slot = self._slots(keys[candidates])
+        winners = []
+        while len(candidates):  # all candidates probe at once; one winner per empty slot and round
+            stored = self._keys[slot]
+            empty = np.flatnonzero(stored == _EMPTY)
+            _, first = np.unique(slot[empty], return_index=True)
+            won = empty[first]
+            self._keys[slot[won]] = keys[candidates[won]]
+            self._entries[slot[won]] = self.count + len(winners) + np.arange(len(won))  # entries in order won
+            winners.extend(candidates[won].tolist())
+            going_on = stored != keys[candidates]
+            going_on[won] = False
+            candidates, slot = candidates[going_on], (slot[going_on] + 1) & self._mask
+        if not winners:
+            return
+        winners = np.array(winners, dtype=np.int64)
+        entries = self.count + np.arange(len(winners))
+        size = int(lengths[winners].sum())
+        if self._pool_used + size > len(self._pool):
+            grown = np.zeros(max(2 * len(self._pool), self._pool_used + size), dtype=np.uint32)
             grown[:self._pool_used] = self._pool[:self._pool_used]
             self._pool = grown
-        entry = self.count
-        self._pool[self._pool_used:self._pool_used + len(word)] = word
-        self._starts[entry] = self._pool_used
-        self._lengths[entry] = len(word)
-        self.values[entry] = value
-        self._pool_used += len(word)
-        self._keys[slot] = key
-        self._entries[slot] = entry
-        self.count += 1
-        return True
+        self._pool[self._pool_used:self._pool_used + size] = codes[ranges(starts[winners], lengths[winners])]
+        self._starts[entries] = self._pool_used + np.cumsum(lengths[winners]) - lengths[winners]
+        self._lengths[entries] = lengths[winners]
+        self.values[entries] = values[winners]
+        self._entry_keys[entries] = keys[winners]
+        self._used[entries] = False
+        self._pool_used += size
+        self.count += len(winners)
