@@ -442,6 +442,10 @@ class Tokenizer:
     def tokenize(self, text: str) -> Tokenized:
         return self.tokenize_batch([text])[0]
 
+    def state_bytes(self) -> int:
+        """Private memory of this tokenizer's memo and split table (numpy arrays)."""
+        return (self._memo.nbytes() if self._memo is not None else 0) + self._splits.nbytes()
+
     def tokenize_batch(self, texts: Sequence[str]) -> TokenizedBatch:
         cut = cut_words(texts)
         values = self._values(cut)
@@ -593,6 +597,9 @@ class _Splits:
 
     def __len__(self) -> int:
         return self._entries
+
+    def nbytes(self) -> int:
+        return self._per_entry.nbytes + self._per_part.nbytes
 
     def add(self, sizes, offsets, lengths, ids, cases, glued, echoes) -> List[int]:
         """Add entries of ``sizes[e]`` parts each (the part columns flat, in order); returns their numbers."""
