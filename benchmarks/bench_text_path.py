@@ -144,17 +144,18 @@ def whole(artifact, texts, warm: Tokenizer, batch_size: int, mechanism: str, eps
         load.append(os.getloadavg()[0])
         after.tokenizer = copy_of(warm)
         cpu_best(runs, "bare", lambda: [shared.privatize_ids(ids, np.random.default_rng(SEED)) for ids in inputs])
-        cpu_best(runs, "after", lambda: [after.privatize(batch, np.random.default_rng(SEED), []) for batch in batches])
-        cpu_best(runs, "before", lambda: [before.privatize(batch, np.random.default_rng(SEED), [])
-                                          for batch in batches])
+        for shapes, label in ((None, ""), ([], "_shapes")):  # privatize alone; with the shuffle's layout digests
+            cpu_best(runs, f"after{label}", lambda: [after.privatize(batch, np.random.default_rng(SEED), shapes)
+                                                     for batch in batches])
+            cpu_best(runs, f"before{label}", lambda: [before.privatize(batch, np.random.default_rng(SEED), shapes)
+                                                      for batch in batches])
     row = {"mechanism": mechanism, "epsilon": epsilon, "reviews": len(texts), "tokens": tokens, "repeats": repeats,
            "loadavg_1min": load}
     for name, seconds in runs.items():
         row[f"{name}_tokens_per_s"] = round(tokens / seconds)
-    row["ratio_after"] = round(runs["bare"] / runs["after"], 3)
-    row["ratio_before"] = round(runs["bare"] / runs["before"], 3)
-    row["text_path_ns_per_token_after"] = round((runs["after"] - runs["bare"]) / tokens * 1e9)
-    row["text_path_ns_per_token_before"] = round((runs["before"] - runs["bare"]) / tokens * 1e9)
+    for name in ("after", "before", "after_shapes", "before_shapes"):
+        row[f"ratio_{name}"] = round(runs["bare"] / runs[name], 3)
+        row[f"text_path_ns_per_token_{name}"] = round((runs[name] - runs["bare"]) / tokens * 1e9)
     print(row, flush=True)
     return row
 
@@ -202,13 +203,18 @@ def markdown(payload: dict) -> str:
         lines.append(f"| {names[step]} | {row['tokens_per_s_before']:,} | {row['tokens_per_s_after']:,} | "
                      f"{row['ns_per_token_before']} | {row['ns_per_token_after']} | {row['speedup']}x |")
     lines += ["", "## (c) The whole TextPrivatizer against the bare mechanism (target: after >= 80% of bare)", "",
-              "| mechanism | epsilon | tokens | bare tokens/s | after tokens/s | before tokens/s | after / bare | "
-              "before / bare | text path ns/token after | before |", "|---|---|---|---|---|---|---|---|---|---|"]
+              "Two settings: *privatize* (the default pipeline: no layout digests) and *+ shapes* (with the "
+              "Amplifier, the privatizer also writes each record's layout digest for the shuffle accounting).", "",
+              "| mechanism | epsilon | tokens | bare tokens/s | setting | after tokens/s | before tokens/s | "
+              "after / bare | before / bare | text path ns/token after | before |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in payload["whole"]:
-        lines.append(f"| {row['mechanism']} | {row['epsilon']:g} | {row['tokens']:,} | {row['bare_tokens_per_s']:,} | "
-                     f"{row['after_tokens_per_s']:,} | {row['before_tokens_per_s']:,} | **{row['ratio_after']:.2f}** | "
-                     f"{row['ratio_before']:.2f} | {row['text_path_ns_per_token_after']} | "
-                     f"{row['text_path_ns_per_token_before']} |")
+        for label, name in (("", "privatize"), ("_shapes", "+ shapes")):
+            lines.append(
+                f"| {row['mechanism']} | {row['epsilon']:g} | {row['tokens']:,} | {row['bare_tokens_per_s']:,} | "
+                f"{name} | {row[f'after{label}_tokens_per_s']:,} | {row[f'before{label}_tokens_per_s']:,} | "
+                f"**{row[f'ratio_after{label}']:.2f}** | {row[f'ratio_before{label}']:.2f} | "
+                f"{row[f'text_path_ns_per_token_after{label}']} | {row[f'text_path_ns_per_token_before{label}']} |")
     mem = payload["memory"]
     lines += ["", "## Memory per worker process (lookup state)", "",
               f"The word memo (surface word -> id and case, verified code point by code point) holds at most "

@@ -446,3 +446,14 @@ def test_vocabulary_words_gathers_the_words_of_ids(small_artifact_dir, small_art
     assert vocabulary.words_at(ids) == expected == vocabulary_words(vocabulary, ids)
     assert vocabulary_words(list(small_artifact.words), ids) == expected
     assert vocabulary.words_at(np.empty(0, np.int64)) == []
+
+
+def test_get_many_is_get_for_every_word(default_vocabulary):
+    """The batch lookup of the compact vocabulary answers as ``get`` does, word by word."""
+    words = [default_vocabulary[i] for i in range(0, 400000, 397)] + ["", "not-a-word-xyz", "the\nend", "caf\u00e9",
+                                                                       "\u0130", "THE", "the ", "\u00e9t\u00e9"]
+    expected = [default_vocabulary.get(word, -1) for word in words]
+    assert default_vocabulary.get_many(words).tolist() == expected
+    assert default_vocabulary.get_many([w for w in words if "\n" not in w]).tolist() == [
+        e for w, e in zip(words, expected) if "\n" not in w]
+    assert sum(e >= 0 for e in expected) > 1000 and default_vocabulary.get_many([]).tolist() == []

@@ -19,7 +19,7 @@ import mmap
 import numpy as np
 
 from textdp.store import Artifact
-from textdp.word_memo import ranges
+from textdp.word_memo import different_spans, ranges
 from textdp.errors import ArtifactError
 
 
@@ -103,7 +103,8 @@ class CompactVocabulary:
         return default
 
     def get_many(self, words) -> np.ndarray:
-        """``[get(word, -1) for word in words]`` as an int64 array, the hash search done for all at once."""
+        """``[get(word, -1) for word in words]`` as an int64 array: the hash search for all at once, the
+        bytes compared at once (a word whose hash another vocabulary word shares takes ``get``)."""
         out = np.full(len(words), -1, dtype=np.int64)
         if not len(words) or not len(self._sorted_hashes):
             return out
@@ -111,13 +112,29 @@ class CompactVocabulary:
         keys = np.fromiter(map(hash, words), dtype=np.int64, count=len(words))
         positions = np.minimum(np.searchsorted(hashes, keys), len(hashes) - 1)
         found = np.flatnonzero(hashes[positions] == keys)
+        if not len(found):
+            return out
         candidates = self._order[positions[found]].astype(np.int64)
-        stored = zip(self._starts[candidates].tolist(), self._ends[candidates].tolist())
-        for k, candidate, (start, end) in zip(found.tolist(), candidates.tolist(), stored):
-            if self._map[start:end] == words[k].encode("utf-8"):
-                out[k] = candidate
-            else:  # another word with the same hash comes first: the slow path
-                out[k] = self.get(words[k], -1)
+        encoded = "\n".join([words[k] for k in found.tolist()]).encode("utf-8")
+        if encoded.count(b"\n") != len(found) - 1:  # a word with a newline (never in the vocabulary file)
+            return np.array([self.get(word, -1) for word in words], dtype=np.int64)
+        query = np.frombuffer(encoded, dtype=np.uint8)
+        lengths = np.diff(np.concatenate(([-1], np.flatnonzero(query == 10), [len(query)]))) - 1  # bytes per word
+        stored = self._ends[candidates] - self._starts[candidates]
+        same_length = np.flatnonzero(stored == lengths)
+        data = np.frombuffer(self._map, dtype=np.uint8)
+        try:
+            offsets = np.cumsum(lengths + 1) - lengths - 1  # where each word starts in ``query``
+            differ = same_length[different_spans(query, offsets[same_length], data, self._starts[candidates[same_length]],
+                                                 lengths[same_length])]
+        finally:
+            del data  # keep no exported buffer on the map
+        match = np.zeros(len(found), dtype=bool)
+        match[same_length] = True
+        match[differ] = False
+        out[found[match]] = candidates[match]
+        for k in found[~match].tolist():  # a hash shared with another vocabulary word: compare them all
+            out[k] = self.get(words[k], -1)
         return out
 
     def __contains__(self, word: str) -> bool:

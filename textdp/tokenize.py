@@ -419,6 +419,22 @@ def _vocabulary_words(words: Sequence[str], ids: np.ndarray) -> List[str]:
     return words_at(ids) if words_at is not None else [words[i] for i in ids.tolist()]
 
 
+_ASCII_JOINERS = tuple(map(ord, "'-.,"))
+
+
+def _split_words(codes: np.ndarray, lengths: np.ndarray) -> List[str]:
+    """The words ``codes`` holds back to back (``lengths`` code points each) as strings: one decode."""
+    if not len(lengths):
+        return []
+    marked = np.empty(len(codes) + len(lengths), dtype=np.uint32)
+    after = np.cumsum(lengths) + np.arange(len(lengths))  # a newline after each word
+    keep = np.ones(len(marked), dtype=bool)
+    keep[after] = False
+    marked[keep] = codes
+    marked[after] = 10
+    return marked.tobytes().decode("utf-32-le", "surrogatepass").split("\n")[:-1]
+
+
 class Tokenizer:
     """Cuts text into pieces and looks words up in a vocabulary (``word -> id`` mapping).
 
@@ -497,8 +513,7 @@ class Tokenizer:
             return values
         unique_keys, first, inverse = np.unique(keys[missing], return_index=True, return_inverse=True)
         firsts, inverse = missing[first], inverse.reshape(-1)
-        words = [cut.text[a:b] for a, b in zip(starts[firsts].tolist(), ends[firsts].tolist())]
-        resolved = self._codes(words)
+        resolved = self._resolve(cut, starts[firsts], lengths[firsts])
         memo.add_many(unique_keys, codes, starts[firsts], lengths[firsts], resolved)
         values[missing] = resolved[inverse]
         # a word whose hashed key another word of the batch has too: resolved on its own
@@ -509,6 +524,43 @@ class Tokenizer:
             codes, starts[missing[same_length]], codes, starts[model[same_length]], lengths[missing[same_length]])]))
         if len(odd):
             values[odd] = self._codes([cut.text[a:b] for a, b in zip(starts[odd].tolist(), ends[odd].tolist())])
+        return values
+
+    def _resolve(self, cut, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """Memo values of the words ``cut.codes[starts[k]:+lengths[k]]``: ASCII words with numpy
+        (when the vocabulary spells every word as its key, so that echo is a case question), the
+        others and the words to split word by word (``_codes``)."""
+        codes = cut.codes
+        chars = codes[ranges(starts, lengths)]
+        firsts = np.cumsum(lengths) - lengths  # where each word starts in ``chars``
+
+        def per_word(flags):  # how many code points of each word have the flag
+            return np.add.reduceat(flags, firsts) if len(chars) else np.zeros(len(starts), dtype=np.int64)
+
+        ascii_words = per_word(chars >= 128) == 0
+        if not (self.words is self.word_to_id and hasattr(self.word_to_id, "get_many")):
+            ascii_words[:] = False  # a vocabulary of unknown spelling: the general path
+        values = np.zeros(len(starts), dtype=np.int64)
+        fast = np.flatnonzero(ascii_words)
+        if len(fast):
+            capitals = (chars >= 65) & (chars <= 90)
+            small = (chars >= 97) & (chars <= 122)
+            lowered = chars + np.where(capitals, np.uint32(32), np.uint32(0))
+            keys = _split_words(lowered, lengths)
+            ids = self.word_to_id.get_many([keys[k] for k in fast.tolist()])
+            first_capital = capitals[firsts[fast]]
+            capitals_after = per_word(capitals)[fast] - first_capital
+            upper = first_capital & (lengths[fast] > 1) & (per_word(small)[fast] == 0)
+            cases = np.where(upper, UPPER, np.where(first_capital, CAPITALIZED, LOWER))
+            echoes = (ids != UNKNOWN_ID) & (upper | (capitals_after == 0))  # apply_case(key, case) == word
+            values[fast] = (ids + 1) * 8 + echoes * 4 + cases
+            joined = per_word(np.isin(chars, _ASCII_JOINERS))[fast] > 0  # inside a word: always a joiner
+            slow = np.concatenate((np.flatnonzero(~ascii_words), fast[(ids == UNKNOWN_ID) & joined]))  # to split
+        else:
+            slow = np.arange(len(starts))
+        if len(slow):
+            text = cut.text
+            values[slow] = self._codes([text[a:a + n] for a, n in zip(starts[slow].tolist(), lengths[slow].tolist())])
         return values
 
     def _ids(self, words: List[str]) -> np.ndarray:
