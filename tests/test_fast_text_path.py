@@ -21,7 +21,7 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 from tests.conftest import read_imdb
-from textdp import word_memo, word_split
+from textdp import token_batch, word_memo, word_split
 from textdp.compact_vocab import CompactVocabulary
 from textdp.mechanisms import make_mechanism
 from textdp.store import Artifact
@@ -401,7 +401,7 @@ def test_hash_collisions_never_give_a_word_another_words_id(monkeypatch, default
 def test_layouts_without_a_free_marker_take_the_piece_by_piece_path(monkeypatch, small_vocabulary):
     """The layout payloads stand a marker code point for the words; a batch holding every candidate
     is written piece by piece instead, with the same digests."""
-    monkeypatch.setattr(tokenize_module, "_MARKERS", ("\ufdd0", "\ufdd1", "\ufdd2", "\ufdd3"))
+    monkeypatch.setattr(token_batch, "_MARKERS", ("\ufdd0", "\ufdd1", "\ufdd2", "\ufdd3"))
     texts = ADVERSARIAL[:40] + ['He said "don\'t"\ufdd0 and\\ left.\n', "\ufdd1it's 3.5\ufdd1"]
     assert "\ufdd0" in "".join(texts) and "\ufdd1" in "".join(texts)
     reference = FrozenReferenceTokenizer(small_vocabulary)
