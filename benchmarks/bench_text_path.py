@@ -48,7 +48,7 @@ from textdp.text_privatizer import TextPrivatizer
 from textdp.tokenize import UNKNOWN_ID, Tokenizer
 
 SEED = 20261123
-MECHANISMS = (("tem", 5.0), ("tem", 10.0), ("madlib", 10.0))
+MECHANISMS = (("tem", 5.0, 1), ("tem", 10.0, 1), ("tem", 10.0, 4), ("madlib", 10.0, 1))  # batch: x --batch records
 MADLIB_REVIEWS = 40
 WARM_REVIEWS = 10000  # reviews after the measured ones, run through the tokenizer first: a memo in steady state
 
@@ -176,7 +176,7 @@ def whole(artifact, texts, warm: Tokenizer, batch_size: int, mechanism: str, eps
             if name != "bare":
                 own[name] = min(own.get(name, float("inf")), seconds - timed[name].seconds)
     row = {"mechanism": mechanism, "epsilon": epsilon, "reviews": len(texts), "tokens": tokens, "repeats": repeats,
-           "loadavg_1min": load}
+           "batch_records": batch_size, "tokens_per_batch": round(tokens / len(batches)), "loadavg_1min": load}
     for name, seconds in runs.items():
         row[f"{name}_tokens_per_s"] = round(tokens / seconds)
     for name in paths:
@@ -232,20 +232,22 @@ def markdown(payload: dict) -> str:
     lines += ["", "## (c) The whole TextPrivatizer against the bare mechanism (target: after >= 80% of bare)", "",
               "Two settings: *privatize* (the default pipeline: no layout digests) and *+ shapes* (with the "
               "Amplifier, the privatizer also writes each record's layout digest for the shuffle accounting).", "",
-              "| mechanism | epsilon | tokens | bare tokens/s | setting | after tokens/s | before tokens/s | "
-              "after / bare | before / bare | text path ns/token after | before |",
+              "| mechanism | epsilon | batch (records / tokens) | bare tokens/s | setting | after tokens/s | "
+              "before tokens/s | after / bare | before / bare | text path ns/token after | before |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in payload["whole"]:
         for label, name in (("", "privatize"), ("_shapes", "+ shapes")):
             lines.append(
-                f"| {row['mechanism']} | {row['epsilon']:g} | {row['tokens']:,} | {row['bare_tokens_per_s']:,} | "
+                f"| {row['mechanism']} | {row['epsilon']:g} | {row['batch_records']} / {row['tokens_per_batch']:,} | "
+                f"{row['bare_tokens_per_s']:,} | "
                 f"{name} | {row[f'after{label}_tokens_per_s']:,} | {row[f'before{label}_tokens_per_s']:,} | "
                 f"**{row[f'ratio_after{label}']:.2f}** | {row[f'ratio_before{label}']:.2f} | "
                 f"{row[f'text_path_ns_per_token_after{label}']} | {row[f'text_path_ns_per_token_before{label}']} |")
     mem = payload["memory"]
     lines += ["", "## Memory per worker process (lookup state)", "",
               f"The word memo (surface word -> id and case, verified code point by code point) holds at most "
-              f"{mem['memo_capacity_words']:,} words (cleared when full): {mem['memo_mib']} MiB of arrays after "
+              f"{mem['memo_capacity_words']:,} words (when full it keeps the words in use and forgets the others): "
+              f"{mem['memo_mib']} MiB of arrays (memo and split table) after "
               f"{mem['reviews']:,} reviews (it then held {mem['memo_words_after_reviews']:,} words), "
               f"one per Tokenizer (one per DoFn instance). A dict of the whole {mem['vocabulary_words']:,}-word "
               f"vocabulary would cost {mem['vocabulary_dict_mib']} MiB per process (measured with tracemalloc); the "
@@ -280,10 +282,10 @@ def main() -> int:
         payload["text_steps"] = text_steps(artifact, texts, warm, args.batch, args.repeats)
         print(payload["text_steps"], flush=True)
         payload["whole"] = []
-        for mechanism, epsilon in MECHANISMS:
+        for mechanism, epsilon, times in MECHANISMS:
             subset = texts[:MADLIB_REVIEWS] if mechanism == "madlib" else texts
             repeats = 3 if mechanism == "madlib" or epsilon < 10 else args.repeats
-            payload["whole"].append(whole(artifact, subset, warm, args.batch, mechanism, epsilon, repeats))
+            payload["whole"].append(whole(artifact, subset, warm, args.batch * times, mechanism, epsilon, repeats))
         payload["memory"] = memory(artifact, everything)
     payload["loadavg_at_end"] = os.getloadavg()
     payload["notes"] = [
@@ -293,6 +295,10 @@ def main() -> int:
         "the mechanism, so the text path hardly shows there; TEM at epsilon 10 (~1.3 us/token) is the case "
         "the text path limited.",
         f"Madlib: the first {MADLIB_REVIEWS} reviews only (exact search on 400k words).",
+        "Batches: the pipeline's default (64 records) and four times that, for TEM at epsilon 10: the text "
+        "path has a fixed cost per batch (a few hundred microseconds of numpy calls and new words to look "
+        "up), so larger batches (issue 17, item 2: batches by tokens) lower its cost per token. The ratio of "
+        "each repeat is in text_path.json (ratio_per_repeat_*).",
         "The frozen reference looks words up in the same memory-mapped vocabulary (CompactVocabulary), as the "
         "workers did before."]
     write_results("text_path", payload, markdown(payload))

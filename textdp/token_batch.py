@@ -67,8 +67,8 @@ class Tokenized:
         return self._as_batch().render(list(released), flags)[0]
 
 
-# Unicode noncharacters (never meant to occur in text): the first one absent from a batch stands for
-# the words when the layout payloads are built
+# Unicode noncharacters (never meant to occur in text): the first two absent from a batch stand for
+# the words and for the breaks between texts when the layout payloads are built
 _MARKERS = tuple(map(chr, range(0xFDD0, 0xFDF0))) + tuple(chr(plane + last) for plane in range(0, 0x110000, 0x10000)
                                                       for last in (0xFFFE, 0xFFFF))
 
