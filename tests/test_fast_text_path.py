@@ -25,9 +25,9 @@ from textdp import token_batch, word_memo, word_split
 from textdp.compact_vocab import CompactVocabulary
 from textdp.mechanisms import make_mechanism
 from textdp.store import Artifact
-from textdp.text_privatizer import TextPrivatizer, vocabulary_words
+from textdp.text_privatizer import TextPrivatizer
 from textdp import tokenize as tokenize_module
-from textdp.tokenize import Tokenizer
+from textdp.tokenize import Tokenizer, vocabulary_words
 from textdp.word_memo import WordMemo
 
 # --- frozen reference: textdp/tokenize.py before issue 17 (do not edit) ---------------------------

@@ -159,14 +159,6 @@ def joined_words(words: Sequence[str], ids: np.ndarray) -> Tuple[str, np.ndarray
     return "".join(chosen), np.fromiter(map(len, chosen), dtype=np.int64, count=len(chosen))
 
 
-def vocabulary_words(words: Sequence[str], ids: np.ndarray) -> List[str]:
-    """``[words[i] for i in ids]``, gathered in one step when the vocabulary can (CompactVocabulary)."""
-    words_at = getattr(words, "words_at", None)
-    if words_at is not None:
-        return words_at(ids)
-    return list(map(words.__getitem__, np.asarray(ids).tolist()))
-
-
 def word_ids(tokenizer: Tokenizer, texts: Sequence[str]) -> np.ndarray:
     """All word ids of ``texts`` in order (UNKNOWN_ID for OOV words): the bare-mechanism input."""
     return tokenizer.tokenize_batch(texts).ids

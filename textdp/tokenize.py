@@ -52,15 +52,16 @@ from textdp.word_split import WORD_PATTERN, cut_words
 UNKNOWN_ID = -1
 
 __all__ = ["LOWER", "CAPITALIZED", "UPPER", "UNKNOWN_ID", "WORD_PATTERN", "Tokenized", "TokenizedBatch",
-           "Tokenizer", "apply_case", "case_pattern", "is_clitic"]
+           "Tokenizer", "apply_case", "case_pattern", "is_clitic", "vocabulary_words"]
 
 _JOINER = re.compile(r"(['\u2019\-]|(?<=\d)[.,](?=\d))")
 _CLITICS = ("'s", "'re", "'ll", "'ve", "'d", "'m")
 
 
-def _vocabulary_words(words: Sequence[str], ids: np.ndarray) -> List[str]:
+def vocabulary_words(words: Sequence[str], ids: np.ndarray) -> List[str]:
+    """``[words[i] for i in ids]``, gathered in one step when the vocabulary can (CompactVocabulary)."""
     words_at = getattr(words, "words_at", None)
-    return words_at(ids) if words_at is not None else [words[i] for i in ids.tolist()]
+    return words_at(ids) if words_at is not None else list(map(words.__getitem__, np.asarray(ids).tolist()))
 
 
 _ASCII_JOINERS = tuple(map(ord, "'-.,"))
@@ -223,7 +224,7 @@ class Tokenizer:
         echoes = np.zeros(len(words), dtype=np.int64)
         known = np.flatnonzero(ids != UNKNOWN_ID)
         if self.words is not None and len(known):
-            spelled = _vocabulary_words(self.words, ids[known])
+            spelled = vocabulary_words(self.words, ids[known])
             echoes[known] = [apply_case(v, c) == words[k] for k, v, c in zip(known.tolist(), spelled,
                                                                               cases[known].tolist())]
         return ids, cases, echoes
