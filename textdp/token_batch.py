@@ -194,7 +194,7 @@ class TokenizedBatch:
         ``original[k]``: word k is released as the input word itself; ``fixed[k]``: as that string.
         Both are verbatim (no case pattern applied), as are the words with ``verbatim[k]``.
         Texts none of whose words changes come back as they went in; when few words change they
-        are spliced into the input text by text, otherwise every text is assembled from code point
+        are spliced into the input, text by text, otherwise every text is assembled from code point
         ranges (both give the same text).
         """
         count = len(self.ids)

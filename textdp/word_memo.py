@@ -8,10 +8,11 @@ open-addressing table, and a hit on a hashed key is compared code point by code 
 stored word. A hash collision can therefore never give a word another word's value: a word whose
 key is taken by another word is simply not memoized (the caller resolves it every time).
 
-Memory is fixed by ``capacity`` (words): the table (12 bytes per slot, two slots per word), the
-values and offsets (20 bytes per word) and the stored code points (4 bytes each): about 5 MB for
-65,536 words of IMDb-like text, instead of a dict of the whole vocabulary (~60 MB for 400k words).
-When the memo is full it is cleared by its owner.
+Memory is fixed by ``capacity`` (words): the table (12 bytes per slot, two slots per word), each
+word's value, key, offsets and use flag (33 bytes) and its code points (4 bytes each): about 6 MB
+for 65,536 words of IMDb-like text, instead of a dict of the whole vocabulary (47 MB for 400k
+words, benchmarks/results/text_path.md). When the memo is full its owner calls ``make_room``
+(keep the words in use) or ``clear``.
 """
 
 from __future__ import annotations
