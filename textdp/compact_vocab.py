@@ -19,6 +19,7 @@ import mmap
 import numpy as np
 
 from textdp.store import Artifact
+from textdp.word_memo import different_spans, ranges
 from textdp.errors import ArtifactError
 
 
@@ -49,6 +50,44 @@ class CompactVocabulary:
     def __iter__(self):
         return (self[i] for i in range(len(self)))
 
+    def words_at(self, ids: np.ndarray) -> list:
+        """``[vocab[i] for i in ids]`` without Python work per word: one gather from the map, one decode.
+
+        Every word is copied with the byte after it, which is set to a newline (the last word of
+        the file may have none), and the gathered bytes are decoded and split once.
+        """
+        ids = np.asarray(ids, dtype=np.int64)
+        if not len(ids):
+            return []
+        starts = self._starts[ids]
+        spans = self._ends[ids] - starts + 1  # word and separator
+        ends = np.cumsum(spans)
+        offsets = ends - spans
+        source = np.repeat(starts - offsets, spans) + np.arange(int(ends[-1]), dtype=np.int64)
+        data = np.frombuffer(self._map, dtype=np.uint8)
+        try:
+            gathered = data.take(source, mode="clip")
+        finally:
+            del data  # keep no exported buffer on the map
+        gathered[ends - 1] = 10
+        return gathered.tobytes().decode("utf-8").split("\n")[:-1]
+
+    def joined_words(self, ids: np.ndarray) -> tuple:
+        """``("".join(vocab[i] for i in ids), code point length of each)``, gathered from the map at once."""
+        ids = np.asarray(ids, dtype=np.int64)
+        starts = self._starts[ids]
+        spans = self._ends[ids] - starts
+        data = np.frombuffer(self._map, dtype=np.uint8)
+        try:
+            gathered = data[ranges(starts, spans)]
+        finally:
+            del data  # keep no exported buffer on the map
+        if not len(gathered) or gathered.max() < 128:  # ASCII: one code point per byte
+            return gathered.tobytes().decode("ascii"), spans
+        first_bytes = np.concatenate(([0], np.cumsum((gathered & 0xC0) != 0x80)))  # code points so far
+        ends = np.cumsum(spans)
+        return gathered.tobytes().decode("utf-8"), first_bytes[ends] - first_bytes[ends - spans]
+
     def get(self, word: str, default=None):
         """The id of ``word`` (exact match), or ``default``."""
         key = hash(word)
@@ -62,6 +101,41 @@ class CompactVocabulary:
                 return candidate
             position += 1
         return default
+
+    def get_many(self, words) -> np.ndarray:
+        """``[get(word, -1) for word in words]`` as an int64 array: the hash search for all at once, the
+        bytes compared at once (a word whose hash another vocabulary word shares takes ``get``)."""
+        out = np.full(len(words), -1, dtype=np.int64)
+        if not len(words) or not len(self._sorted_hashes):
+            return out
+        hashes = self._sorted_hashes
+        keys = np.fromiter(map(hash, words), dtype=np.int64, count=len(words))
+        positions = np.minimum(np.searchsorted(hashes, keys), len(hashes) - 1)
+        found = np.flatnonzero(hashes[positions] == keys)
+        if not len(found):
+            return out
+        candidates = self._order[positions[found]].astype(np.int64)
+        encoded = "\n".join([words[k] for k in found.tolist()]).encode("utf-8")
+        if encoded.count(b"\n") != len(found) - 1:  # a word with a newline (never in the vocabulary file)
+            return np.array([self.get(word, -1) for word in words], dtype=np.int64)
+        query = np.frombuffer(encoded, dtype=np.uint8)
+        lengths = np.diff(np.concatenate(([-1], np.flatnonzero(query == 10), [len(query)]))) - 1  # bytes per word
+        stored = self._ends[candidates] - self._starts[candidates]
+        same_length = np.flatnonzero(stored == lengths)
+        data = np.frombuffer(self._map, dtype=np.uint8)
+        try:
+            offsets = np.cumsum(lengths + 1) - lengths - 1  # where each word starts in ``query``
+            differ = same_length[different_spans(query, offsets[same_length], data, self._starts[candidates[same_length]],
+                                                 lengths[same_length])]
+        finally:
+            del data  # keep no exported buffer on the map
+        match = np.zeros(len(found), dtype=bool)
+        match[same_length] = True
+        match[differ] = False
+        out[found[match]] = candidates[match]
+        for k in found[~match].tolist():  # a hash shared with another vocabulary word: compare them all
+            out[k] = self.get(words[k], -1)
+        return out
 
     def __contains__(self, word: str) -> bool:
         return self.get(word) is not None

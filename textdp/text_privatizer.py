@@ -2,7 +2,9 @@
 
 This is the Beam-free core of the privatize pipeline (``transforms.perturb.PerturbTokens`` calls it
 on batches of records) and of its benchmark. A batch of texts becomes one array of word ids and
-one call to the mechanism, so the vector work is done once per batch, not once per word.
+one call to the mechanism, so the vector work is done once per batch, not once per word; the
+texts are cut, looked up, described (layout digests) and put back together as a batch too
+(``Tokenizer.tokenize_batch``; benchmarks/bench_text_path.py measures each step).
 
 Out-of-vocabulary (OOV) policy, for words the vocabulary does not have:
 
@@ -37,7 +39,7 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from textdp.tokenize import UNKNOWN_ID, Tokenized, Tokenizer
+from textdp.tokenize import UNKNOWN_ID, TokenizedBatch, Tokenizer
 
 OOV_POLICIES = ("random", "unk", "keep")
 _UNK_MARK = -2
@@ -52,7 +54,7 @@ class TextPrivatizer:
             raise ValueError(f"unknown OOV policy {oov_policy!r}; expected one of {', '.join(OOV_POLICIES)}")
         self.mechanism = mechanism
         self.words = words
-        self.tokenizer = Tokenizer(word_to_id)
+        self.tokenizer = Tokenizer(word_to_id, words)
         self.oov_policy = oov_policy
         self.unk_token = unk_token
 
@@ -70,40 +72,51 @@ class TextPrivatizer:
         ``Tokenized.layout()``, extended with the positions of unknown words when the policy
         releases them visibly (``unk``, ``keep``).
         """
-        tokenized = [self.tokenizer.tokenize(text) for text in texts]
+        batch = self.tokenizer.tokenize_batch(texts)
         if shapes is not None:
-            shapes.extend((len(one.slots), self._layout(one)) for one in tokenized)
+            shapes.extend(zip(batch.word_counts.tolist(), self._layouts(batch)))
         if isinstance(rng, np.random.Generator):
-            return self._release(tokenized, rng)
-        outputs: List[str] = []
-        totals = {"tokens": 0, "changed_tokens": 0, "unknown_tokens": 0}
-        for one, one_rng in zip(tokenized, rng):
-            released, stats = self._release([one], one_rng)
-            outputs.extend(released)
-            for key, value in stats.items():
-                totals[key] += value
-        return outputs, totals
+            released, stats = self._release_ids(batch.ids, rng)
+        else:
+            rng = list(rng)
+            if len(rng) != len(texts):
+                raise ValueError(f"{len(rng)} random generators for {len(texts)} texts")
+            released = np.empty(len(batch.ids), dtype=np.int64)
+            stats = {"tokens": 0, "changed_tokens": 0, "unknown_tokens": 0}
+            bounds = batch.bounds.tolist()
+            for index, one_rng in enumerate(rng):
+                start, end = bounds[index], bounds[index + 1]
+                released[start:end], one = self._release_ids(batch.ids[start:end], one_rng)
+                for key, value in one.items():
+                    stats[key] += value
+        return self._render(batch, released), stats
 
-    def _layout(self, one: Tokenized) -> str:
-        layout = one.layout()
+    def _layouts(self, batch: TokenizedBatch) -> List[str]:
+        layouts = batch.layouts()
         if self.oov_policy == "random":  # M(uniform word): nothing shows which positions were unknown
-            return layout
-        unknown = np.flatnonzero(one.ids == UNKNOWN_ID)
+            return layouts
+        unknown = np.flatnonzero(batch.ids == UNKNOWN_ID)
         if not len(unknown):
-            return layout
-        marks = ",".join(map(str, unknown.tolist()))
-        return hashlib.sha256(f"{layout}/unknown:{marks}".encode("ascii")).hexdigest()[:32]
+            return layouts
+        texts = np.searchsorted(batch.bounds, unknown, side="right") - 1
+        marks: Dict[int, List[int]] = {}
+        for text, position in zip(texts.tolist(), (unknown - batch.bounds[texts]).tolist()):
+            marks.setdefault(text, []).append(position)
+        for text, positions in marks.items():
+            mark = ",".join(map(str, positions))
+            layouts[text] = hashlib.sha256(f"{layouts[text]}/unknown:{mark}".encode("ascii")).hexdigest()[:32]
+        return layouts
 
-    def _release(self, tokenized: List[Tokenized], rng: np.random.Generator) -> tuple:
-        lengths = [len(t.slots) for t in tokenized]
-        ids = np.concatenate([t.ids for t in tokenized]) if tokenized else np.empty(0, np.int64)
+    def _release_ids(self, ids: np.ndarray, rng: np.random.Generator) -> tuple:
+        """Released ids (UNKNOWN_ID: keep the input word, _UNK_MARK: the marker) and the stats."""
         known = ids != UNKNOWN_ID
         unknown = int(len(ids) - known.sum())
         released = np.full(len(ids), UNKNOWN_ID, dtype=np.int64)
         if self.oov_policy == "random":
             # an unknown word is released as M(u) for a uniform vocabulary word u (see the module docstring)
-            inputs = ids.copy()
+            inputs = ids
             if unknown:
+                inputs = ids.copy()
                 inputs[~known] = rng.integers(0, len(self.words), size=unknown)
             if len(inputs):
                 released = self.mechanism.privatize_ids(inputs, rng)
@@ -112,25 +125,40 @@ class TextPrivatizer:
                 released[known] = self.mechanism.privatize_ids(ids[known], rng)
             if unknown and self.oov_policy == "unk":
                 released[~known] = _UNK_MARK
-        changed = int((released[known] != ids[known]).sum()) + (unknown if self.oov_policy != "keep" else 0)
+        # an unknown word counts as changed unless kept ('keep' releases UNKNOWN_ID there: equal to its id)
+        changed = int(len(ids) - np.count_nonzero(released == ids))
+        return released, {"tokens": int(len(ids)), "changed_tokens": changed, "unknown_tokens": unknown}
 
-        words = self.words
-        outputs: List[str] = []
-        start = 0
-        for one, length in zip(tokenized, lengths):
-            chunk = released[start:start + length].tolist()
-            start += length
-            if self.oov_policy == "random" or min(chunk, default=0) >= 0:
-                outputs.append(one.render([words[i] for i in chunk]))
-                continue
-            originals = one.words
-            surface = [words[i] if i >= 0 else (originals[k] if i == UNKNOWN_ID else self.unk_token)
-                       for k, i in enumerate(chunk)]
-            outputs.append(one.render(surface, verbatim=[i < 0 for i in chunk]))
-        return outputs, {"tokens": int(len(ids)), "changed_tokens": changed, "unknown_tokens": unknown}
+    def _render(self, batch: TokenizedBatch, released: np.ndarray) -> List[str]:
+        """Released texts: vocabulary words for ids >= 0; UNKNOWN_ID keeps the input word and
+        _UNK_MARK gives the marker, both verbatim (no case pattern applied).
+
+        A word released as its own id that its vocabulary word in its case pattern spells exactly
+        (``batch.echoes``; most words at large epsilon) is copied from the input instead: the same
+        text, without a trip through the vocabulary. Glued clitics always take the long way (their
+        space rule looks at the vocabulary word).
+        """
+        original = released == UNKNOWN_ID
+        if batch.echoes is not None:
+            original |= (released == batch.ids) & batch.echoes & ~batch.glued
+        fixed = dict.fromkeys(np.flatnonzero(released == _UNK_MARK).tolist(), self.unk_token)
+        gather = ~original & (released >= 0)
+        words, gathered = joined_words(self.words, released[gather])
+        lengths = np.zeros(len(released), dtype=np.int64)
+        lengths[gather] = gathered
+        verbatim = released < 0
+        return batch.render_joined(words, lengths, verbatim if verbatim.any() else None, original, fixed)
+
+
+def joined_words(words: Sequence[str], ids: np.ndarray) -> Tuple[str, np.ndarray]:
+    """``("".join(words[i] for i in ids), length of each)``, in one gather when the vocabulary can."""
+    gather = getattr(words, "joined_words", None)
+    if gather is not None:
+        return gather(ids)
+    chosen = list(map(words.__getitem__, np.asarray(ids).tolist()))
+    return "".join(chosen), np.fromiter(map(len, chosen), dtype=np.int64, count=len(chosen))
 
 
 def word_ids(tokenizer: Tokenizer, texts: Sequence[str]) -> np.ndarray:
     """All word ids of ``texts`` in order (UNKNOWN_ID for OOV words): the bare-mechanism input."""
-    parts = [tokenizer.tokenize(text).ids for text in texts]
-    return np.concatenate(parts) if parts else np.empty(0, np.int64)
+    return tokenizer.tokenize_batch(texts).ids

@@ -1,0 +1,459 @@
+"""The batch text path (numpy word split, memoized lookup, batch layout and render) is byte for byte
+the original one-word-at-a-time tokenizer and renderer.
+
+``FrozenReference*`` below is a verbatim copy of textdp/tokenize.py and of TextPrivatizer's
+tokenize/release/render steps as they were before the batch path (issue 17), kept here unchanged
+as the specification: every test compares the current code with it on real IMDb reviews and on
+adversarial strings, field by field (pieces, slots, ids, cases, glued, layout digest, rendered text).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Sequence
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+from tests.conftest import read_imdb
+from textdp import token_batch, word_memo, word_split
+from textdp.compact_vocab import CompactVocabulary
+from textdp.mechanisms import make_mechanism
+from textdp.store import Artifact
+from textdp.text_privatizer import TextPrivatizer
+from textdp import tokenize as tokenize_module
+from textdp.tokenize import Tokenizer, vocabulary_words
+from textdp.word_memo import WordMemo
+
+# --- frozen reference: textdp/tokenize.py before issue 17 (do not edit) ---------------------------
+
+LOWER, CAPITALIZED, UPPER = 0, 1, 2
+UNKNOWN_ID = -1
+
+WORD_PATTERN = re.compile(r"[^\W_]+(?:(?:['\u2019\-]|(?<=\d)[.,](?=\d))[^\W_]+)*")
+_JOINER = re.compile(r"(['\u2019\-]|(?<=\d)[.,](?=\d))")
+_CLITICS = ("'s", "'re", "'ll", "'ve", "'d", "'m")
+
+
+def frozen_case_pattern(word: str) -> int:
+    first = word[:1]
+    if not first.isupper():
+        return LOWER
+    if len(word) > 1 and word.isupper():
+        return UPPER
+    return CAPITALIZED
+
+
+def frozen_apply_case(word: str, pattern: int) -> str:
+    if pattern == UPPER:
+        return word.upper()
+    if pattern == CAPITALIZED:
+        return word[:1].upper() + word[1:]
+    return word
+
+
+def frozen_is_clitic(word: str) -> bool:
+    word = word.replace("\u2019", "'").lower()
+    return word.startswith("'") or word == "n't"
+
+
+@dataclass
+class FrozenReferenceTokenized:
+    pieces: List[str]
+    slots: List[int]
+    ids: np.ndarray
+    cases: List[int]
+    glued: List[bool]
+
+    @property
+    def words(self) -> List[str]:
+        return [self.pieces[s] for s in self.slots]
+
+    def layout(self) -> str:
+        slot_set = set(self.slots)
+        structure = [None if i in slot_set else piece for i, piece in enumerate(self.pieces)]
+        payload = json.dumps([structure, list(self.cases), [bool(g) for g in self.glued]], ensure_ascii=False)
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:32]
+
+    def render(self, released: Sequence[str], verbatim: Sequence[bool] = ()) -> str:
+        pieces = list(self.pieces)
+        for k, slot in enumerate(self.slots):
+            word = released[k] if verbatim and verbatim[k] else frozen_apply_case(released[k], self.cases[k])
+            if self.glued[k] and not frozen_is_clitic(released[k]):
+                word = " " + word
+            pieces[slot] = word
+        return "".join(pieces)
+
+
+class FrozenReferenceTokenizer:
+    def __init__(self, word_to_id: Dict[str, int]):
+        self.word_to_id = word_to_id
+
+    def _lookup(self, word: str) -> int:
+        return self.word_to_id.get(word.lower().replace("\u2019", "'"), UNKNOWN_ID)
+
+    def tokenize(self, text: str) -> FrozenReferenceTokenized:
+        pieces: List[str] = []
+        slots: List[int] = []
+        ids: List[int] = []
+        glued: List[bool] = []
+        last = 0
+        for match in WORD_PATTERN.finditer(text):
+            pieces.append(text[last:match.start()])
+            last = match.end()
+            word = match.group()
+            word_id = self._lookup(word)
+            if word_id != UNKNOWN_ID or not _JOINER.search(word):
+                self._add_word(pieces, slots, ids, glued, word, word_id, False)
+            else:
+                self._add_split(pieces, slots, ids, glued, word)
+        pieces.append(text[last:])
+        cases = [frozen_case_pattern(pieces[s]) for s in slots]
+        return FrozenReferenceTokenized(pieces, slots, np.asarray(ids, dtype=np.int64), cases, glued)
+
+    @staticmethod
+    def _add_word(pieces, slots, ids, glued, word, word_id, is_glued):
+        slots.append(len(pieces))
+        pieces.append(word)
+        ids.append(word_id)
+        glued.append(is_glued)
+
+    def _add_split(self, pieces, slots, ids, glued, word):
+        normal = word.lower().replace("\u2019", "'")
+        cut = None
+        if normal.endswith("n't") and len(normal) > 3:
+            cut = len(normal) - 3
+        else:
+            apostrophe = normal.rfind("'")
+            if apostrophe > 0 and normal[apostrophe:] in _CLITICS:
+                cut = apostrophe
+        if cut is not None and len(normal) == len(word) and self._lookup(word[:cut]) != UNKNOWN_ID:
+            head, clitic = word[:cut], word[cut:]
+            self._add_word(pieces, slots, ids, glued, head, self._lookup(head), False)
+            pieces.append("")
+            self._add_word(pieces, slots, ids, glued, clitic, self._lookup(clitic), True)
+            return
+        parts = _JOINER.split(word)
+        for i, part in enumerate(parts):
+            if i % 2:
+                pieces.append(part)
+            else:
+                self._add_word(pieces, slots, ids, glued, part, self._lookup(part), False)
+
+
+# --- frozen reference: TextPrivatizer.privatize before issue 17 (do not edit) ---------------------
+
+_UNK_MARK = -2
+
+
+class FrozenReferenceTextPrivatizer:
+    def __init__(self, mechanism, words, word_to_id, oov_policy="random", unk_token="<unk>"):
+        self.mechanism, self.words, self.oov_policy, self.unk_token = mechanism, words, oov_policy, unk_token
+        self.tokenizer = FrozenReferenceTokenizer(word_to_id)
+
+    def privatize(self, texts, rng, shapes=None):
+        tokenized = [self.tokenizer.tokenize(text) for text in texts]
+        if shapes is not None:
+            shapes.extend((len(one.slots), self._layout(one)) for one in tokenized)
+        if isinstance(rng, np.random.Generator):
+            return self._release(tokenized, rng)
+        outputs: List[str] = []
+        totals = {"tokens": 0, "changed_tokens": 0, "unknown_tokens": 0}
+        for one, one_rng in zip(tokenized, rng):
+            released, stats = self._release([one], one_rng)
+            outputs.extend(released)
+            for key, value in stats.items():
+                totals[key] += value
+        return outputs, totals
+
+    def _layout(self, one):
+        layout = one.layout()
+        if self.oov_policy == "random":
+            return layout
+        unknown = np.flatnonzero(one.ids == UNKNOWN_ID)
+        if not len(unknown):
+            return layout
+        marks = ",".join(map(str, unknown.tolist()))
+        return hashlib.sha256(f"{layout}/unknown:{marks}".encode("ascii")).hexdigest()[:32]
+
+    def _release(self, tokenized, rng):
+        lengths = [len(t.slots) for t in tokenized]
+        ids = np.concatenate([t.ids for t in tokenized]) if tokenized else np.empty(0, np.int64)
+        known = ids != UNKNOWN_ID
+        unknown = int(len(ids) - known.sum())
+        released = np.full(len(ids), UNKNOWN_ID, dtype=np.int64)
+        if self.oov_policy == "random":
+            inputs = ids.copy()
+            if unknown:
+                inputs[~known] = rng.integers(0, len(self.words), size=unknown)
+            if len(inputs):
+                released = self.mechanism.privatize_ids(inputs, rng)
+        else:
+            if known.any():
+                released[known] = self.mechanism.privatize_ids(ids[known], rng)
+            if unknown and self.oov_policy == "unk":
+                released[~known] = _UNK_MARK
+        changed = int((released[known] != ids[known]).sum()) + (unknown if self.oov_policy != "keep" else 0)
+        words = self.words
+        outputs: List[str] = []
+        start = 0
+        for one, length in zip(tokenized, lengths):
+            chunk = released[start:start + length].tolist()
+            start += length
+            if self.oov_policy == "random" or min(chunk, default=0) >= 0:
+                outputs.append(one.render([words[i] for i in chunk]))
+                continue
+            originals = one.words
+            surface = [words[i] if i >= 0 else (originals[k] if i == UNKNOWN_ID else self.unk_token)
+                       for k, i in enumerate(chunk)]
+            outputs.append(one.render(surface, verbatim=[i < 0 for i in chunk]))
+        return outputs, {"tokens": int(len(ids)), "changed_tokens": changed, "unknown_tokens": unknown}
+
+
+# --- the comparisons ------------------------------------------------------------------------------
+
+ADVERSARIAL = [
+    "", " ", "   \n\t  ", "\n", "...!?", "don't", "Don't", "DON'T", "don\u2019t", "Don\u2019t", "it's", "It\u2019s",
+    "IT'S", "n't", "N'T", "'s", "'", "\u2019", "can't won't ain't shan't", "I'm you're we'll they've she'd",
+    "she'd've", "y'all o'clock ma'am rock-'n'-roll", "1990's '90s 90s", "don't-care", "well-known foo-bar-baz",
+    "-leading trailing- -both- a--b a-'b", "3.5 1,000 1,000.50 3.5. .5 5. 3..5 3,,5 1.2.3.4 a.b 1.a a.1 U.S.A.",
+    "\u0663.\u0665 \u0967,\u0968 \uff11.\uff12", "iPhone McDonald UPPER A I a Ab AB aB X1 1X", "\u00c9COLE \u00e9cole \u00c9cole",
+    "na\u00efve caf\u00e9 Stra\u00dfe STRASSE \u00df \u1e9e", "\u0130stanbul \u0130'S \u0130\u0130", "\u039f\u0394\u039f\u03a3 \u039f\u0394\u039f\u03a3.\u0391 \u03c3\u03a3",
+    "\u01c5ungla \u01c8 \u01c4", "\u216b \u00b2 \u00bd \u2460", "\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8 \ud55c\uad6d\uc5b4",
+    "emoji \U0001F600\U0001F44D\U0001F3FD and \U0001F468\u200d\U0001F469\u200d\U0001F467 \U0001D400\U0001D401",
+    "e\u0301 a\u0301b \u0301 x\u0308y\u0308", "\U00010400\U00010428 \U0001D7CE.\U0001D7CF", "_under_score_ a_b __",
+    "tab\tsep quote\"s back\\slash \x00null \x1f\x7f", "\ufdd0 marker \ufdd1 inside\ufdd0word", "\ufeffBOM",
+    "x" * 10000, "word " * 2000, "Supercalifragilisticexpialidocious" * 30, "\u2028line\u2029para",
+    "It's a DON'T-miss: 10/10, 3.5 stars; the 1,000th viewer's pick\u2026 (\u201cwow\u201d).",
+]
+
+
+@pytest.fixture(scope="module")
+def default_vocabulary(default_artifact_dir):
+    """The default 400k vocabulary, memory-mapped as the workers use it."""
+    return CompactVocabulary(os.path.join(default_artifact_dir, "vocab.txt"))
+
+
+@pytest.fixture(scope="module")
+def small_vocabulary(small_artifact_dir):
+    """5,000 words: most IMDb words are unknown, so the split and OOV paths run often."""
+    return CompactVocabulary(os.path.join(small_artifact_dir, "vocab.txt"))
+
+
+def assert_same(new, old, text_number):
+    assert new.pieces == old.pieces, text_number
+    assert new.slots == old.slots, text_number
+    assert new.ids.dtype == old.ids.dtype and new.ids.tolist() == old.ids.tolist(), text_number
+    assert new.cases == old.cases and all(type(c) is int for c in new.cases), text_number
+    assert new.glued == old.glued and all(type(g) is bool for g in new.glued), text_number
+    assert new.words == old.words, text_number
+    assert new.layout() == old.layout(), text_number
+
+
+def compare_batch(tokenizer, reference, texts, vocabulary):
+    """Tokenize ``texts`` as one batch and one by one; compare with the reference, then render."""
+    rng = np.random.default_rng(17)
+    mapping = rng.permutation(len(vocabulary))  # a random replacement word for every vocabulary word
+    batch = tokenizer.tokenize_batch(texts)
+    assert len(batch) == len(texts)
+    expected = [reference.tokenize(text) for text in texts]
+    layouts = batch.layouts()
+    for index, old in enumerate(expected):
+        assert_same(batch[index], old, index)
+        assert layouts[index] == old.layout(), index
+    ids = np.concatenate([old.ids for old in expected]) if expected else np.empty(0, np.int64)
+    assert batch.ids.tolist() == ids.tolist()
+    assert batch.words == [word for old in expected for word in old.words]
+    identity = batch.render(batch.words)
+    assert identity == texts  # rendering the input words gives the texts back...
+    assert identity == [old.render(old.words) for old in expected]  # ... exactly as before
+    replaced = vocabulary_words(vocabulary, mapping[np.maximum(ids, 0)])
+    verbatim = rng.random(len(ids)) < 0.2
+    start = 0
+    rendered, rendered_verbatim = batch.render(replaced), batch.render(replaced, verbatim)
+    for index, old in enumerate(expected):
+        end = start + len(old.slots)
+        assert rendered[index] == old.render(replaced[start:end]), index
+        assert rendered_verbatim[index] == old.render(replaced[start:end], verbatim[start:end].tolist()), index
+        assert tokenizer.tokenize(texts[index]).render(replaced[start:end]) == rendered[index], index
+        start = end
+    compare_partial_release(batch, expected, replaced, rng)
+
+
+def compare_partial_release(batch, expected, replaced, rng):
+    """``render_joined`` as the privatizer calls it: most words released as they stand (``original``),
+    a few replaced, a few fixed markers; by splicing and by assembling code points alike."""
+    count = len(replaced)
+    original = rng.random(count) < 0.9
+    fixed = {k: "<UNK>" for k in np.flatnonzero(~original & (rng.random(count) < 0.3)).tolist()}
+    verbatim = (rng.random(count) < 0.1) | original
+    verbatim[list(fixed)] = True
+    words = batch.words
+    released = [words[k] if original[k] else fixed.get(k, replaced[k]) for k in range(count)]
+    gathered = [k for k in range(count) if not original[k] and k not in fixed]
+    lengths = np.zeros(count, dtype=np.int64)
+    lengths[gathered] = [len(replaced[k]) for k in gathered]
+    joined = "".join(replaced[k] for k in gathered)
+    start, want = 0, []
+    for old in expected:
+        end = start + len(old.slots)
+        want.append(old.render(released[start:end], verbatim[start:end].tolist()))
+        start = end
+    for share in (0.0, 1.0):  # assemble every text, splice every text
+        batch.SPLICE_SHARE = share
+        assert batch.render_joined(joined, lengths, verbatim, original, fixed) == want
+    del batch.SPLICE_SHARE
+
+
+def test_the_code_point_table_is_the_regex_character_classes():
+    """The numpy word rule classifies every Unicode code point as the regex does (\\w without _, \\d)."""
+    everything = "".join(map(chr, range(0x110000)))
+    word = np.zeros(len(everything), dtype=bool)
+    word[[m.start() for m in re.finditer(r"[^\W_]", everything)]] = True
+    digit = np.zeros(len(everything), dtype=bool)
+    digit[[m.start() for m in re.finditer(r"\d", everything)]] = True
+    bmp = word_split.classify(np.arange(0x10000, dtype=np.uint32))
+    astral = word_split.classify(np.arange(0x10000, 0x110000, dtype=np.uint32))
+    flags = np.concatenate([bmp, astral])
+    assert np.array_equal((flags & 1) != 0, word)
+    assert np.array_equal((flags & 2) != 0, digit)
+    joiners = {ord(c) for c in "'\u2019-.,"}
+    assert set(np.flatnonzero(flags & 12).tolist()) == joiners
+    assert astral.any() and word[0x10000:].sum() > 1000  # the astral branch was exercised
+
+
+def test_split_pieces_is_the_regex_split_on_reviews_and_adversarial_text():
+    texts = [row["text"] for row in read_imdb(limit=5000)] + ADVERSARIAL + ["a\udc80b \ud800", "\udfff"]
+    expected = [word_split.WORD_CAPTURE.split(text) for text in texts]
+    assert word_split.split_pieces(texts) == expected
+    assert [word_split.split_pieces([text])[0] for text in ADVERSARIAL] == expected[5000:5000 + len(ADVERSARIAL)]
+    assert word_split.split_pieces([]) == []
+    assert word_split.split_pieces(["", ""]) == [[""], [""]]
+
+
+def test_tokenizer_matches_the_frozen_reference_on_5000_imdb_reviews(default_vocabulary):
+    texts = [row["text"] for row in read_imdb(limit=5000)]
+    tokenizer, reference = Tokenizer(default_vocabulary), FrozenReferenceTokenizer(default_vocabulary)
+    for start in range(0, len(texts), 250):  # batches as the pipeline sees them, memo warm after the first
+        compare_batch(tokenizer, reference, texts[start:start + 250], default_vocabulary)
+
+
+def test_tokenizer_matches_the_frozen_reference_on_adversarial_text(default_vocabulary, small_vocabulary):
+    vocab = {"do": 0, "n't": 1, "it": 2, "'s": 3, "ca": 4, "wo": 5, "well-known": 6, "3.5": 7, "1,000": 8,
+             "'": 9, "i": 10, "'m": 11, "foo": 12, "bar": 13, "\u0130": 14, "i\u0307": 15, "caf\u00e9": 16}
+    for vocabulary in (default_vocabulary, small_vocabulary, vocab):
+        words = vocabulary if not isinstance(vocabulary, dict) else sorted(vocab, key=vocab.get)
+        reference = FrozenReferenceTokenizer(vocabulary)
+        compare_batch(Tokenizer(vocabulary), reference, ADVERSARIAL, words)
+        for text in ADVERSARIAL:  # one text at a time (a fresh memo, the single-text entry point)
+            assert_same(Tokenizer(vocabulary).tokenize(text), reference.tokenize(text), text[:20])
+
+
+def test_lone_surrogates_tokenize_as_before_and_the_layout_fails_as_before(default_vocabulary):
+    text = "bad \udc80 byte"
+    new, old = Tokenizer(default_vocabulary).tokenize(text), FrozenReferenceTokenizer(default_vocabulary).tokenize(text)
+    assert new.pieces == old.pieces and new.ids.tolist() == old.ids.tolist()
+    with pytest.raises(UnicodeEncodeError):
+        old.layout()
+    with pytest.raises(UnicodeEncodeError):
+        new.layout()
+
+
+def test_a_full_memo_starts_over_without_changing_the_output(monkeypatch, small_vocabulary):
+    clears = []
+    clear = WordMemo.clear
+    monkeypatch.setattr(WordMemo, "clear", lambda memo: (clears.append(memo.count), clear(memo)))
+    texts = [row["text"] for row in read_imdb(limit=300)]
+    tokenizer = Tokenizer(small_vocabulary)
+    tokenizer.MEMO_WORDS = 50
+    reference = FrozenReferenceTokenizer(small_vocabulary)
+    for start in range(0, len(texts), 30):
+        compare_batch(tokenizer, reference, texts[start:start + 30], small_vocabulary)
+        assert tokenizer._memo.count <= 50  # pylint: disable=protected-access
+    assert len(clears) >= 10 and set(clears) == {50}
+
+
+@pytest.mark.parametrize("colliding", ["every word", "hashed words"])
+def test_hash_collisions_never_give_a_word_another_words_id(monkeypatch, default_vocabulary, colliding):
+    """Words get one of two keys (every word, or every word the memo hashes: longer than 8 code
+    points or not ASCII): lookups must still give each word its own id, case and split."""
+    def two_keys(lengths):
+        return np.where(lengths % 2 == 0, np.uint64(7), np.uint64((1 << 63) | 5)).astype(np.uint64)
+
+    if colliding == "every word":
+        monkeypatch.setattr(tokenize_module, "word_keys", lambda codes, starts, ends: (
+            two_keys(ends - starts), np.zeros(len(starts), dtype=bool)))
+    else:
+        monkeypatch.setattr(word_memo, "_hash", lambda codes, starts, lengths: two_keys(lengths))
+    texts = [row["text"] for row in read_imdb(limit=60)] + ADVERSARIAL[:40]
+    tokenizer, reference = Tokenizer(default_vocabulary), FrozenReferenceTokenizer(default_vocabulary)
+    for start in range(0, len(texts), 20):  # the memo holds one word per key; later batches hit and miss
+        compare_batch(tokenizer, reference, texts[start:start + 20], default_vocabulary)
+    memo = tokenizer._memo  # pylint: disable=protected-access
+    assert memo.count == 2 if colliding == "every word" else memo.count > 1000
+
+
+def test_layouts_without_a_free_marker_take_the_piece_by_piece_path(monkeypatch, small_vocabulary):
+    """The layout payloads stand a marker code point for the words; a batch holding every candidate
+    is written piece by piece instead, with the same digests."""
+    monkeypatch.setattr(token_batch, "_MARKERS", ("\ufdd0", "\ufdd1", "\ufdd2", "\ufdd3"))
+    texts = ADVERSARIAL[:40] + ['He said "don\'t"\ufdd0 and\\ left.\n', "\ufdd1it's 3.5\ufdd1"]
+    assert "\ufdd0" in "".join(texts) and "\ufdd1" in "".join(texts)
+    reference = FrozenReferenceTokenizer(small_vocabulary)
+    compare_batch(Tokenizer(small_vocabulary), reference, texts + ["\ufdd2"], small_vocabulary)  # one free
+    compare_batch(Tokenizer(small_vocabulary), reference, texts, small_vocabulary)  # the last two are free
+
+
+@pytest.mark.parametrize("policy,epsilon", [("random", 8.0), ("unk", 8.0), ("keep", 8.0), ("random", 300.0),
+                                            ("keep", 300.0)])
+def test_privatizer_matches_the_frozen_reference_for_every_oov_policy(small_artifact_dir, policy, epsilon):
+    """Same mechanism (Madlib on the 5,000-word artifact), same seeds: the same released texts,
+    stats and shapes as the reference, with one generator per batch and one per text. At epsilon
+    300 almost every word comes back as it was (the renderer copies those from the input)."""
+    artifact = Artifact(small_artifact_dir)
+    vocabulary = CompactVocabulary(os.path.join(small_artifact_dir, "vocab.txt"))
+    texts = [row["text"] for row in read_imdb(limit=150)] + ADVERSARIAL
+    new = TextPrivatizer(make_mechanism("madlib", artifact, epsilon), vocabulary, vocabulary, policy, "<UNK>")
+    old = FrozenReferenceTextPrivatizer(make_mechanism("madlib", artifact, epsilon), vocabulary, vocabulary, policy,
+                                        "<UNK>")
+    unchanged = 0
+    with threadpool_limits(1):  # the exact search on a shared 2-core machine
+        for start in range(0, len(texts), 50):
+            chunk = texts[start:start + 50]
+            new_shapes, old_shapes = [], []
+            released, stats = new.privatize(chunk, np.random.default_rng(start), new_shapes)
+            assert (released, stats) == old.privatize(chunk, np.random.default_rng(start), old_shapes)
+            assert new_shapes == old_shapes
+            if start == 0 and epsilon < 100:
+                assert released != chunk and stats["changed_tokens"] > 0  # the mechanism did replace words
+            unchanged += sum(a == b for a, b in zip(released, chunk))
+            seeded = [np.random.default_rng([5, start, i]) for i in range(len(chunk))]
+            again = [np.random.default_rng([5, start, i]) for i in range(len(chunk))]
+            assert new.privatize(chunk, seeded) == old.privatize(chunk, again)
+    assert (unchanged > len(texts) // 4) == (epsilon > 100 and policy == "keep")  # whole texts come back as they were
+
+
+def test_vocabulary_words_gathers_the_words_of_ids(small_artifact_dir, small_artifact):
+    vocabulary = CompactVocabulary(os.path.join(small_artifact_dir, "vocab.txt"))
+    ids = np.random.default_rng(3).integers(0, len(vocabulary), 5000)
+    ids[:3] = [len(vocabulary) - 1, 0, len(vocabulary) - 1]
+    expected = [vocabulary[i] for i in ids.tolist()]
+    assert vocabulary.words_at(ids) == expected == vocabulary_words(vocabulary, ids)
+    assert vocabulary_words(list(small_artifact.words), ids) == expected
+    assert vocabulary.words_at(np.empty(0, np.int64)) == []
+
+
+def test_get_many_is_get_for_every_word(default_vocabulary):
+    """The batch lookup of the compact vocabulary answers as ``get`` does, word by word."""
+    words = [default_vocabulary[i] for i in range(0, 400000, 397)] + ["", "not-a-word-xyz", "the\nend", "caf\u00e9",
+                                                                       "\u0130", "THE", "the ", "\u00e9t\u00e9"]
+    expected = [default_vocabulary.get(word, -1) for word in words]
+    assert default_vocabulary.get_many(words).tolist() == expected
+    assert default_vocabulary.get_many([w for w in words if "\n" not in w]).tolist() == [
+        e for w, e in zip(words, expected) if "\n" not in w]
+    assert sum(e >= 0 for e in expected) > 1000 and default_vocabulary.get_many([]).tolist() == []
