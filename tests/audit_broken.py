@@ -25,7 +25,6 @@ import numpy as np
 from textdp.calibration import distance_row
 from textdp.madlib import Madlib
 from textdp.text_privatizer import TextPrivatizer
-from textdp.tokenize import UNKNOWN_ID
 
 
 class ShrunkNoiseMadlib(Madlib):
@@ -98,17 +97,10 @@ class AlgorithmTwoTEM:
 class PassThroughPrivatizer(TextPrivatizer):
     """Claims the ``random`` OOV policy but passes unknown words through unchanged."""
 
-    def _release(self, tokenized, rng):
+    def _release_ids(self, ids, rng):
         saved = self.oov_policy
         self.oov_policy = "keep"
         try:
-            return super()._release(tokenized, rng)
+            return super()._release_ids(ids, rng)
         finally:
             self.oov_policy = saved
-
-    def _layout(self, one):
-        return super()._layout(one)
-
-
-def known_unknown(ids):
-    return np.asarray(ids) != UNKNOWN_ID
