@@ -256,8 +256,9 @@ class OovOptions(PipelineOptions):
         parser.add_argument(
             "--oov-policy", "--oov_policy", dest="oov_policy", choices=OOV_POLICIES, default="random",
             help="words not in the vocabulary: random (default; the mechanism's release of a vocabulary word drawn "
-                 "uniformly at random, covered by the same per-word bound), unk (the --unk-token marker; shows where "
-                 "unknown words were) or keep (released unchanged and NOT covered by the guarantee)")
+                 "uniformly at random, covered by the same per-word bound as every word where the mechanism has one), "
+                 "unk (the --unk-token marker; shows where unknown words were) or keep (released unchanged and NOT "
+                 "covered by the guarantee)")
         parser.add_argument(
             "--unk-token", "--unk_token", dest="unk_token", default="<unk>",
             help="marker written for unknown words with --oov-policy unk; default '<unk>'")
