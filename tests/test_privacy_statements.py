@@ -165,3 +165,43 @@ def test_random_oov_statement_is_what_the_privatizer_does():
     assert not any(ch.isdigit() for ch in statement.replace("epsilon_0", ""))
     assert "(5 in this run)" in oov_statement("random", "<unk>", 5)
     assert np.isfinite(accounting.token_epsilon0("madlib", 1.0, 2.0, oov_policy="random"))
+
+
+def _docs_example_public_summary():
+    import os  # pylint: disable=import-outside-toplevel
+    import re  # pylint: disable=import-outside-toplevel
+    docs = open(os.path.join(os.path.dirname(__file__), "..", "docs", "privatize.md"), encoding="utf-8").read()
+    block = re.search(r"<!-- example-public-summary -->\s*```json\n(.*?)\n```", docs, re.S)
+    assert block, "docs/privatize.md lost its example public summary"
+    return json.loads(block.group(1))
+
+
+def _key_paths(node, prefix=""):
+    if not isinstance(node, dict):
+        return {prefix}
+    paths = set()
+    for key, value in node.items():
+        paths |= _key_paths(value, f"{prefix}.{key}" if prefix else key)
+    return paths
+
+
+def test_docs_example_public_summary_matches_a_run(small_artifact_dir, tmp_path):
+    """Issue 12 ("re-generated and quoted"): the public summary quoted in docs/privatize.md is what the
+    JSONL quick start writes: the same keys, the same parameters, and each quoted statement the start of
+    the run's own sentence (the docs cut long statements at "...")."""
+    import os  # pylint: disable=import-outside-toplevel
+    quoted = _docs_example_public_summary()
+    example = os.path.join(os.path.dirname(__file__), "..", "examples", "reviews.jsonl")
+    output, public = str(tmp_path / "out" / "reviews-jsonl"), str(tmp_path / "public.json")
+    assert run([f"--input={example}", f"--output={output}", f"--artifact={small_artifact_dir}", "--runner=FnApiRunner",
+                "--epsilon=10", f"--public-summary={public}"]) == 0
+    document = json.load(open(public, encoding="utf-8"))
+    assert _key_paths(document) == _key_paths(quoted)
+    for key in ("publishable", "records_released", "mechanism", "oov_policy", "seed_used", "text_fields", "format",
+                "warnings"):
+        assert document[key] == quoted[key], key
+    for key, sentence in quoted["privacy"].items():
+        if isinstance(sentence, str):
+            assert document["privacy"][key].startswith(sentence.removesuffix(" ...")), key
+        else:
+            assert document["privacy"][key] == sentence, key
