@@ -205,3 +205,38 @@ def test_docs_example_public_summary_matches_a_run(small_artifact_dir, tmp_path)
             assert document["privacy"][key].startswith(sentence.removesuffix(" ...")), key
         else:
             assert document["privacy"][key] == sentence, key
+
+
+def test_docs_example_amplification_report_matches_a_run(imdb_rows, small_artifact_dir, tmp_path):
+    """Issue 12 ("re-generated and quoted"): the amplification report quoted in docs/lac.md has the keys a
+    run with the same flags writes, and each quoted sentence starts the run's own (numbers that depend on
+    the corpus and the vocabulary are compared only where they do not: the theorem, delta, the claims)."""
+    import os  # pylint: disable=import-outside-toplevel
+    import re  # pylint: disable=import-outside-toplevel
+    docs = open(os.path.join(os.path.dirname(__file__), "..", "docs", "lac.md"), encoding="utf-8").read()
+    block = re.search(r"<!-- example-amplification-report -->\s*```json\n(.*?)\n```", docs, re.S)
+    assert block, "docs/lac.md lost its example amplification report"
+    quoted = json.loads(block.group(1))
+    rows = [{k: row[k] for k in ("id", "movie_id", "rating", "label", "split")} | {"text": row["text"][:300]}
+            for row in imdb_rows[:80]]
+    path = tmp_path / "reviews.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    output = str(tmp_path / "out" / "reviews")
+    assert run([f"--input={path}", f"--output={output}", f"--artifact={small_artifact_dir}", "--runner=FnApiRunner",
+                "--epsilon=10", "--shuffle", "--user-field=movie_id", "--drop-fields=id", "--k-threshold=5"]) == 0
+    report = json.load(open(output + "-amplification.json", encoding="utf-8"))
+    assert _key_paths(report) == _key_paths(quoted)
+    for section, key in (("shuffle", "theorem"), ("shuffle", "delta"), ("shuffle", "claimed"), ("k_threshold", "k"),
+                         ("k_threshold", "claimed"), ("fields", "removed"), ("fields", "remaining"),
+                         ("fields", "released_unprivatized"), ("local", "word_counts")):
+        assert report[section][key] == quoted[section][key], (section, key)
+    assert report["seed"] == quoted["seed"]
+    fixed_text = [(report["order"], quoted["order"]), (report["numerical_precision"], quoted["numerical_precision"]),
+                  (report["fields"]["statement"], quoted["fields"]["statement"])]
+    for sentence, quote in fixed_text:
+        assert sentence.startswith(quote.removesuffix(" ...")), quote
+    # statements with corpus-dependent numbers: the same words around the numbers
+    number = re.compile(r"-?\d[\d.e+,-]*")
+    for section in ("local", "shuffle", "k_threshold"):
+        words = number.sub("#", report[section]["statement"])
+        assert words.startswith(number.sub("#", quoted[section]["statement"].removesuffix(" ..."))), section

@@ -336,7 +336,7 @@ def amplification_report(token_eps0: float, shape_counts: ShapeCounts, *,
                 f"no amplification claimed: the theorem needs epsilon_0 <= ln(n / (16 ln(4/delta))) and a "
                 f"result below epsilon_0 for every group of {unit}s with the same shape (word counts, layout, unprivatized fields); it holds for "
                 f"{shuffle['authors_with_amplification']} of {shuffle['authors']} {unit}s (the largest group has "
-                f"{shuffle['largest_group_authors']} {unit}s, epsilon_0 {_fmt(shuffle['largest_group_epsilon0'])}, "
+                f"{shuffle['largest_group_authors']} {unit}{'' if shuffle['largest_group_authors'] == 1 else 's'}, epsilon_0 {_fmt(shuffle['largest_group_epsilon0'])}, "
                 f"limit {_fmt(shuffle['largest_group_condition_max_epsilon0'])}). The shuffle still removes the "
                 f"link between {unit}s and output positions, but the guarantee is the local one above.")
         report["shuffle"] = shuffle
@@ -425,7 +425,7 @@ def amplification_section(stats: dict, token_eps0: float, *, shuffled: bool, del
         "released_unprivatized": unprotected,
         "statement": ("the privacy statements cover the privatized text fields only; "
                       + (f"the field{'s' if len(unprotected) > 1 else ''} {', '.join(unprotected)} "
-                         f"{'are' if len(unprotected) > 1 else 'is'} released as it stands, with no guarantee, "
+                         f"{'are released as they stand' if len(unprotected) > 1 else 'is released as it stands'}, with no guarantee, "
                          "and can link records to people or split them into smaller groups"
                          if unprotected else "no other field remains")),
     }
