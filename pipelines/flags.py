@@ -23,14 +23,13 @@ from textdp import accounting
 from textdp.calibration import DEFAULT_SAMPLES
 from textdp.mechanisms import ALL_MECHANISMS, mechanism_parameters
 from textdp.neighbours import METRICS
-from textdp.text_privatizer import OOV_POLICIES
+from textdp.text_privatizer import DEFAULT_BATCH_TOKENS, OOV_POLICIES
 from transforms.amplifier import AmplifierConfig
 from transforms.shuffle import DEFAULT_RECORDS_PER_SHARD
 from transforms.worker import WorkerConfig
 
 FORMATS = ("text", "jsonl", "parquet")
 DEFAULT_MAX_RECORD_BYTES = 1_000_000
-DEFAULT_BATCH_TOKENS = 4096
 DEFAULT_BATCH_RECORDS = 1024
 MAX_EPSILON = 1e6
 VACUOUS_EPSILON = 100.0

@@ -121,3 +121,23 @@ def test_repr_names_the_parameters(tiny_artifact_dir):
     text = repr(textdp.Privatizer(epsilon=3, artifact=tiny_artifact_dir))
     assert text.startswith("Privatizer(") and "'epsilon': 3.0" not in text and "epsilon=3.0" in text
     assert json.loads(json.dumps(textdp.Privatizer(epsilon=3, artifact=tiny_artifact_dir).parameters()))
+
+
+def test_a_long_list_is_privatized_in_bounded_batches(tiny_artifact_dir, words):
+    """A list of any length goes to the mechanism in calls of about ``batch_tokens`` words (memory stays
+    bounded, as in the pipeline); batching does not change what a seeded run releases, and the counts of
+    all batches add up."""
+    texts = [" ".join(words[i % 40:i % 40 + 30]) for i in range(200)]  # 200 texts of 30 words: 6,000 words
+    p = textdp.Privatizer(epsilon=1.0, artifact=tiny_artifact_dir, batch_tokens=100)
+    calls = []
+    draw = p.mechanism.privatize_ids
+    p.mechanism.privatize_ids = lambda ids, rng: calls.append(len(ids)) or draw(ids, rng)  # a spy on the real one
+    released = p.privatize(texts)
+    assert len(released) == 200 and all(len(t.split(" ")) == 30 for t in released)
+    assert sum(calls) == 6000 and p.last_stats["tokens"] == 6000 and p.last_stats["records"] == 200
+    # ~100 words per call (estimated from the length, so within a small factor), never the whole list
+    assert len(calls) >= 6000 // 300 and max(calls) <= 300
+    whole = textdp.Privatizer(epsilon=1.0, artifact=tiny_artifact_dir)  # default: 4,096 words per call
+    assert p.privatize(texts, seed=7) == whole.privatize(texts, seed=7)
+    with pytest.raises(TextdpError, match="batch_tokens"):
+        textdp.Privatizer(epsilon=1.0, artifact=tiny_artifact_dir, batch_tokens=0)

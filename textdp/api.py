@@ -35,28 +35,32 @@ from textdp.locate import artifact_needs, resolve_artifact, verify_artifact
 from textdp.mechanisms import ALL_MECHANISMS, make_mechanism
 from textdp.records import EMPTY, check_record
 from textdp.summary import privacy_section
-from textdp.text_privatizer import OOV_POLICIES, TextPrivatizer
+from textdp.text_privatizer import DEFAULT_BATCH_TOKENS, OOV_POLICIES, TextPrivatizer
 
 MAX_EPSILON = 1e6
 ERROR_POLICIES = ("raise", "none")
 
 
-class Privatizer:
+class Privatizer:  # pylint: disable=too-many-instance-attributes
     """A loaded mechanism over a vocabulary artifact, ready to privatize lists of strings.
 
     Keyword arguments mirror ``textdp privatize``'s flags: ``epsilon`` (required, finite, in
     (0, 1e6]), ``mechanism`` (any of ``textdp.mechanisms.ALL_MECHANISMS``), ``artifact`` (a directory
     or gs:// URL; None: the bundled GloVe 6B 50d artifact, built once into the cache), ``oov_policy``
     (random, unk, keep), ``unk_token``, ``max_text_bytes``; ``threads``: threads of the exact
-    nearest-word search (default: this machine's cores); any other keyword is a parameter of the
+    nearest-word search (default: this machine's cores); ``batch_tokens``: about how many words go
+    into one mechanism call (default 4,096, as ``--batch-tokens``; a long list is privatized in such
+    batches, so memory stays bounded); any other keyword is a parameter of the
     mechanism (``nn``, ``search_k``, ``gamma``, ``beta``, ``lam``, ``t``, ``k``, ...: see
     ``textdp.mechanisms.make_mechanism``).
     The artifact is checked (manifest, sizes, checksums) before anything is loaded.
     """
 
+    CHARS_PER_WORD = 6  # characters per word (with spaces and punctuation) of English text, for batching
+
     def __init__(self, epsilon: float, mechanism: str = "madlib", artifact: Optional[str] = None,
                  oov_policy: str = "random", unk_token: str = "<unk>", max_text_bytes: Optional[int] = None,
-                 threads: Optional[int] = None, **mechanism_params):
+                 threads: Optional[int] = None, batch_tokens: int = DEFAULT_BATCH_TOKENS, **mechanism_params):
         if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (
                 math.isfinite(epsilon) and 0 < epsilon <= MAX_EPSILON):
             raise TextdpError(f"epsilon must be a finite number in (0, {MAX_EPSILON:g}]")
@@ -71,6 +75,9 @@ class Privatizer:
         self.unk_token = unk_token
         self.max_text_bytes = max_text_bytes
         self.threads = int(threads) if threads else (os.cpu_count() or 1)
+        if isinstance(batch_tokens, bool) or not isinstance(batch_tokens, int) or batch_tokens < 1:
+            raise TextdpError("batch_tokens must be an integer >= 1")
+        self.batch_tokens = batch_tokens
         nearest = getattr(self.mechanism, "nearest", None)
         if hasattr(nearest, "threads"):  # the exact search ranks vocabulary ranges in parallel threads
             nearest.threads = self.threads
@@ -107,14 +114,33 @@ class Privatizer:
             failed += 1
             if errors == "raise":
                 raise TextdpError(f"text {index}: {problem[1]} (reason {problem[0]}); pass errors='none' to get None")
-        chosen = [texts[i] for i in usable]
-        rng = self._rng if seed is None else [np.random.default_rng([seed, i]) for i in usable]
+        stats = {"tokens": 0, "changed_tokens": 0, "unknown_tokens": 0}
         with threadpool_limits(limits=1, user_api="blas"):  # the search's own threads, not a BLAS pool each
-            released, stats = self._text.privatize(chosen, rng)
-        for index, text in zip(usable, released):
-            out[index] = text
+            for chunk in self._chunks(texts, usable):
+                chosen = [texts[i] for i in chunk]
+                rng = self._rng if seed is None else [np.random.default_rng([seed, i]) for i in chunk]
+                released, one = self._text.privatize(chosen, rng)
+                for index, text in zip(chunk, released):
+                    out[index] = text
+                for key, value in one.items():
+                    stats[key] += value
         self.last_stats = dict(stats, records=len(usable), failed=failed)
         return out
+
+    def _chunks(self, texts: List[str], usable: List[int]):
+        """``usable`` in consecutive groups of about ``batch_tokens`` words (estimated from the length:
+        ~6 characters per word), so that memory stays bounded whatever the list's size and each mechanism
+        call gets a batch of the size the pipeline uses."""
+        budget = self.batch_tokens * self.CHARS_PER_WORD
+        chunk, size = [], 0
+        for index in usable:
+            chunk.append(index)
+            size += len(texts[index])
+            if size >= budget:
+                yield chunk
+                chunk, size = [], 0
+        if chunk:
+            yield chunk
 
     def privatize_series(self, series, seed: Optional[int] = None, errors: str = "raise"):
         """A pandas Series of strings -> a Series of privatized strings with the same index and name.

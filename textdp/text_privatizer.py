@@ -42,6 +42,7 @@ import numpy as np
 from textdp.tokenize import UNKNOWN_ID, TokenizedBatch, Tokenizer
 
 OOV_POLICIES = ("random", "unk", "keep")
+DEFAULT_BATCH_TOKENS = 4096  # words per mechanism call (benchmarks/results/scaling.md: the token-batch sweep)
 _UNK_MARK = -2
 
 

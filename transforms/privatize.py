@@ -30,11 +30,10 @@ import apache_beam as beam
 from apache_beam.utils import shared
 
 from textdp.mechanisms import mechanism_parameters
-from textdp.text_privatizer import OOV_POLICIES
+from textdp.text_privatizer import DEFAULT_BATCH_TOKENS, OOV_POLICIES
 from transforms.perturb import PerturbConfig, PerturbTokens
 from transforms.worker import WorkerConfig
 
-DEFAULT_BATCH_TOKENS = 4096
 
 
 def estimated_tokens(element, text_fields: Sequence[str], keyed: bool) -> int:
