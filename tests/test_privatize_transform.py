@@ -7,7 +7,7 @@ the Python API's in test_api.py.
 
 import apache_beam as beam
 import pytest
-from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to, is_not_empty
 
 from textdp.locate import open_artifact
@@ -17,7 +17,7 @@ IDENTITY = 1e6  # far below any distance between words: the release is the input
 
 
 def _pipeline():
-    return TestPipeline(runner="FnApiRunner")
+    return test_pipeline.TestPipeline(runner="FnApiRunner")
 
 
 @pytest.fixture(scope="module")
