@@ -139,3 +139,21 @@ def test_dense_rows_for_frequent_words_match_the_closed_form(artifact, plus):
     else:
         expected = exact_distribution(artifact.vectors, word_id, 3.0)
     assert g_test(counts, expected) > ALPHA
+
+
+@pytest.mark.parametrize("epsilon", [8.0, 40.0])
+def test_words_far_from_every_allowed_output_are_drawn_exactly_by_a_pass(artifact, epsilon):
+    """SanText+ for a frequent word whose table holds few sensitive words: the rejection rounds would take
+    ~E/Z of them per token (unbounded as epsilon grows: this hung the utility benchmark at epsilon 8 on
+    400k words). After ``GIVE_UP_FACTOR x vocab_size`` rejected rounds for a word in one call, its
+    pending tokens are drawn from the exact law built in one pass. The mixture of both paths must still
+    follow the closed form (G-test, false-failure rate 1e-5), and the pass must have been used; at 1.25x
+    epsilon the same draws are rejected (power). Dense rows are off, so every call decides anew."""
+    word_id = artifact.word_to_id["the"]
+    mech = SanText(artifact, epsilon, plus=True, p=0.5, sensitive_fraction=0.5)
+    mech.sampler.DENSE_MAX_WORDS = 0
+    released = mech.privatize_ids(np.full(DRAWS, word_id), np.random.default_rng(int(epsilon)))
+    assert mech.sampler.passes > 0 and mech.sampler.rounds > 0  # both paths ran
+    counts = np.bincount(released, minlength=artifact.vocab_size)
+    assert g_test(counts, santext_plus_distribution(artifact, word_id, epsilon, mech.sensitive, 0.5)) > ALPHA
+    assert g_test(counts, santext_plus_distribution(artifact, word_id, 1.25 * epsilon, mech.sensitive, 0.5)) < ALPHA
