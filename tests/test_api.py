@@ -137,7 +137,7 @@ def test_a_long_list_is_privatized_in_bounded_batches(tiny_artifact_dir, words):
     assert sum(calls) == 6000 and p.last_stats["tokens"] == 6000 and p.last_stats["records"] == 200
     # ~100 words per call (estimated from the length, so within a small factor), never the whole list
     assert len(calls) >= 6000 // 300 and max(calls) <= 300
-    whole = textdp.Privatizer(epsilon=1.0, artifact=tiny_artifact_dir)  # default: 4,096 words per call
+    whole = textdp.Privatizer(epsilon=1.0, artifact=tiny_artifact_dir)  # default: 65,536 words per call
     assert p.privatize(texts, seed=7) == whole.privatize(texts, seed=7)
     with pytest.raises(TextdpError, match="batch_tokens"):
         textdp.Privatizer(epsilon=1.0, artifact=tiny_artifact_dir, batch_tokens=0)
