@@ -23,7 +23,7 @@ from textdp import accounting
 from textdp.calibration import DEFAULT_SAMPLES
 from textdp.mechanisms import ALL_MECHANISMS, mechanism_parameters
 from textdp.neighbours import METRICS
-from textdp.text_privatizer import DEFAULT_BATCH_TOKENS, OOV_POLICIES
+from textdp.text_privatizer import DEFAULT_BATCH_TOKENS, LARGE_BATCH_TOKENS, OOV_POLICIES, SEARCH_MECHANISMS
 from transforms.amplifier import AmplifierConfig
 from transforms.shuffle import DEFAULT_RECORDS_PER_SHARD
 from transforms.worker import WorkerConfig
@@ -226,9 +226,10 @@ class PrivatizeOptions(PipelineOptions):
                  "or Parquet columns. Even so the error output is operator data derived from the raw input: "
                  "do not publish it with the output")
         parser.add_argument(
-            "--batch-tokens", "--batch_tokens", dest="batch_tokens", type=int, default=DEFAULT_BATCH_TOKENS,
+            "--batch-tokens", "--batch_tokens", dest="batch_tokens", type=int, default=None,
             help=f"target words per perturbation batch (one mechanism call), whatever the records' sizes; default "
-                 f"{DEFAULT_BATCH_TOKENS} (measured: benchmarks/results/scaling.md)")
+                 f"{DEFAULT_BATCH_TOKENS} for {', '.join(SEARCH_MECHANISMS)} (a vocabulary search per word) and "
+                 f"{LARGE_BATCH_TOKENS} for the others (measured: benchmarks/results/scaling.md)")
         parser.add_argument(
             "--public-summary", "--public_summary", dest="public_summary", default=None, metavar="PATH",
             help="also write a publishable summary to PATH (local or gs://): the mechanism, its parameters, the "

@@ -90,7 +90,7 @@ def check(options: PipelineOptions) -> Checked:
                           "larger value would only hide that the output is the input")
     mech.validate_mechanism()
     options.view_as(SeedOptions).validate_seed()
-    if opts.max_record_bytes < 1 or opts.batch_tokens < 1:
+    if opts.max_record_bytes < 1 or (opts.batch_tokens is not None and opts.batch_tokens < 1):
         raise TextdpError("--max-record-bytes and --batch-tokens must be >= 1")
     data_format = opts.format or infer_format(opts.input)
     if data_format is None:

@@ -129,3 +129,13 @@ def test_the_example_pipeline_runs(tiny_artifact_dir, tmp_path):
     counts = json.loads(open(f"{output}-counts.json", encoding="utf-8").read())
     assert counts["records"] == 30 and counts["failed"] == 0
     assert open(f"{output}-errors.jsonl", encoding="utf-8").read() == ""
+
+
+def test_batch_size_defaults_by_how_the_mechanism_draws():
+    """Mechanisms that search the vocabulary per word batch 4,096 words per call; table-sampled ones
+    65,536 (docs/scale.md: TEM runs faster end to end with large calls); an explicit value wins."""
+    assert Privatize(epsilon=10).batch_tokens == 4096
+    assert Privatize(epsilon=10, mechanism="vickrey").batch_tokens == 4096
+    assert Privatize(epsilon=5, mechanism="tem").batch_tokens == 65_536
+    assert Privatize(epsilon=5, mechanism="santext").batch_tokens == 65_536
+    assert Privatize(epsilon=5, mechanism="tem", batch_tokens=100).batch_tokens == 100

@@ -30,7 +30,7 @@ import apache_beam as beam
 from apache_beam.utils import shared
 
 from textdp.mechanisms import mechanism_parameters
-from textdp.text_privatizer import DEFAULT_BATCH_TOKENS, OOV_POLICIES
+from textdp.text_privatizer import OOV_POLICIES, default_batch_tokens
 from transforms.perturb import PerturbConfig, PerturbTokens
 from transforms.worker import WorkerConfig
 
@@ -92,7 +92,7 @@ class Privatize(beam.PTransform):
     def __init__(self, epsilon: float, mechanism: str = "madlib", artifact: Optional[str] = None,
                  text_fields: Sequence[str] = (), oov_policy: str = "random", unk_token: str = "<unk>",
                  seed: Optional[int] = None, max_text_bytes: Optional[int] = None,
-                 batch_tokens: int = DEFAULT_BATCH_TOKENS, shape_field: Optional[str] = None, keyed: bool = False,
+                 batch_tokens: Optional[int] = None, shape_field: Optional[str] = None, keyed: bool = False,
                  diagnostics: bool = False, worker: Optional[WorkerConfig] = None, label: Optional[str] = None,
                  **mechanism_params):
         super().__init__(label)
@@ -100,6 +100,8 @@ class Privatize(beam.PTransform):
             raise ValueError("epsilon must be a finite number > 0")
         if oov_policy not in OOV_POLICIES:
             raise ValueError(f"oov_policy must be one of {', '.join(OOV_POLICIES)}")
+        if batch_tokens is None:
+            batch_tokens = default_batch_tokens(mechanism)
         if batch_tokens < 1:
             raise ValueError("batch_tokens must be >= 1")
         if isinstance(text_fields, str):
