@@ -132,13 +132,17 @@ def run_pipeline(workdir: str, name: str, input_path: str, artifact: str, flags:
     times = np.array([t for t, _ in samples])
     counts = np.array([c for _, c in samples])
     lo, hi = np.searchsorted(counts, 0.1 * total), np.searchsorted(counts, 0.9 * total)
-    steady = None
+    steady, method = None, None
     if hi < len(counts) and hi > lo and times[hi] > times[lo]:
-        steady = float((counts[hi] - counts[lo]) / (times[hi] - times[lo]))
+        steady, method = float((counts[hi] - counts[lo]) / (times[hi] - times[lo])), "10% to 90% of the tokens"
+    elif lo < len(counts) and ended > times[lo]:
+        # large batches: the workers' progress can jump past 90% only at the end; count from 10% to the
+        # process's exit, shutdown included (a lower bound of the steady rate)
+        steady, method = float((total - counts[lo]) / (ended - times[lo])), "10% of the tokens to the exit (a lower bound)"
     shutil.rmtree(watch, ignore_errors=True)
     result = {"run": name, "flags": flags, "tokens": total, "records": summary["records"]["out"],
               "wall_s": round(ended - launched, 1), "startup_s": None if first is None else round(first - launched, 2),
-              "steady_tokens_per_s": None if steady is None else round(steady, 1),
+              "steady_tokens_per_s": None if steady is None else round(steady, 1), "steady_method": method,
               "whole_run_tokens_per_s": round(total / (ended - launched), 1)}
     print(f"  {name}: {result}", flush=True)
     return result
@@ -208,7 +212,10 @@ def main(argv=None) -> int:
                "sizes": {"reviews": args.reviews, "madlib_reviews": args.madlib_reviews}}
     earlier = earlier_results(results) if args.reuse else {}
     if earlier:
-        results["reused"] = {"machine": earlier["machine"], "parts": []}
+        history = [earlier["machine"]] + earlier.get("reused", {}).get("history", [])
+        if "machine" in earlier.get("reused", {}) and earlier["reused"]["machine"] not in history:
+            history.append(earlier["reused"]["machine"])
+        results["reused"] = {"machine": earlier["machine"], "history": history, "parts": []}
 
     print("1. token batches (one BLAS thread)", flush=True)
     sweep = reuse(earlier, results, "batch_sweep") or {}
@@ -359,11 +366,11 @@ def markdown(results: dict) -> str:
              f"{tuple(round(x, 2) for x in m['loadavg_at_end'])}; {m['date_utc']}. "
              "No thread variable set by hand. Produced by `python -m benchmarks.bench_scaling`.", ""]
     if results.get("reused"):
-        e = results["reused"]["machine"]
-        lines += [f"Parts reused from the earlier run ({e['date_utc']}, load average at start "
-                  f"{tuple(round(x, 2) for x in e['loadavg_at_start'])}, at end "
-                  f"{tuple(round(x, 2) for x in e['loadavg_at_end'])}; `--reuse`): "
-                  f"{', '.join(results['reused']['parts']) or 'none'}.", ""]
+        runs = results["reused"].get("history") or [results["reused"]["machine"]]
+        when = "; ".join(f"{e['date_utc']} (load average at start {tuple(round(x, 2) for x in e['loadavg_at_start'])}, "
+                         f"at end {tuple(round(x, 2) for x in e['loadavg_at_end'])})" for e in runs)
+        lines += [f"Parts reused from earlier runs of this benchmark (`--reuse`; same machine, sizes and artifact; "
+                  f"runs started {when}): {', '.join(results['reused']['parts']) or 'none'}.", ""]
     lines += ["## Token batches (TextPrivatizer, one BLAS thread, tokens/s)", "",
               "| batch (words) | " + " | ".join(results["batch_sweep"]) + " |",
               "|---|" + "---|" * len(results["batch_sweep"])]
