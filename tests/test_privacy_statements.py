@@ -6,6 +6,8 @@ and checks a sentence against the run's own behaviour; each names the finding of
 
 import glob
 import json
+import os
+import re
 
 import numpy as np
 import pytest
@@ -168,8 +170,6 @@ def test_random_oov_statement_is_what_the_privatizer_does():
 
 
 def _docs_example_public_summary():
-    import os  # pylint: disable=import-outside-toplevel
-    import re  # pylint: disable=import-outside-toplevel
     docs = open(os.path.join(os.path.dirname(__file__), "..", "docs", "privatize.md"), encoding="utf-8").read()
     block = re.search(r"<!-- example-public-summary -->\s*```json\n(.*?)\n```", docs, re.S)
     assert block, "docs/privatize.md lost its example public summary"
@@ -189,7 +189,6 @@ def test_docs_example_public_summary_matches_a_run(small_artifact_dir, tmp_path)
     """Issue 12 ("re-generated and quoted"): the public summary quoted in docs/privatize.md is what the
     JSONL quick start writes: the same keys, the same parameters, and each quoted statement the start of
     the run's own sentence (the docs cut long statements at "...")."""
-    import os  # pylint: disable=import-outside-toplevel
     quoted = _docs_example_public_summary()
     example = os.path.join(os.path.dirname(__file__), "..", "examples", "reviews.jsonl")
     output, public = str(tmp_path / "out" / "reviews-jsonl"), str(tmp_path / "public.json")
@@ -211,8 +210,6 @@ def test_docs_example_amplification_report_matches_a_run(imdb_rows, small_artifa
     """Issue 12 ("re-generated and quoted"): the amplification report quoted in docs/lac.md has the keys a
     run with the same flags writes, and each quoted sentence starts the run's own (numbers that depend on
     the corpus and the vocabulary are compared only where they do not: the theorem, delta, the claims)."""
-    import os  # pylint: disable=import-outside-toplevel
-    import re  # pylint: disable=import-outside-toplevel
     docs = open(os.path.join(os.path.dirname(__file__), "..", "docs", "lac.md"), encoding="utf-8").read()
     block = re.search(r"<!-- example-amplification-report -->\s*```json\n(.*?)\n```", docs, re.S)
     assert block, "docs/lac.md lost its example amplification report"

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
 
 from textdp.audit_attacks import BAND_LABELS, rate_entry
-from textdp.report import _png  # the same PNG rendering as calibrate's report
+from textdp.report import _e, _png  # the same HTML escaping and PNG rendering as calibrate's report
+from textdp.report import _fmt as _f
 
 SELF_CHECK_PNG = "self_check.png"
 INVERSION_PNG = "inversion.png"
@@ -174,20 +174,6 @@ th { background: #eee; } td.l, th.l { text-align: left; }
 .bad { border-color: #C44E52; background: #fbf1f1; }
 img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
 """
-
-
-def _e(value) -> str:
-    return html.escape(str(value))
-
-
-def _f(value, digits=3) -> str:
-    if value is None:
-        return "&ndash;"
-    if isinstance(value, float):
-        if math.isinf(value):
-            return "inf"
-        return f"{value:.{digits}g}"
-    return _e(value)
 
 
 def _rate(entry: Optional[dict]) -> str:

@@ -96,9 +96,7 @@ class TableExponentialSampler:
         dense = np.isin(ids, np.fromiter(cached, dtype=np.int64, count=len(cached))) if cached else np.zeros(len(ids), bool)
         for word in np.unique(ids[dense]):
             at = np.flatnonzero(ids == word)
-            cumulative = cached[int(word)]
-            pick = np.searchsorted(cumulative, rng.random(len(at)) * cumulative[-1], side="right")
-            out[at] = np.minimum(pick, self.vocab_size - 1)
+            out[at] = self._draw_from(cached[int(word)], len(at), rng)
         rest = np.flatnonzero(~dense)
         if len(rest):
             out[rest], spent = self._sample_rejection(ids[rest], rng)
@@ -108,10 +106,11 @@ class TableExponentialSampler:
                 words = np.unique(ids[unfinished]).tolist()
                 for start in range(0, len(words), self.PASS_WORDS):  # a few words per pass: bounded memory
                     group = words[start:start + self.PASS_WORDS]
-                    for word, cumulative in zip(group, self._dense_rows_of(group)):
+                    rows = self._dense_rows_of(group)
+                    for word, cumulative in zip(group, rows):
                         at = unfinished[ids[unfinished] == word]
-                        pick = np.searchsorted(cumulative, rng.random(len(at)) * cumulative[-1], side="right")
-                        out[at] = np.minimum(pick, self.vocab_size - 1)
+                        out[at] = self._draw_from(cumulative, len(at), rng)
+                    self._keep(dict(zip(group, rows)))  # later calls draw them directly while there is room
                 self.passes += len(words)
         return out
 
@@ -125,14 +124,23 @@ class TableExponentialSampler:
             after = self.vocab_size if self.DENSE_AFTER_CANDIDATES is None else self.DENSE_AFTER_CANDIDATES
             due = [int(w) for w in words[self._spent[words] > after] if int(w) not in self._dense_rows]
             room = self.DENSE_MAX_WORDS - len(self._dense_rows)
-            for word in sorted(due, key=lambda w: -self._spent[w])[:max(room, 0)]:
-                rows = dict(self._dense_rows)
-                rows[word] = self._dense_row(word)
-                self._dense_rows = rows
+            due = sorted(due, key=lambda w: -self._spent[w])[:max(room, 0)]
+        if due:
+            self._keep(dict(zip(due, self._dense_rows_of(due))))
 
-    def _dense_row(self, word: int) -> np.ndarray:
-        """Cumulative f over the vocabulary for input ``word`` (0 weight outside the allowed set)."""
-        return self._dense_rows_of([word])[0]
+    def _keep(self, rows: dict) -> None:
+        """Add dense rows while there is room (the dict is replaced, never mutated: readers need no lock)."""
+        with self._dense_lock:
+            new = [w for w in rows if w not in self._dense_rows][:max(self.DENSE_MAX_WORDS - len(self._dense_rows), 0)]
+            if new:
+                kept = dict(self._dense_rows)
+                kept.update((w, rows[w]) for w in new)
+                self._dense_rows = kept
+
+    def _draw_from(self, cumulative: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+        """``count`` exact draws by inverse CDF from cumulative weights over the vocabulary."""
+        pick = np.searchsorted(cumulative, rng.random(count) * cumulative[-1], side="right")
+        return np.minimum(pick, self.vocab_size - 1)
 
     def _dense_rows_of(self, words) -> list:
         """Cumulative f over the vocabulary for each input word (0 weight outside the allowed set), in one

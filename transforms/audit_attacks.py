@@ -38,49 +38,43 @@ WORD_CHUNK = 512
 DRAW_CHUNK = 20000
 
 
-class EncodeRecordFn(beam.DoFn):
-    """(source, position, payload) -> (order key, word keys, layout int); payload text from ``text_field``."""
+class _TokenizingFn(beam.DoFn):
+    """Common to the DoFns that tokenize records: the shared artifact's tokenizer and the record's text."""
 
     def __init__(self, shared_handle, config: AuditConfig, text_fields):
         self.config = config
         self.text_fields = tuple(text_fields)
         self._state = holder_state(shared_handle, config)
         self._tokenizer = None
-        self._records = Metrics.counter(NAMESPACE, "audit_records_encoded")
 
     def setup(self):
         self._tokenizer = Tokenizer(self._state.setup().artifact.word_to_id)
 
+    def _text(self, payload) -> str:
+        if isinstance(payload, dict):
+            return "\n".join(str(payload[field]) for field in self.text_fields if isinstance(payload.get(field), str))
+        return payload
+
+
+class EncodeRecordFn(_TokenizingFn):
+    """(source, position, payload) -> (order key, word keys, layout int); payload text from ``text_field``."""
+
+    def __init__(self, shared_handle, config: AuditConfig, text_fields):
+        super().__init__(shared_handle, config, text_fields)
+        self._records = Metrics.counter(NAMESPACE, "audit_records_encoded")
+
     def process(self, record):
         source, position, payload = record
-        if isinstance(payload, dict):
-            text = "\n".join(str(payload[field]) for field in self.text_fields if isinstance(payload.get(field), str))
-        else:
-            text = payload
-        ids, layout = encode_record(self._tokenizer, text)
+        ids, layout = encode_record(self._tokenizer, self._text(payload))
         self._records.inc()
         yield record_key(self.config.seed, source, position), ids, layout
 
 
-class CountPriorWordsFn(beam.DoFn):
+class CountPriorWordsFn(_TokenizingFn):
     """Reference-corpus records -> (word id, count) for its vocabulary words."""
 
-    def __init__(self, shared_handle, config: AuditConfig, text_fields):
-        self.config = config
-        self.text_fields = tuple(text_fields)
-        self._state = holder_state(shared_handle, config)
-        self._tokenizer = None
-
-    def setup(self):
-        self._tokenizer = Tokenizer(self._state.setup().artifact.word_to_id)
-
     def process(self, record):
-        _, _, payload = record
-        if isinstance(payload, dict):
-            text = "\n".join(str(payload[field]) for field in self.text_fields if isinstance(payload.get(field), str))
-        else:
-            text = payload
-        ids = self._tokenizer.tokenize(text).ids
+        ids = self._tokenizer.tokenize(self._text(record[2])).ids
         words, counts = np.unique(ids[ids >= 0], return_counts=True)
         for word, count in zip(words.tolist(), counts.tolist()):
             yield word, count
@@ -230,25 +224,6 @@ class InvertFn(_Worker):
         if key not in self._cache:
             self._cache[key] = tables[("inversion", float(epsilon))].guesses(prior)
         return self._cache[key]
-
-
-class SumCounts(beam.CombineFn):
-    def create_accumulator(self):
-        return {}
-
-    def add_input(self, accumulator, element):
-        for key, value in element.items():
-            accumulator[key] = accumulator.get(key, 0) + value
-        return accumulator
-
-    def merge_accumulators(self, accumulators):
-        merged = {}
-        for accumulator in accumulators:
-            self.add_input(merged, accumulator)
-        return merged
-
-    def extract_output(self, accumulator):
-        return accumulator
 
 
 class LinkFn(_Worker):
