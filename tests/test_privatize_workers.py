@@ -9,6 +9,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.privatize import build_pipeline
+from textdp.allocator import MMAP_THRESHOLD_BYTES, TRIM_THRESHOLD_BYTES
 
 
 @pytest.mark.slow
@@ -56,6 +57,10 @@ def test_two_worker_processes_load_once_and_draw_independent_noise(tmp_path, imd
     # itself, over single-threaded BLAS calls
     assert {line["search_threads"] for line in lines} == {max(1, (os.cpu_count() or 1) // 2)}
     assert {line["blas_threads"] for line in lines} == {1}
+    # and each kept its freed memory for the next batch (textdp/allocator.py; glibc on this machine)
+    assert all(line["allocator"]["allocator"].startswith("glibc ") for line in lines)
+    assert {(line["allocator"]["mmap_threshold"], line["allocator"]["trim_threshold"]) for line in lines} == {
+        (MMAP_THRESHOLD_BYTES, TRIM_THRESHOLD_BYTES)}
     streams = {line["dofn_instance"]: line["noise_stream_sha256"] for line in lines}
     assert len(set(streams.values())) == len(streams) >= 2
     assert not any(line["seeded"] for line in lines)

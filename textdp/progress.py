@@ -3,8 +3,8 @@
 A local Beam runner runs the pipeline inside ``pipeline.run()`` and reports its metrics only at the
 end, so a 20-minute job would be silent. Instead every worker (DoFn instance) keeps a small
 ``ProgressFile`` in a directory the launcher chose: cumulative counts (``records``, ``tokens``,
-``words``, ``rows``, ...), rewritten atomically at most every ``interval`` seconds and at the end of
-each bundle. The launcher's ``ProgressMonitor`` thread sums the files and prints one line: in a
+``words``, ``rows``, ...), rewritten atomically at most every ``interval`` seconds (half a second: a
+few hundred bytes) and at the end of each bundle, with the time they were written (``at``). The launcher's ``ProgressMonitor`` thread sums the files and prints one line: in a
 terminal it is rewritten in place every 2 seconds; in a log (not a terminal) it is a plain line
 every 30 seconds. Counts only, never text. Runners on other machines (Dataflow, Flink) have
 their own progress pages; there no directory is given and the workers write nothing.
@@ -24,7 +24,7 @@ from typing import Callable, Dict, Optional, TextIO
 class ProgressFile:
     """A worker's cumulative counts in ``<directory>/<pid>-<uuid>.json`` (rewritten, never appended)."""
 
-    def __init__(self, directory: Optional[str], interval: float = 2.0):
+    def __init__(self, directory: Optional[str], interval: float = 0.5):
         self.directory = directory
         self.interval = float(interval)
         self.counts: Dict[str, int] = {}
@@ -48,7 +48,7 @@ class ProgressFile:
         temporary = f"{self._path}.tmp"
         try:
             with open(temporary, "w", encoding="utf-8") as handle:
-                json.dump({"counts": self.counts, "first": self.first}, handle)
+                json.dump({"counts": self.counts, "first": self.first, "at": time.time()}, handle)
             os.replace(temporary, self._path)
         except OSError:  # the launcher removed the directory (the job is ending): nothing to report to
             return
@@ -60,22 +60,29 @@ def read_totals(directory: str) -> Dict[str, int]:
     return read_progress(directory)[0]
 
 
-def read_progress(directory: str):
-    """(the sum of every worker's counts, the earliest time any worker counted something or None)."""
-    totals: Dict[str, int] = {}
-    first = None
+def read_progress_files(directory: str) -> Dict[str, dict]:
+    """Each worker's last written record, by file name: ``{"counts": {...}, "first": t, "at": t}``."""
+    records: Dict[str, dict] = {}
     try:
         names = os.listdir(directory)
     except OSError:
-        return totals, first
+        return records
     for name in names:
         if not name.endswith(".json"):
             continue
         try:
             with open(os.path.join(directory, name), encoding="utf-8") as handle:
-                record = json.load(handle)
+                records[name] = json.load(handle)
         except (OSError, ValueError):
             continue  # being replaced right now: read next time
+    return records
+
+
+def read_progress(directory: str):
+    """(the sum of every worker's counts, the earliest time any worker counted something or None)."""
+    totals: Dict[str, int] = {}
+    first = None
+    for record in read_progress_files(directory).values():
         for key, value in record.get("counts", {}).items():
             totals[key] = totals.get(key, 0) + int(value)
         if record.get("first") is not None:

@@ -30,6 +30,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
+from textdp.allocator import allocator_settings
 from textdp.compact_vocab import SharedVocabularyArtifact
 from textdp.locate import resolve_artifact
 from textdp.mechanisms import make_mechanism
@@ -207,6 +208,7 @@ class PerturbTokens(beam.DoFn):
             "process_loads": process_loads(),
             "load_ms": state.load_ms,
             "blas_threads": blas_threads_in_use(),
+            "allocator": allocator_settings(),
             "search_threads": search_threads(),
             "seeded": self.config.seed is not None,
             "noise_stream_sha256": None if self.config.seed is not None else self._stream_fingerprint,

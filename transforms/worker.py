@@ -13,6 +13,10 @@ local workers). ``WorkerConfig`` carries the number of threads each process may 
 submission from how many worker processes share a machine (``pipelines/flags.py``,
 ``--blas-threads``); ``setup()`` applies it with threadpoolctl before any BLAS call.
 
+Memory. ``setup()`` also keeps freed memory in the process (``textdp.allocator``): without it glibc
+hands a batch's temporaries back to the OS and the next batch page-faults them in again, which made
+one of two local TEM workers 1.65x slower than the other (issue 17).
+
 Progress. With a ``progress_dir`` (local runs), each DoFn instance counts its work into a
 ``textdp.progress.ProgressFile`` that the launching process reads.
 """
@@ -27,6 +31,7 @@ from typing import Any, Callable, Optional
 
 from apache_beam.metrics import Metrics
 
+from textdp.allocator import retain_freed_memory
 from textdp.progress import ProgressFile
 
 NAMESPACE = "textdp"
@@ -153,6 +158,7 @@ class WorkerState:
         heavy work is textdp's exact nearest-word search, which then runs its own threads over
         single-threaded BLAS calls (textdp.nearest.set_search_threads) instead of a BLAS pool."""
         if self.worker is not None:
+            retain_freed_memory()  # batches reuse their temporaries' pages (textdp/allocator.py)
             if own_search_threads:
                 from textdp.nearest import set_search_threads  # pylint: disable=import-outside-toplevel
 
