@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -101,6 +102,40 @@ def bare_rate(mechanism, ids: np.ndarray, threads: int) -> float:
         started = time.perf_counter()
         mechanism.privatize_ids(ids, rng)
         return len(ids) / (time.perf_counter() - started)
+
+
+# tokens of the pipeline's input for the bare sampler processes (None: all of them; epsilon 5 is ~14 µs a word)
+BARE_PROCESS_TOKENS = {10.0: None, 5.0: 1_200_000}
+
+
+def _bare_process(artifact_dir: str, mech: str, eps: float, ids_path: str, barrier, queue) -> None:
+    """One bare sampler process: one thread, the workers' allocator settings, a warm pass, then a timed one
+    started together with the other processes (``barrier``); puts its tokens/s on ``queue``."""
+    retain_freed_memory()
+    with threadpool_limits(limits=1):
+        mechanism = make_mechanism(mech, open_artifact(artifact_dir), eps)
+        ids = np.load(ids_path)
+        rng = np.random.default_rng()
+        mechanism.privatize_ids(ids, rng)  # warm: dense rows of the costliest words, pages of the table
+        barrier.wait()
+        started = time.perf_counter()
+        mechanism.privatize_ids(ids, rng)
+        queue.put(len(ids) / (time.perf_counter() - started))
+
+
+def bare_processes(artifact_dir: str, mech: str, eps: float, ids_path: str, processes: int) -> float:
+    """Tokens/s of ``processes`` independent bare samplers running at once (the sum of their rates): what a
+    single-threaded mechanism does with that many cores, memory traffic and all."""
+    context = multiprocessing.get_context("spawn")
+    barrier, queue = context.Barrier(processes), context.Queue()
+    workers = [context.Process(target=_bare_process, args=(artifact_dir, mech, eps, ids_path, barrier, queue))
+               for _ in range(processes)]
+    for worker in workers:
+        worker.start()
+    rates = [queue.get(timeout=3600) for _ in workers]
+    for worker in workers:
+        worker.join()
+    return round(float(sum(rates)), 1)
 
 
 def token_ids(privatizer: TextPrivatizer, texts) -> np.ndarray:
@@ -296,13 +331,41 @@ def main(argv=None) -> int:
                          dict(mechanism=mech, epsilon=eps, workers=1, threads=1)))
             plan.append((f"{mech}-{eps:g}-2w", path, flags + two,
                          dict(mechanism=mech, epsilon=eps, workers=2, threads="default")))
-    for name, path, flags, labels in plan:
-        if name in done:
-            runs.append(dict(done[name], **labels))
-            results["reused"]["parts"].append(f"pipeline:{name}")
-            continue
-        runs.append(dict(run_pipeline(workdir, name, path, artifact_dir, flags), **labels))
+    bare_next = (earlier.get("bare_processes") or {}) if earlier else {}
+    tem_ids = None
+    for group in ("tem-10", "tem-5", "madlib-10", "madlib-5"):
+        members = [item for item in plan if item[0].startswith(group + "-")]
+        fresh = [item for item in members if item[0] not in done]
+        measure = group.startswith("tem") and fresh
+        if measure:  # TEM's bare sampler as processes on the pipeline's own tokens, before and after its runs
+            eps = float(group.split("-")[1])
+            if tem_ids is None:
+                privatizer = TextPrivatizer(make_mechanism("tem", artifact, 10.0), artifact.words, artifact.word_to_id)
+                tem_ids = token_ids(privatizer, texts[:args.reviews])
+            ids_path = os.path.join(workdir, f"bare-{group}.npy")
+            np.save(ids_path, tem_ids[:BARE_PROCESS_TOKENS[eps]])
+            row = {"tokens": int(len(tem_ids[:BARE_PROCESS_TOKENS[eps]])), "processes_1": [],
+                   f"processes_{cores}": []}
+
+            def bracket():
+                for count in (1, cores):
+                    row[f"processes_{count}"].append(bare_processes(artifact_dir, "tem", eps, ids_path, count))
+                print(f"  bare {group}: {row}", flush=True)
+
+            bracket()
+        for name, path, flags, labels in members:
+            if name in done:
+                runs.append(dict(done[name], **labels))
+                results["reused"]["parts"].append(f"pipeline:{name}")
+                continue
+            runs.append(dict(run_pipeline(workdir, name, path, artifact_dir, flags), **labels))
+        if measure:
+            bracket()
+            bare_next[group] = row
+        elif group in bare_next:
+            results["reused"]["parts"].append(f"bare_processes:{group}")
     results["pipeline"] = runs
+    results["bare_processes"] = bare_next
 
     print("4. start-up of a one-record run", flush=True)
     startup = reuse(earlier, results, "startup")
@@ -332,8 +395,13 @@ def derive(results: dict, words_per_review: float) -> dict:
     """The target ratios. "The pipeline on all cores" is the faster of the runs that use every core: one
     worker with its default threads (Madlib's exact search runs one thread per core) and two worker
     processes (TEM's sampler is single-threaded, so one worker uses one core); it is compared with the
-    bare mechanism on all cores (``bare_all_cores``). Also one worker held to one thread against the
-    bare rate on one thread (per core), and one worker with its default threads against all cores."""
+    bare mechanism on all cores. Also one worker held to one thread against the bare rate on one thread
+    (per core), and one worker with its default threads against all cores.
+
+    The bare reference: for TEM, the mean of the independent bare sampler processes measured on the
+    pipeline's own tokens just before and just after its runs (``bare_processes``: one process, and one
+    per core at once), since the sampler is single-threaded and this machine's speed drifts by 10-20%
+    over half an hour; for Madlib, the bare table (``bare_all_cores``: its threaded search on all cores)."""
     runs = {r["run"]: r for r in results["pipeline"]}
     cores = results["cores"]
 
@@ -353,13 +421,19 @@ def derive(results: dict, words_per_review: float) -> dict:
                 derived["speedup_2_workers"][key] = {"over_one_worker_default": ratio(two, one),
                                                      "over_one_worker_one_thread": ratio(two, one_t)}
             bare = results["bare"][key]
-            everything = bare_all_cores(results, key)
+            everything, one_core = bare_all_cores(results, key), bare["threads_1"]
+            measured = results.get("bare_processes", {}).get(key)
+            if measured:  # independent bare processes on the pipeline's tokens, next to its runs
+                everything = float(np.mean(measured[f"processes_{cores}"]))
+                one_core = float(np.mean(measured["processes_1"]))
             candidates = [(rate, run) for rate, run in ((one, f"{key}-1w"), (two, f"{key}-2w")) if rate]
             best_rate, best_run = max(candidates) if candidates else (None, None)
             derived["pipeline_over_bare"][key] = {
                 "all_cores_over_bare_all_cores": ratio(best_rate, everything), "all_cores_run": best_run,
                 "one_worker_over_bare_all_cores": ratio(one, everything),
-                "one_worker_one_thread_over_bare_one_thread": ratio(one_t, bare["threads_1"])}
+                "one_worker_one_thread_over_bare_one_thread": ratio(one_t, one_core),
+                "bare_reference": {"all_cores": round(everything, 1), "one_core": round(one_core, 1),
+                                   "how": "bare processes next to the runs" if measured else "bare table"}}
         two = steady(f"{mech}-10-2w")
         if two:
             per_vcpu = two / cores  # one process per vCPU, one thread each: as on Dataflow
@@ -417,6 +491,17 @@ def markdown(results: dict) -> str:
               "pipeline run has them). Madlib's exact search runs one thread per core; TEM's sampler is "
               "single-threaded, so its second column is only another run on one thread and its all-cores "
               "reference is cores x the one-thread rate (independent processes)."]
+    if results.get("bare_processes"):
+        lines += ["", "## TEM's bare sampler as independent processes, on the pipeline's tokens (tokens/s)", "",
+                  "Measured just before and just after each epsilon's pipeline runs (spawned processes, one thread "
+                  "each, the workers' allocator settings, a warm pass, then a timed pass started together); the "
+                  "targets for TEM use the mean of the two.", "",
+                  "| mechanism | tokens per process | 1 process (before, after) | "
+                  f"{results['cores']} processes at once, summed (before, after) |", "|---|---|---|---|"]
+        for key, row in results["bare_processes"].items():
+            many = row[f"processes_{results['cores']}"]
+            lines.append(f"| {key} | {row['tokens']:,} | {', '.join(_fmt(x) for x in row['processes_1'])} | "
+                         f"{', '.join(_fmt(x) for x in many)} |")
     lines += ["", "## One process, all cores: Madlib's exact search (epsilon 10, tokens/s)", "",
               "| way | tokens/s |", "|---|---|"]
     lines += [f"| {way} | {_fmt(rate)} |" for way, rate in results["madlib_threading"].items()]
@@ -453,6 +538,9 @@ def markdown(results: dict) -> str:
         lines.append(f"| epsilon {eps}: 1 worker with its default threads / bare on all cores | "
                      f"{cell(pb, f'madlib-{eps}', 'one_worker_over_bare_all_cores')} | "
                      f"{cell(pb, f'tem-{eps}', 'one_worker_over_bare_all_cores')} |")
+    lines += ["", "Bare references used: " + "; ".join(
+        f"{key} {_fmt(row['bare_reference']['all_cores'])} on all cores, {_fmt(row['bare_reference']['one_core'])} "
+        f"on one ({row['bare_reference']['how']})" for key, row in pb.items()) + "."]
     lines += ["", "\"The pipeline on all cores\" is the faster of one worker with its default threads and two worker "
               "processes. One TEM worker uses one core whatever its threads (the sampler is single-threaded), so "
               "TEM needs one worker process per core to use a machine: `--direct_num_workers=<cores> "
