@@ -4,9 +4,9 @@ A local Beam runner runs the pipeline inside ``pipeline.run()`` and reports its 
 end, so a 20-minute job would be silent. Instead every worker (DoFn instance) keeps a small
 ``ProgressFile`` in a directory the launcher chose: cumulative counts (``records``, ``tokens``,
 ``words``, ``rows``, ...), rewritten atomically at most every ``interval`` seconds (half a second: a
-few hundred bytes) and at the end of each bundle, with the time they were written (``at``). The launcher's ``ProgressMonitor`` thread sums the files and prints one line: in a
-terminal it is rewritten in place every 2 seconds; in a log (not a terminal) it is a plain line
-every 30 seconds. Counts only, never text. Runners on other machines (Dataflow, Flink) have
+few hundred bytes) and at the end of each bundle, with the time they were written (``at``). The
+launcher's ``ProgressMonitor`` thread sums the files and prints one line: in a terminal it is
+rewritten in place every 2 seconds; in a log (not a terminal) it is a plain line every 30 seconds. Counts only, never text. Runners on other machines (Dataflow, Flink) have
 their own progress pages; there no directory is given and the workers write nothing.
 """
 

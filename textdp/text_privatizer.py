@@ -58,6 +58,8 @@ def default_batch_tokens(mechanism: str) -> int:
     13.2-14.5 s at 4,096 words per call and 11.0-11.2 s at 65,536 (3.4 s of it start-up).
     """
     return DEFAULT_BATCH_TOKENS if mechanism in SEARCH_MECHANISMS else LARGE_BATCH_TOKENS
+
+
 _UNK_MARK = -2
 
 

@@ -35,7 +35,6 @@ from transforms.perturb import PerturbConfig, PerturbTokens
 from transforms.worker import WorkerConfig
 
 
-
 def estimated_tokens(element, text_fields: Sequence[str], keyed: bool) -> int:
     """A cheap estimate of a record's words for batching: spaces + 1 per text (C-level str.count)."""
     record = element[1] if keyed else element
