@@ -191,7 +191,7 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
         epsilon=opts.epsilon, mechanism=mech.mechanism, artifact=options.view_as(ArtifactOptions).artifact,
         text_fields=text_fields, oov_policy=oov.oov_policy, unk_token=oov.unk_token, seed=seed,
         batch_tokens=opts.batch_tokens, shape_field=SHAPE_FIELD if amplify else None, keyed=True,
-        diagnostics=bool(opts.diagnostics_output), worker=worker, **mech.mechanism_kwargs())
+        diagnostics=bool(opts.diagnostics_output), worker=worker, redistribute=True, **mech.mechanism_kwargs())
     summary_writer = WriteSummary(privatize.shared_handle, privatize.config, paths["summary"],
                                   public_path=opts.public_summary, worker=worker, context={
         "input_pattern": opts.input, "output": paths["output"], "errors_output": paths["errors"],
@@ -204,8 +204,7 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
                                             opts.keep_failed_text)
     privatized = (read["records"]
                   | "Keyed" >> beam.Map(lambda item: ((item[0], item[1]), item[2]))
-                  | "Redistribute" >> beam.Reshuffle()
-                  | "Privatize" >> privatize)
+                  | "Privatize" >> privatize)  # batches, then spreads the batches over the workers
     released, dropped, shards, section = privatized.released, None, None, None
     if amplify:  # LAC Amplifier (docs/lac.md)
         amplified = released | "Amplifier" >> Amplify(amplifier, privatize.config, privatize.shared_handle,

@@ -27,7 +27,7 @@ from textdp.mechanisms import make_mechanism
 from textdp.store import Artifact
 from textdp.text_privatizer import TextPrivatizer
 from textdp import tokenize as tokenize_module
-from textdp.tokenize import Tokenizer, vocabulary_words
+from textdp.tokenize import Tokenizer, apply_case, vocabulary_words
 from textdp.word_memo import WordMemo
 
 # --- frozen reference: textdp/tokenize.py before issue 17 (do not edit) ---------------------------
@@ -268,6 +268,12 @@ def compare_batch(tokenizer, reference, texts, vocabulary):
         assert layouts[index] == old.layout(), index
     ids = np.concatenate([old.ids for old in expected]) if expected else np.empty(0, np.int64)
     assert batch.ids.tolist() == ids.tolist()
+    if tokenizer.words is not None:  # echo: releasing its own id gives the word back as it stands
+        cases = [case for old in expected for case in old.cases]
+        spelled = vocabulary_words(vocabulary, np.maximum(ids, 0))
+        echoes = [i >= 0 and apply_case(word, case) == surface
+                  for i, word, case, surface in zip(ids.tolist(), spelled, cases, batch.words)]
+        assert batch.echoes.tolist() == echoes
     assert batch.words == [word for old in expected for word in old.words]
     identity = batch.render(batch.words)
     assert identity == texts  # rendering the input words gives the texts back...
@@ -336,9 +342,13 @@ def test_split_pieces_is_the_regex_split_on_reviews_and_adversarial_text():
     assert word_split.split_pieces(["", ""]) == [[""], [""]]
 
 
-def test_tokenizer_matches_the_frozen_reference_on_5000_imdb_reviews(default_vocabulary):
+@pytest.mark.parametrize("spelled", [True, False], ids=["words-given", "lookup-only"])
+def test_tokenizer_matches_the_frozen_reference_on_5000_imdb_reviews(default_vocabulary, spelled):
+    """With the vocabulary's words given (as the workers build it: ASCII words, split ones included,
+    resolved with numpy) and with only a lookup (every new word resolved in Python)."""
     texts = [row["text"] for row in read_imdb(limit=5000)]
-    tokenizer, reference = Tokenizer(default_vocabulary), FrozenReferenceTokenizer(default_vocabulary)
+    tokenizer = Tokenizer(default_vocabulary, default_vocabulary if spelled else None)
+    reference = FrozenReferenceTokenizer(default_vocabulary)
     for start in range(0, len(texts), 250):  # batches as the pipeline sees them, memo warm after the first
         compare_batch(tokenizer, reference, texts[start:start + 250], default_vocabulary)
 
@@ -350,6 +360,8 @@ def test_tokenizer_matches_the_frozen_reference_on_adversarial_text(default_voca
         words = vocabulary if not isinstance(vocabulary, dict) else sorted(vocab, key=vocab.get)
         reference = FrozenReferenceTokenizer(vocabulary)
         compare_batch(Tokenizer(vocabulary), reference, ADVERSARIAL, words)
+        if not isinstance(vocabulary, dict):  # the workers' configuration: the vocabulary spells its words
+            compare_batch(Tokenizer(vocabulary, vocabulary), reference, ADVERSARIAL, words)
         for text in ADVERSARIAL:  # one text at a time (a fresh memo, the single-text entry point)
             assert_same(Tokenizer(vocabulary).tokenize(text), reference.tokenize(text), text[:20])
 

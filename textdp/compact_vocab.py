@@ -110,7 +110,9 @@ class CompactVocabulary:
             return out
         hashes = self._sorted_hashes
         keys = np.fromiter(map(hash, words), dtype=np.int64, count=len(words))
-        positions = np.minimum(np.searchsorted(hashes, keys), len(hashes) - 1)
+        order = np.argsort(keys)  # sorted queries: each binary search starts where the previous one ended
+        positions = np.empty(len(keys), dtype=np.int64)
+        positions[order] = np.minimum(np.searchsorted(hashes, keys[order]), len(hashes) - 1)
         found = np.flatnonzero(hashes[positions] == keys)
         if not len(found):
             return out

@@ -153,12 +153,12 @@ class TextPrivatizer:
 
         A word released as its own id that its vocabulary word in its case pattern spells exactly
         (``batch.echoes``; most words at large epsilon) is copied from the input instead: the same
-        text, without a trip through the vocabulary. Glued clitics always take the long way (their
-        space rule looks at the vocabulary word).
+        text, without a trip through the vocabulary. That holds for glued clitics too: a glued slot's
+        input word is a clitic (``'s``, ``n't``), so released as itself it needs no space in front.
         """
         original = released == UNKNOWN_ID
         if batch.echoes is not None:
-            original |= (released == batch.ids) & batch.echoes & ~batch.glued
+            original |= (released == batch.ids) & batch.echoes
         fixed = dict.fromkeys(np.flatnonzero(released == _UNK_MARK).tolist(), self.unk_token)
         gather = ~original & (released >= 0)
         words, gathered = joined_words(self.words, released[gather])

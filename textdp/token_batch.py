@@ -204,7 +204,9 @@ class TokenizedBatch:
         keep_case = np.zeros(count, dtype=bool) if verbatim is None else np.array(verbatim, dtype=bool)
         if original is None or not original.any():
             original = np.zeros(count, dtype=bool)
-        changed = ~original | self.glued  # a glued clitic may need a space in front
+        # a glued slot needs a look (a space in front unless its released word is a clitic), except when
+        # it is released as its input word, which is always a clitic (Tokenizer._split glues only those)
+        changed = ~original
         changed[list(fixed)] = True
         keep_case |= original
         if np.count_nonzero(changed) <= count * self.SPLICE_SHARE:

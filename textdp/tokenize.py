@@ -80,6 +80,36 @@ def _split_words(codes: np.ndarray, lengths: np.ndarray) -> List[str]:
     return marked.tobytes().decode("utf-32-le", "surrogatepass").split("\n")[:-1]
 
 
+_ONE_LETTER_CLITICS = tuple(map(ord, "sdm"))  # 's 'd 'm
+
+
+def _per_span(flags: np.ndarray, firsts: np.ndarray, count: int) -> np.ndarray:
+    """How many of each span's entries have the flag (spans back to back from ``firsts``, none empty)."""
+    return np.add.reduceat(flags, firsts) if len(flags) else np.zeros(count, dtype=np.int64)
+
+
+class _AsciiSpans:
+    """ASCII code points (``chars``) and their case flags, to describe words that are spans of them."""
+
+    def __init__(self, chars: np.ndarray):
+        self.capitals = (chars >= 65) & (chars <= 90)
+        self.small = (chars >= 97) & (chars <= 122)
+        self.lowered = chars + np.where(self.capitals, np.uint32(32), np.uint32(0))
+
+    def describe(self, word_to_id, starts: np.ndarray, lengths: np.ndarray) -> tuple:
+        """(ids, case patterns, echo flags) of the words ``chars[starts[k]:+lengths[k]]`` (none empty):
+        ``Tokenizer._describe`` for ASCII words and a vocabulary that spells each word as its key."""
+        at = ranges(starts, lengths)
+        ids = word_to_id.get_many(_split_words(self.lowered[at], lengths))
+        firsts = np.cumsum(lengths) - lengths
+        first_capital = self.capitals[starts]
+        capitals_after = _per_span(self.capitals[at], firsts, len(starts)) - first_capital
+        upper = first_capital & (lengths > 1) & (_per_span(self.small[at], firsts, len(starts)) == 0)
+        cases = np.where(upper, UPPER, np.where(first_capital, CAPITALIZED, LOWER))
+        echoes = (ids != UNKNOWN_ID) & (upper | (capitals_after == 0))  # apply_case(key, case) == word
+        return ids, cases, echoes
+
+
 class Tokenizer:
     """Cuts text into pieces and looks words up in a vocabulary (``word -> id`` mapping).
 
@@ -173,41 +203,89 @@ class Tokenizer:
         return values
 
     def _resolve(self, cut, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        """Memo values of the words ``cut.codes[starts[k]:+lengths[k]]``: ASCII words with numpy
-        (when the vocabulary spells every word as its key, so that echo is a case question), the
-        others and the words to split word by word (``_codes``)."""
+        """Memo values of the words ``cut.codes[starts[k]:+lengths[k]]``: ASCII words with numpy, the
+        ones to split included (when the vocabulary spells every word as its key, so that echo is a
+        case question), the others word by word (``_codes``)."""
         codes = cut.codes
         chars = codes[ranges(starts, lengths)]
         firsts = np.cumsum(lengths) - lengths  # where each word starts in ``chars``
-
-        def per_word(flags):  # how many code points of each word have the flag
-            return np.add.reduceat(flags, firsts) if len(chars) else np.zeros(len(starts), dtype=np.int64)
-
-        ascii_words = per_word(chars >= 128) == 0
+        ascii_words = _per_span(chars >= 128, firsts, len(starts)) == 0
         if not (self.words is self.word_to_id and hasattr(self.word_to_id, "get_many")):
             ascii_words[:] = False  # a vocabulary of unknown spelling: the general path
         values = np.zeros(len(starts), dtype=np.int64)
         fast = np.flatnonzero(ascii_words)
         if len(fast):
-            capitals = (chars >= 65) & (chars <= 90)
-            small = (chars >= 97) & (chars <= 122)
-            lowered = chars + np.where(capitals, np.uint32(32), np.uint32(0))
-            keys = _split_words(lowered, lengths)
-            ids = self.word_to_id.get_many([keys[k] for k in fast.tolist()])
-            first_capital = capitals[firsts[fast]]
-            capitals_after = per_word(capitals)[fast] - first_capital
-            upper = first_capital & (lengths[fast] > 1) & (per_word(small)[fast] == 0)
-            cases = np.where(upper, UPPER, np.where(first_capital, CAPITALIZED, LOWER))
-            echoes = (ids != UNKNOWN_ID) & (upper | (capitals_after == 0))  # apply_case(key, case) == word
+            spans = _AsciiSpans(chars)
+            ids, cases, echoes = spans.describe(self.word_to_id, firsts[fast], lengths[fast])
             values[fast] = (ids + 1) * 8 + echoes * 4 + cases
-            joined = per_word(np.isin(chars, _ASCII_JOINERS))[fast] > 0  # inside a word: always a joiner
-            slow = np.concatenate((np.flatnonzero(~ascii_words), fast[(ids == UNKNOWN_ID) & joined]))  # to split
-        else:
-            slow = np.arange(len(starts))
+            joined = _per_span(np.isin(chars, _ASCII_JOINERS), firsts, len(starts))[fast] > 0  # always a joiner
+            to_split = fast[(ids == UNKNOWN_ID) & joined]
+            if len(to_split):
+                values[to_split] = self._split_ascii(spans, firsts[to_split], lengths[to_split])
+        slow = np.flatnonzero(~ascii_words)
         if len(slow):
             text = cut.text
             values[slow] = self._codes([text[a:a + n] for a, n in zip(starts[slow].tolist(), lengths[slow].tolist())])
         return values
+
+    def _split_ascii(self, spans: "_AsciiSpans", starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """``_split`` for ASCII words (spans of ``spans``) with numpy: memo values of their split entries.
+
+        The same rules: a clitic cut (``n't``, or the last apostrophe before ``'s 're 'll 've 'd 'm``)
+        when the vocabulary has the word before it, else a cut at every joiner (``'`` and ``-``, ``.``
+        and ``,`` between digits), the joiner left as structure.
+        """
+        lowered, count = spans.lowered, len(starts)
+        ends = starts + lengths
+        at = ranges(starts, lengths)  # the words' code points, word after word
+        owner = np.repeat(np.arange(count), lengths)
+        position = at - np.repeat(starts, lengths)  # within its word
+        apostrophe = np.full(count, -1, dtype=np.int64)
+        marks = np.flatnonzero(lowered[at] == 39)
+        np.maximum.at(apostrophe, owner[marks], position[marks])  # the last apostrophe of each word
+
+        def char(offset, valid):  # the code point at ``offset`` from each word's start (0 where not valid)
+            return np.where(valid, lowered[np.where(valid, starts + offset, 0)], 0)
+
+        nt = (lengths > 3) & (apostrophe == lengths - 2) & (char(lengths - 3, lengths > 3) == 110) \
+            & (char(lengths - 1, lengths > 3) == 116)  # ends with n't
+        suffix = lengths - apostrophe
+        after = char(apostrophe + 1, apostrophe >= 0)
+        second = char(apostrophe + 2, (apostrophe >= 0) & (suffix == 3))
+        clitic = (apostrophe > 0) & (((suffix == 2) & np.isin(after, _ONE_LETTER_CLITICS))
+                                     | ((suffix == 3) & (((after == 114) & (second == 101))       # 're
+                                                         | ((after == 108) & (second == 108))    # 'll
+                                                         | ((after == 118) & (second == 101)))))  # 've
+        cut_at = np.where(nt, lengths - 3, np.where(clitic, apostrophe, -1))
+        candidates = np.flatnonzero(cut_at > 0)
+        if len(candidates):  # a clitic cut only when the vocabulary has the word before the clitic
+            heads = self.word_to_id.get_many(_split_words(lowered[ranges(starts[candidates], cut_at[candidates])],
+                                                          cut_at[candidates]))
+            cut_at[candidates[heads == UNKNOWN_ID]] = -1
+        clitic_cut = cut_at > 0
+        # joiners of the other words: ' and - anywhere inside, . and , between digits
+        inside = lowered[at]
+        digit = (inside >= 48) & (inside <= 57)
+        previous_digit = np.concatenate(([False], digit[:-1])) & (position > 0)
+        next_digit = np.concatenate((digit[1:], [False])) & (position < np.repeat(lengths, lengths) - 1)
+        joiner = (np.isin(inside, (39, 45)) | (np.isin(inside, (44, 46)) & previous_digit & next_digit)) \
+            & ~clitic_cut[owner]
+        joiner_word, joiner_at = owner[joiner], position[joiner]
+        # parts: each word's start, then after each joiner (or at the clitic cut); in order
+        cuts = np.flatnonzero(clitic_cut)
+        part_word = np.concatenate((np.arange(count), joiner_word, cuts))
+        part_start = np.concatenate((np.zeros(count, dtype=np.int64), joiner_at + 1, cut_at[cuts]))
+        order = np.lexsort((part_start, part_word))
+        part_word, part_start = part_word[order], part_start[order]
+        sizes = np.bincount(part_word, minlength=count)
+        following = np.concatenate((part_start[1:], [0]))
+        last = np.concatenate((part_word[1:] != part_word[:-1], [True]))
+        # a part ends where its word does, at the clitic, or at the joiner before the next part
+        part_end = np.where(last, lengths[part_word], following - np.where(clitic_cut[part_word], 0, 1))
+        glued = clitic_cut[part_word] & (part_start > 0)
+        ids, cases, echoes = spans.describe(self.word_to_id, starts[part_word] + part_start, part_end - part_start)
+        entries = self._splits.add(sizes, part_start, part_end - part_start, ids, cases, glued, echoes)
+        return -1 - np.asarray(entries, dtype=np.int64)
 
     def _ids(self, words: List[str]) -> np.ndarray:
         """Vocabulary ids of surface words (looked up lowercased, ``’`` read as ``'``)."""

@@ -86,14 +86,17 @@ class Privatize(beam.PTransform):
     (``nn``, ``search_k`` for Madlib; ``gamma``, ``beta`` for TEM; ``lam``; ``t``; ``k``; ...: see
     ``textdp.mechanisms.make_mechanism``). ``shape_field`` is for the LAC Amplifier. ``worker``: BLAS threads per process and
     progress (default: from the pipeline's options, ``transforms.worker.WorkerConfig.for_options``).
+    ``redistribute``: spread the batches over all workers (a ``Reshuffle`` of whole batches) before
+    they are privatized; for inputs that arrive on few workers, such as files read whole. Shuffling
+    batches instead of records moves one element per ~``batch_tokens`` words through the shuffle.
     """
 
     def __init__(self, epsilon: float, mechanism: str = "madlib", artifact: Optional[str] = None,
                  text_fields: Sequence[str] = (), oov_policy: str = "random", unk_token: str = "<unk>",
                  seed: Optional[int] = None, max_text_bytes: Optional[int] = None,
                  batch_tokens: Optional[int] = None, shape_field: Optional[str] = None, keyed: bool = False,
-                 diagnostics: bool = False, worker: Optional[WorkerConfig] = None, label: Optional[str] = None,
-                 **mechanism_params):
+                 diagnostics: bool = False, worker: Optional[WorkerConfig] = None, redistribute: bool = False,
+                 label: Optional[str] = None, **mechanism_params):
         super().__init__(label)
         if not (isinstance(epsilon, (int, float)) and 0 < float(epsilon) < float("inf")):
             raise ValueError("epsilon must be a finite number > 0")
@@ -117,6 +120,7 @@ class Privatize(beam.PTransform):
         self.batch_tokens = int(batch_tokens)
         self.keyed = bool(keyed)
         self.diagnostics = bool(diagnostics)
+        self.redistribute = bool(redistribute)
         self.worker = worker
         self.shared_handle = shared.Shared()  # also used by the summary and the Amplifier of textdp privatize
 
@@ -125,10 +129,13 @@ class Privatize(beam.PTransform):
         worker = self.worker or WorkerConfig.for_options(records.pipeline.options)
         if not keyed:
             records = records | "Key" >> beam.Map(lambda record: (None, record))
-        outputs = (records
+        batches = (records
                    | "Batch" >> beam.BatchElements(
                        min_batch_size=self.batch_tokens, max_batch_size=self.batch_tokens,
-                       element_size_fn=lambda element: estimated_tokens(element, fields, True))
+                       element_size_fn=lambda element: estimated_tokens(element, fields, True)))
+        if self.redistribute:  # spread whole batches over the workers: one shuffled element per batch, not per record
+            batches = batches | "Redistribute" >> beam.Reshuffle()
+        outputs = (batches
                    | "Perturb" >> beam.ParDo(PerturbTokens(self.shared_handle, self.config, self.diagnostics,
                                                            worker)).with_outputs(
                        PerturbTokens.ERRORS, PerturbTokens.STATS, PerturbTokens.DIAGNOSTICS, main="released"))
