@@ -143,10 +143,9 @@ class Tokenizer:
         values = self._values(cut)
         bounds = np.concatenate(([0], np.cumsum(cut.counts))).astype(np.int64)
         starts, ends = cut.starts, cut.ends
-        ids, cases, glued = (values >> 3) - 1, (values & 3).astype(np.uint8), np.zeros(len(values), dtype=bool)
-        echoes = (values & 4).astype(bool)
         split = np.flatnonzero(values < 0)
-        if len(split):  # replace each split word by its parts
+        glued = None
+        if len(split):  # replace each split word by its parts (memo values of the parts: never negative)
             table = self._splits.arrays()
             entries = -1 - values[split]
             sizes = np.ones(len(values), dtype=np.int64)
@@ -155,17 +154,19 @@ class Tokenizer:
             targets = ranges(before[split], sizes[split])
             parts = ranges(table.starts[entries], sizes[split])
             word_starts = np.repeat(starts[split], sizes[split])
-            ids, cases, glued, echoes, starts, ends = (np.repeat(a, sizes) for a in (ids, cases, glued, echoes, starts,
-                                                                                    ends))
-            ids[targets], cases[targets], glued[targets] = table.ids[parts], table.cases[parts], table.glued[parts]
-            echoes[targets] = table.echoes[parts]
+            values, starts, ends = np.repeat(values, sizes), np.repeat(starts, sizes), np.repeat(ends, sizes)
+            values[targets] = (table.ids[parts] + 1) * 8 + table.echoes[parts] * 4 + table.cases[parts]
             starts[targets] = word_starts + table.offsets[parts]
-            ends[targets] = word_starts + table.offsets[parts] + table.lengths[parts]
+            ends[targets] = starts[targets] + table.lengths[parts]
+            glued = np.zeros(len(values), dtype=bool)
+            glued[targets] = table.glued[parts]
             bounds = before[bounds]
             later = targets[table.offsets[parts] > 0]  # parts after the first: a joiner (or nothing) before them
             cut.in_word[ranges(ends[later - 1], starts[later] - ends[later - 1])] = False
+        ids, cases, echoes = (values >> 3) - 1, (values & 3).astype(np.uint8), (values & 4).astype(bool)
         return TokenizedBatch(cut.text, cut.codes, cut.text_starts, cut.text_ends, starts, ends, ids, cases,
-                              glued, bounds, cut.in_word, echoes)
+                              np.zeros(len(values), dtype=bool) if glued is None else glued, bounds, cut.in_word,
+                              echoes)
 
     def _values(self, cut) -> np.ndarray:
         """The memo value of every word of the batch, resolving (and memoizing) the ones not seen yet."""
