@@ -17,7 +17,11 @@ show what a user gets. Parts:
    --direct_running_mode multi_processing``). The benchmark watches the workers' progress files
    (``TEXTDP_PROGRESS_DIR``) every 0.1 s: start-up is the time from launching the command to the
    first record processed; steady state is the token rate between 10% and 90% of the tokens, from
-   each worker's cumulative counts and the times it wrote them (every half second).
+   each worker's cumulative counts and the times it wrote them (every half second). TEM's bare
+   sampler runs as independent processes on the pipeline's own tokens just before and after each
+   epsilon's runs; per core, one-thread runs alternate with one-process bare runs (bare, run, bare,
+   ...), each run compared with the bare runs just before and after it, because this machine's speed
+   drifts by 10-20% within minutes (``PER_CORE_RUNS``).
 4. **Start-up** of a one-record run with the cached artifact, three times.
 5. **Cost of a billion tokens** on Dataflow from the per-vCPU steady-state rates (one SDK process per
    vCPU, one BLAS thread each), next to the public AWS Spark solution's published figure.
@@ -422,8 +426,8 @@ def per_core_pairs(results: dict, key: str):
     if not pairs or not pairs["pipeline_1w_1t"]:
         return None
     bare, runs = pairs["bare_1"], pairs["pipeline_1w_1t"]
-    ratios = [round(run / ((bare[i] + bare[i + 1]) / 2), 3) for i, run in enumerate(runs)]
-    return ratios, round(float(np.median(ratios)), 2)
+    ratios = [round(run / ((bare[i] + bare[i + 1]) / 2), 3) for i, run in enumerate(runs) if run]  # None: too short
+    return (ratios, round(float(np.median(ratios)), 3)) if ratios else None  # the verdict sees three decimals
 
 
 def derive(results: dict, words_per_review: float) -> dict:
@@ -546,7 +550,7 @@ def markdown(results: dict) -> str:
             for key, pairs in paired:
                 lines.append(f"| {key} | {', '.join(_fmt(x) for x in pairs['bare_1'])} | "
                              f"{', '.join(_fmt(x) for x in pairs['pipeline_1w_1t'])} | "
-                             f"{', '.join(f'{x:.2f}' for x in per_core_pairs(results, key)[0])} |")
+                             f"{', '.join(f'{x:.3f}' for x in (per_core_pairs(results, key) or ([],))[0])} |")
     lines += ["", "## One process, all cores: Madlib's exact search (epsilon 10, tokens/s)", "",
               "| way | tokens/s |", "|---|---|"]
     lines += [f"| {way} | {_fmt(rate)} |" for way, rate in results["madlib_threading"].items()]
