@@ -21,7 +21,8 @@ show what a user gets. Parts:
    sampler runs as independent processes on the pipeline's own tokens just before and after each
    epsilon's runs; per core, one-thread runs alternate with one-process bare runs (bare, run, bare,
    ...), each run compared with the bare runs just before and after it, because this machine's speed
-   drifts by 10-20% within minutes (``PER_CORE_RUNS``).
+   drifts by 10-20% within minutes (``PAIRED_RUNS``); the same on all cores (two worker processes
+   against two bare processes at once).
 4. **Start-up** of a one-record run with the cached artifact, three times.
 5. **Cost of a billion tokens** on Dataflow from the per-vCPU steady-state rates (one SDK process per
    vCPU, one BLAS thread each), next to the public AWS Spark solution's published figure.
@@ -110,8 +111,9 @@ def bare_rate(mechanism, ids: np.ndarray, threads: int) -> float:
 
 # tokens of the pipeline's input for the bare sampler processes (None: all of them; epsilon 5 is ~14 µs a word)
 BARE_PROCESS_TOKENS = {10.0: None, 5.0: 1_200_000}
-# per core, TEM: one-thread pipeline runs, each between two one-process bare runs (bare, run, bare, run, ..., bare)
-PER_CORE_RUNS = {10.0: 3, 5.0: 1}
+# TEM: pipeline runs interleaved with bare runs (bare, run, bare, run, ..., bare), per core (one-thread runs against
+# one bare process) and on all cores (one worker process per core against one bare process per core)
+PAIRED_RUNS = {10.0: 3, 5.0: 1}
 
 
 def _bare_process(artifact_dir: str, mech: str, eps: float, ids_path: str, barrier, queue) -> None:
@@ -368,16 +370,16 @@ def main(argv=None) -> int:
             runs.append(dict(run_pipeline(workdir, name, path, artifact_dir, flags), **labels))
         if measure:
             bracket()
-            # per core: the machine's speed drifts by 10-20% within minutes, so each one-thread run is compared
-            # with the bare process measured just before and just after it (the first: the bracket's last)
-            one_thread = next(item for item in members if item[0].endswith("-1w-1t"))
-            row["per_core"] = {"bare_1": [row["processes_1"][-1]], "pipeline_1w_1t": []}
-            for index in range(PER_CORE_RUNS[eps]):
-                name, path, flags, labels = one_thread
-                run = run_pipeline(workdir, f"{name}-pair{index + 1}", path, artifact_dir, flags)
-                row["per_core"]["pipeline_1w_1t"].append(run["steady_tokens_per_s"])
-                row["per_core"]["bare_1"].append(bare_processes(artifact_dir, "tem", eps, ids_path, 1))
-                print(f"  per core {group}: {row['per_core']}", flush=True)
+            # the machine's speed drifts by 10-20% within minutes, so each of these runs is compared with the
+            # bare processes measured just before and just after it (the first: the bracket's last)
+            for part, suffix, count in (("per_core", "-1w-1t", 1), ("all_cores", "-2w", cores)):
+                name, path, flags, labels = next(item for item in members if item[0].endswith(suffix))
+                row[part] = {"processes": count, "bare": [row[f"processes_{count}"][-1]], "pipeline": []}
+                for index in range(PAIRED_RUNS[eps]):
+                    run = run_pipeline(workdir, f"{name}-pair{index + 1}", path, artifact_dir, flags)
+                    row[part]["pipeline"].append(run["steady_tokens_per_s"])
+                    row[part]["bare"].append(bare_processes(artifact_dir, "tem", eps, ids_path, count))
+                    print(f"  {part} {group}: {row[part]}", flush=True)
             bare_next[group] = row
         elif group in bare_next:
             results["reused"]["parts"].append(f"bare_processes:{group}")
@@ -419,13 +421,13 @@ def bare_reference(results: dict, key: str) -> dict:
             "how": "bare table"}
 
 
-def per_core_pairs(results: dict, key: str):
-    """(ratios, median) of each interleaved one-thread pipeline run over the mean of the bare processes run just
-    before and just after it; None when this run has none."""
-    pairs = results.get("bare_processes", {}).get(key, {}).get("per_core")
-    if not pairs or not pairs["pipeline_1w_1t"]:
+def paired_ratios(results: dict, key: str, part: str):
+    """(ratios, median) of each interleaved pipeline run (``part``: "per_core" or "all_cores") over the mean of
+    the bare runs just before and just after it; None when there are none."""
+    pairs = results.get("bare_processes", {}).get(key, {}).get(part)
+    if not pairs or not pairs["pipeline"]:
         return None
-    bare, runs = pairs["bare_1"], pairs["pipeline_1w_1t"]
+    bare, runs = pairs["bare"], pairs["pipeline"]
     ratios = [round(run / ((bare[i] + bare[i + 1]) / 2), 3) for i, run in enumerate(runs) if run]  # None: too short
     return (ratios, round(float(np.median(ratios)), 3)) if ratios else None  # the verdict sees three decimals
 
@@ -457,23 +459,37 @@ def derive(results: dict, words_per_review: float) -> dict:
             key = f"{mech}-{eps:g}"
             one, one_t, two = steady(f"{key}-1w"), steady(f"{key}-1w-1t"), steady(f"{key}-2w")
             if two:
-                derived["speedup_2_workers"][key] = {"over_one_worker_default": ratio(two, one),
-                                                     "over_one_worker_one_thread": ratio(two, one_t)}
+                # with interleaved runs, every run of a configuration counts: the median of each (the machine drifts)
+                paired = results.get("bare_processes", {}).get(key, {})
+                twos = [two] + [x for x in paired.get("all_cores", {}).get("pipeline", []) if x]
+                one_ts = [one_t] + [x for x in paired.get("per_core", {}).get("pipeline", []) if x] if one_t else []
+                derived["speedup_2_workers"][key] = {
+                    "over_one_worker_default": ratio(two, one),
+                    "over_one_worker_one_thread": ratio(float(np.median(twos)), float(np.median(one_ts)) if one_ts
+                                                        else None),
+                    "runs": {"two_workers": twos, "one_worker_one_thread": one_ts},
+                    "method": "median of every run of each configuration" if len(twos) > 1 else "one run each"}
             reference = bare_reference(results, key)
             everything, one_core = reference["all_cores"], reference["one_core"]
             candidates = [(rate, run) for rate, run in ((one, f"{key}-1w"), (two, f"{key}-2w")) if rate]
             best_rate, best_run = max(candidates) if candidates else (None, None)
-            pairs = per_core_pairs(results, key)
+            per_core, all_cores = paired_ratios(results, key, "per_core"), paired_ratios(results, key, "all_cores")
             derived["pipeline_over_bare"][key] = {
-                "all_cores_over_bare_all_cores": ratio(best_rate, everything), "all_cores_run": best_run,
+                "all_cores_over_bare_all_cores": all_cores[1] if all_cores else ratio(best_rate, everything),
+                "all_cores_run": f"{key}-2w" if all_cores else best_run,
                 "one_worker_over_bare_all_cores": ratio(one, everything),
-                "one_worker_one_thread_over_bare_one_thread": pairs[1] if pairs else ratio(one_t, one_core),
-                "per_core_method": ("median over one-thread runs, each over the bare process just before and after it"
-                                    if pairs else "the one-thread run over the bare reference"),
-                "per_core_ratios": pairs[0] if pairs else None, "bare_reference": reference}
+                "one_worker_one_thread_over_bare_one_thread": per_core[1] if per_core else ratio(one_t, one_core),
+                "method": ("median over interleaved runs, each over the bare processes just before and after it"
+                           if per_core else "the run over the bare reference"),
+                "per_core_ratios": per_core[0] if per_core else None,
+                "all_cores_ratios": all_cores[0] if all_cores else None,
+                "bracketed": {"one_worker_one_thread": ratio(one_t, one_core),
+                              "all_cores": ratio(best_rate, everything)},
+                "bare_reference": reference}
         two = steady(f"{mech}-10-2w")
         if two:
-            per_vcpu = two / cores  # one process per vCPU, one thread each: as on Dataflow
+            runs_of_two = derived["speedup_2_workers"].get(f"{mech}-10", {}).get("runs", {}).get("two_workers") or [two]
+            per_vcpu = float(np.median(runs_of_two)) / cores  # one process per vCPU, one thread each: as on Dataflow
             derived["per_vcpu"][f"{mech}-10"] = round(per_vcpu, 1)
             derived["billion_tokens_vcpu_hours"][f"{mech}-10"] = round(1e9 / per_vcpu / 3600, 1)
     words = words_per_review
@@ -540,17 +556,26 @@ def markdown(results: dict) -> str:
             many = row[f"processes_{results['cores']}"]
             lines.append(f"| {key} | {row['tokens']:,} | {', '.join(_fmt(x) for x in row['processes_1'])} | "
                          f"{', '.join(_fmt(x) for x in many)} |")
-        paired = [(key, row["per_core"]) for key, row in results["bare_processes"].items() if row.get("per_core")]
+        paired = [(key, part, row[part]) for key, row in results["bare_processes"].items()
+                  for part in ("per_core", "all_cores") if row.get(part)]
         if paired:
-            lines += ["", "## Per core, TEM: one-thread pipeline runs between bare processes (tokens/s)", "",
-                      "Bare (one process), run (`--blas-threads=1`, steady state), bare, run, ..., bare: each run over "
-                      "the mean of the bare processes just before and after it, so that the machine's drift (10-20% "
-                      "within minutes) falls on both; the target uses the median of these ratios.", "",
-                      "| mechanism | bare, 1 process | pipeline, 1 worker, one thread | ratios |", "|---|---|---|---|"]
-            for key, pairs in paired:
-                lines.append(f"| {key} | {', '.join(_fmt(x) for x in pairs['bare_1'])} | "
-                             f"{', '.join(_fmt(x) for x in pairs['pipeline_1w_1t'])} | "
-                             f"{', '.join(f'{x:.3f}' for x in (per_core_pairs(results, key) or ([],))[0])} |")
+            lines += ["", "## TEM: pipeline runs between bare runs (tokens/s)", "",
+                      "Bare, run, bare, run, ..., bare: each run over the mean of the bare runs just before and after "
+                      "it, so that the machine's drift (10-20% within minutes) falls on both; the targets for TEM use "
+                      "the median of these ratios. Per core: one worker held to one thread (`--blas-threads=1`) "
+                      "against one bare process; all cores: one worker process per core against one bare process per "
+                      "core, at once.", "",
+                      "| mechanism | | bare | pipeline | ratios |", "|---|---|---|---|---|"]
+            for key, part, pairs in paired:
+                ratios = (paired_ratios(results, key, part) or ([],))[0]
+                lines.append(f"| {key} | {part.replace('_', ' ')} | {', '.join(_fmt(x) for x in pairs['bare'])} | "
+                             f"{', '.join(_fmt(x) for x in pairs['pipeline'])} | "
+                             f"{', '.join(f'{x:.3f}' for x in ratios)} |")
+            lines += ["", "For comparison, the runs of the pipeline table below over the mean of the bare processes "
+                      "before and after all of that epsilon's runs (the earlier method), per core / all cores: " +
+                      "; ".join(f"{key} {_fmt(d['pipeline_over_bare'][key]['bracketed']['one_worker_one_thread'], 2)} / "
+                                f"{_fmt(d['pipeline_over_bare'][key]['bracketed']['all_cores'], 2)}"
+                                for key in dict.fromkeys(key for key, _, _ in paired)) + "."]
     lines += ["", "## One process, all cores: Madlib's exact search (epsilon 10, tokens/s)", "",
               "| way | tokens/s |", "|---|---|"]
     lines += [f"| {way} | {_fmt(rate)} |" for way, rate in results["madlib_threading"].items()]
@@ -571,17 +596,19 @@ def markdown(results: dict) -> str:
         return _verdict(value, target) if target is not None else _fmt(value, 2)
 
     for eps in ("10", "5"):
-        lines.append(f"| epsilon {eps}: 2 workers / 1 worker held to one thread, steady state (>= 1.7) | "
+        lines.append(f"| epsilon {eps}: 2 workers / 1 worker held to one thread, steady state (TEM: medians of "
+                     f"all their runs) (>= 1.7) | "
                      f"{cell(sp, f'madlib-{eps}', 'over_one_worker_one_thread', 1.7)} | "
                      f"{cell(sp, f'tem-{eps}', 'over_one_worker_one_thread', 1.7)} |")
     for eps in ("10", "5"):
         runs = " / ".join(str(pb[f"{m}-{eps}"]["all_cores_run"]) for m in ("madlib", "tem"))
-        lines.append(f"| epsilon {eps}: the pipeline on all cores ({runs}) / bare on all cores (>= 0.80) | "
+        lines.append(f"| epsilon {eps}: the pipeline on all cores ({runs}) / bare on all cores (TEM: median of the "
+                     f"interleaved runs) (>= 0.80) | "
                      f"{cell(pb, f'madlib-{eps}', 'all_cores_over_bare_all_cores', 0.8)} | "
                      f"{cell(pb, f'tem-{eps}', 'all_cores_over_bare_all_cores', 0.8)} |")
     for eps in ("10", "5"):
         lines.append(f"| epsilon {eps}: 1 worker, one thread / bare on one thread (per core; TEM: median of the "
-                     f"interleaved pairs) (>= 0.80) | "
+                     f"interleaved runs) (>= 0.80) | "
                      f"{cell(pb, f'madlib-{eps}', 'one_worker_one_thread_over_bare_one_thread', 0.8)} | "
                      f"{cell(pb, f'tem-{eps}', 'one_worker_one_thread_over_bare_one_thread', 0.8)} |")
     for eps in ("10", "5"):
@@ -601,7 +628,8 @@ def markdown(results: dict) -> str:
               "## A billion tokens on Dataflow", "",
               "| | tokens/s per vCPU | vCPU-hours per billion tokens |", "|---|---|---|"]
     for key in d["per_vcpu"]:
-        lines.append(f"| textdp {key} (two one-thread workers on two cores, steady state, per core) | "
+        lines.append(f"| textdp {key} (two one-thread workers on two cores, steady state (median of their runs), "
+                     f"per core) | "
                      f"{_fmt(d['per_vcpu'][key])} | {_fmt(d['billion_tokens_vcpu_hours'][key], 1)} |")
     a = d["aws_spark"]
     lines += [f"| AWS Spark solution ({a['words_per_review']} words per IMDb review) | {_fmt(a['per_vcpu'])} | "

@@ -92,6 +92,35 @@ def test_inside_a_users_pipeline(tiny_artifact_dir, words):
         assert_that(out, equal_to(lines))
 
 
+_COLLECTED = {}
+
+
+def _keep(named):
+    """Store (name, values) here: a module-level function is pickled by reference, so the in-process
+    FnApiRunner writes into this module's dict (a closure would carry a copy of it)."""
+    _COLLECTED[named[0]] = named[1]
+
+
+def test_redistributed_batches_release_the_same_records(tiny_artifact_dir, words):
+    """``redistribute=True`` (what ``textdp privatize`` uses: a Reshuffle of whole batches) changes where
+    batches run, not what they release: seeded keyed records in several batches, one error record."""
+    records = [(("r.txt", i), f"{words[i]} {words[i + 1]} {words[i + 2]}") for i in range(1, 41)]
+    records.append((("r.txt", 41), ""))
+    for redistribute in (False, True):
+        with _pipeline() as pipeline:
+            result = (pipeline | beam.Create(records)
+                      | Privatize(epsilon=3, artifact=tiny_artifact_dir, keyed=True, seed=11, batch_tokens=7,
+                                  redistribute=redistribute))
+            for name in ("released", "errors", "stats"):
+                _ = (getattr(result, name) | f"All{name}" >> beam.combiners.ToList()
+                     | f"Name{name}" >> beam.Map(lambda values, key=(redistribute, name): (key, values))
+                     | f"Keep{name}" >> beam.Map(_keep))
+    for name in ("released", "errors", "stats"):
+        assert sorted(map(repr, _COLLECTED[(True, name)])) == sorted(map(repr, _COLLECTED[(False, name)])), name
+    assert len(_COLLECTED[(True, "released")]) == 40 and len(_COLLECTED[(True, "errors")]) == 1
+    assert _COLLECTED[(True, "stats")][0]["changed_tokens"] > 0  # epsilon 3: words were replaced
+
+
 def test_bad_parameters_fail_at_construction():
     for kwargs, message in (({"epsilon": float("inf")}, "epsilon"), ({"epsilon": 0}, "epsilon"),
                             ({"epsilon": 5, "oov_policy": "drop"}, "oov_policy"),

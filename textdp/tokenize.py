@@ -29,10 +29,10 @@ textdp.token_batch) and keeps a batch as numpy arrays over the code points of it
 found by one numpy pass (textdp.word_split), each distinct surface word is resolved once (id, case
 pattern, split) and remembered in a bounded memo looked up for the whole batch at once
 (textdp.word_memo), and layout digests and released texts are built for the whole batch. Python
-runs per word only for the few words that need it (not seen before and not ASCII, split words,
-changed words when few change). The output is byte for byte that of the original word-at-a-time
-implementation, which tests/test_fast_text_path.py keeps as a frozen reference and compares on
-IMDb reviews.
+runs per word only for the few words that need it (not seen before and not ASCII, changed words
+when few change); new ASCII words, the ones to split included, are resolved with numpy. The
+output is byte for byte that of the original word-at-a-time implementation, which
+tests/test_fast_text_path.py keeps as a frozen reference and compares on IMDb reviews.
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ they came from, their 1-based line (text, JSONL) or row (Parquet) number, and th
 Files are read whole by one worker each (``fileio.MatchFiles`` + ``ReadMatches``), streaming
 line by line or row group by row group, so memory stays bounded. That is what gives every record
 its exact line number, which an error report needs; the price is that one file is never split
-between workers. Give a large corpus as many files (shards), and the ``Reshuffle`` after reading
-spreads the records of each file over all workers for the expensive perturbation step.
+between workers. Give a large corpus as many files (shards), and the ``Reshuffle`` in ``Privatize``
+(``redistribute=True``) spreads the batches of each file's records over all workers for the
+expensive perturbation step.
 
 Bad input never crashes the job and is never lost without a trace: every line or row read becomes
 either a record or an error record with one of the reason codes below (the table "What happens to
