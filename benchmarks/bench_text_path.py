@@ -39,7 +39,7 @@ import tracemalloc
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from benchmarks.common import imdb_texts, machine, write_results
+from benchmarks.harness import imdb_texts, machine, write_results
 from tests.test_fast_text_path import FrozenReferenceTextPrivatizer, FrozenReferenceTokenizer
 from textdp.compact_vocab import SharedVocabularyArtifact
 from textdp.mechanisms import make_mechanism
