@@ -595,26 +595,19 @@ def markdown(results: dict) -> str:
         value = table.get(key, {}).get(field)
         return _verdict(value, target) if target is not None else _fmt(value, 2)
 
-    for eps in ("10", "5"):
-        lines.append(f"| epsilon {eps}: 2 workers / 1 worker held to one thread, steady state (TEM: medians of "
-                     f"all their runs) (>= 1.7) | "
-                     f"{cell(sp, f'madlib-{eps}', 'over_one_worker_one_thread', 1.7)} | "
-                     f"{cell(sp, f'tem-{eps}', 'over_one_worker_one_thread', 1.7)} |")
-    for eps in ("10", "5"):
-        runs = " / ".join(str(pb[f"{m}-{eps}"]["all_cores_run"]) for m in ("madlib", "tem"))
-        lines.append(f"| epsilon {eps}: the pipeline on all cores ({runs}) / bare on all cores (TEM: median of the "
-                     f"interleaved runs) (>= 0.80) | "
-                     f"{cell(pb, f'madlib-{eps}', 'all_cores_over_bare_all_cores', 0.8)} | "
-                     f"{cell(pb, f'tem-{eps}', 'all_cores_over_bare_all_cores', 0.8)} |")
-    for eps in ("10", "5"):
-        lines.append(f"| epsilon {eps}: 1 worker, one thread / bare on one thread (per core; TEM: median of the "
-                     f"interleaved runs) (>= 0.80) | "
-                     f"{cell(pb, f'madlib-{eps}', 'one_worker_one_thread_over_bare_one_thread', 0.8)} | "
-                     f"{cell(pb, f'tem-{eps}', 'one_worker_one_thread_over_bare_one_thread', 0.8)} |")
-    for eps in ("10", "5"):
-        lines.append(f"| epsilon {eps}: 1 worker with its default threads / bare on all cores | "
-                     f"{cell(pb, f'madlib-{eps}', 'one_worker_over_bare_all_cores')} | "
-                     f"{cell(pb, f'tem-{eps}', 'one_worker_over_bare_all_cores')} |")
+    targets = (  # (row label, table, field, target or None), each for epsilon 10 and 5
+        ("2 workers / 1 worker held to one thread, steady state (TEM: medians of all their runs) (>= 1.7)",
+         sp, "over_one_worker_one_thread", 1.7),
+        ("the pipeline on all cores ({runs}) / bare on all cores (TEM: median of the interleaved runs) (>= 0.80)",
+         pb, "all_cores_over_bare_all_cores", 0.8),
+        ("1 worker, one thread / bare on one thread (per core; TEM: median of the interleaved runs) (>= 0.80)",
+         pb, "one_worker_one_thread_over_bare_one_thread", 0.8),
+        ("1 worker with its default threads / bare on all cores", pb, "one_worker_over_bare_all_cores", None))
+    for label, table, field, target in targets:
+        for eps in ("10", "5"):
+            runs = " / ".join(str(pb[f"{m}-{eps}"]["all_cores_run"]) for m in ("madlib", "tem"))
+            lines.append(f"| epsilon {eps}: {label.format(runs=runs)} | "
+                         + " | ".join(cell(table, f"{m}-{eps}", field, target) for m in ("madlib", "tem")) + " |")
     lines += ["", "Bare references used: " + "; ".join(
         f"{key} {_fmt(row['bare_reference']['all_cores'])} on all cores, {_fmt(row['bare_reference']['one_core'])} "
         f"on one ({row['bare_reference']['how']})" for key, row in pb.items()) + "."]

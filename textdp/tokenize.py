@@ -144,7 +144,7 @@ class Tokenizer:
         bounds = np.concatenate(([0], np.cumsum(cut.counts))).astype(np.int64)
         starts, ends = cut.starts, cut.ends
         split = np.flatnonzero(values < 0)
-        glued = None
+        glued = np.zeros(len(values), dtype=bool)
         if len(split):  # replace each split word by its parts (memo values of the parts: never negative)
             table = self._splits.arrays()
             entries = -1 - values[split]
@@ -158,15 +158,14 @@ class Tokenizer:
             values[targets] = (table.ids[parts] + 1) * 8 + table.echoes[parts] * 4 + table.cases[parts]
             starts[targets] = word_starts + table.offsets[parts]
             ends[targets] = starts[targets] + table.lengths[parts]
-            glued = np.zeros(len(values), dtype=bool)
+            glued = np.zeros(len(values), dtype=bool)  # only parts after a clitic cut are glued
             glued[targets] = table.glued[parts]
             bounds = before[bounds]
             later = targets[table.offsets[parts] > 0]  # parts after the first: a joiner (or nothing) before them
             cut.in_word[ranges(ends[later - 1], starts[later] - ends[later - 1])] = False
         ids, cases, echoes = (values >> 3) - 1, (values & 3).astype(np.uint8), (values & 4).astype(bool)
         return TokenizedBatch(cut.text, cut.codes, cut.text_starts, cut.text_ends, starts, ends, ids, cases,
-                              np.zeros(len(values), dtype=bool) if glued is None else glued, bounds, cut.in_word,
-                              echoes)
+                              glued, bounds, cut.in_word, echoes)
 
     def _values(self, cut) -> np.ndarray:
         """The memo value of every word of the batch, resolving (and memoizing) the ones not seen yet."""
@@ -237,12 +236,12 @@ class Tokenizer:
         and ``,`` between digits), the joiner left as structure.
         """
         lowered, count = spans.lowered, len(starts)
-        ends = starts + lengths
         at = ranges(starts, lengths)  # the words' code points, word after word
+        inside = lowered[at]
         owner = np.repeat(np.arange(count), lengths)
-        position = at - np.repeat(starts, lengths)  # within its word
+        position = at - starts[owner]  # within its word
         apostrophe = np.full(count, -1, dtype=np.int64)
-        marks = np.flatnonzero(lowered[at] == 39)
+        marks = np.flatnonzero(inside == 39)
         np.maximum.at(apostrophe, owner[marks], position[marks])  # the last apostrophe of each word
 
         def char(offset, valid):  # the code point at ``offset`` from each word's start (0 where not valid)
@@ -265,10 +264,9 @@ class Tokenizer:
             cut_at[candidates[heads == UNKNOWN_ID]] = -1
         clitic_cut = cut_at > 0
         # joiners of the other words: ' and - anywhere inside, . and , between digits
-        inside = lowered[at]
         digit = (inside >= 48) & (inside <= 57)
         previous_digit = np.concatenate(([False], digit[:-1])) & (position > 0)
-        next_digit = np.concatenate((digit[1:], [False])) & (position < np.repeat(lengths, lengths) - 1)
+        next_digit = np.concatenate((digit[1:], [False])) & (position < lengths[owner] - 1)
         joiner = (np.isin(inside, (39, 45)) | (np.isin(inside, (44, 46)) & previous_digit & next_digit)) \
             & ~clitic_cut[owner]
         joiner_word, joiner_at = owner[joiner], position[joiner]
