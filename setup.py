@@ -2,7 +2,7 @@
 
 import os
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -23,4 +23,7 @@ setup(
     install_requires=_requirements("requirements.txt"),
     extras_require={"test": _requirements("requirements-test.txt")},
     entry_points={"console_scripts": ["textdp = pipelines.cli:main"]},
+    # The exact two-nearest search of the Vickrey mechanism (textdp/int8_search.py). Optional: without a
+    # C compiler the install still succeeds and that search falls back to BLAS (textdp/nearest.py).
+    ext_modules=[Extension("textdp._top2", ["textdp/_top2.c"], extra_compile_args=["-O3"], optional=True)],
 )
