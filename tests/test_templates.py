@@ -196,9 +196,13 @@ def test_dockerfile_uses_the_projects_beam_python_and_launcher():
     assert "FROM apache/beam_python${PYTHON_VERSION}_sdk:${BEAM_VERSION}" in dockerfile
     assert "/opt/google/dataflow/python_template_launcher" in dockerfile
     assert "-r requirements.txt" in dockerfile
+    # textdp's C extension is compiled in the stage that has a compiler and checked in the image
+    assert "pip wheel --no-cache-dir --no-deps --wheel-dir /wheels/textdp /src" in dockerfile
+    assert "pip install --no-cache-dir --no-deps /wheels/textdp/textdp-*.whl" in dockerfile
+    assert "assert int8_search.available()" in dockerfile
     entry = re.search(r"^ENV FLEX_TEMPLATE_PYTHON_PY_FILE=/template/(\S+)$", dockerfile, re.M).group(1)
     assert os.path.isfile(os.path.join(REPO, entry))
-    for line in re.findall(r"^COPY (?!--from)(.+) \S+$", dockerfile, re.M):
+    for line in re.findall(r"^COPY (?!--from)(.+) \S+$", dockerfile, re.M):  # sources exist in the repository
         for source in line.split():
             assert os.path.exists(os.path.join(REPO, source)), f"Dockerfile copies {source}, which does not exist"
 

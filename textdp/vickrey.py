@@ -23,6 +23,11 @@ Guarantee. The choice depends only on z and on fresh randomness, so it is post-p
 noisy point: the guarantee is the underlying noise's, epsilon * d-privacy with d Euclidean (Madlib
 noise) or d_RM (Mahalanobis noise). ``metric_points``/``token_epsilon0`` are the noise's.
 
+Search. With ``nn="exact"`` the two nearest words are exact: on CPUs with AVX-512 VNNI (when the
+optional C extension is built) textdp.int8_search returns the float64 brute force's answer, skipping
+only words provably farther than two words computed exactly; elsewhere the BLAS search of
+textdp.nearest runs (ranked in float32, the pair ordered in float64).
+
 Where readings differ. pyPANTERA 1.0.2 (``VickreyCMP``, ``VickreyMhl``) implements this rule (its
 ``p`` is the probability of the nearest word) and then searches the nearest word again to the
 chosen word's own vector, which returns the chosen word; its Mahalanobis noise is renormalised
