@@ -97,6 +97,17 @@ def test_ties_words_and_extreme_points(small_vectors, kernel):
         assert (search.query_two(points) == reference_top2(vocab, points)).all()
 
 
+@pytest.mark.parametrize("dims", [7, 64, 101])
+def test_other_dimensions(small_vectors, dims):
+    """Widths that are and are not multiples of the kernel's 4-byte groups (real GloVe coordinates,
+    cut or stacked with a permuted copy), through both kernels."""
+    wide = np.hstack([small_vectors, small_vectors[:, ::-1], small_vectors[:, :1]])[:2000, :dims]
+    points = noisy(wide, 90, 5.0, seed=dims)
+    expected = reference_top2(wide, points)
+    for kernel in ("portable",) + (("vnni",) if int8_search.has_vnni() else ()):
+        assert (int8_search.Int8Top2(wide, kernel=kernel).query_two(points) == expected).all(), kernel
+
+
 def test_rejects_bad_input(small_vectors):
     search = int8_search.Int8Top2(small_vectors, kernel="portable")
     assert search.query_two(np.empty((0, 50), dtype=np.float32)).shape == (0, 2)
