@@ -92,32 +92,39 @@ static void check(State *s, Py_ssize_t q, Py_ssize_t v) {
     set_tau(s, q);
 }
 
-static void run_portable(State *s, Py_ssize_t t0, Py_ssize_t t1, Py_ssize_t nq) {
-    const Py_ssize_t G = s->groups, width = 4 * G;
+/* The blocked scan shared by both kernels: vocabulary blocks (VBLOCK tiles, kept in L2) outside,
+ * chunks of QCHUNK queries (kept in L1) inside, one call of `tile` per (tile, query chunk). Every
+ * query meets the tiles in id order, so ties resolve to the lower id whatever the kernel. */
+typedef void (*tile_fn)(State *s, Py_ssize_t t, Py_ssize_t q0, Py_ssize_t q1);
+
+static void scan(State *s, Py_ssize_t t0, Py_ssize_t t1, Py_ssize_t nq, tile_fn tile) {
     for (Py_ssize_t vb = t0; vb < t1; vb += VBLOCK) {
         Py_ssize_t vend = vb + VBLOCK < t1 ? vb + VBLOCK : t1;
         for (Py_ssize_t qc = 0; qc < nq; qc += QCHUNK) {
             Py_ssize_t qend = qc + QCHUNK < nq ? qc + QCHUNK : nq;
-            for (Py_ssize_t t = vb; t < vend; t++) {
-                const uint8_t *p = s->packed + t * G * 64;
-                const int32_t *r = s->R + t * TILE;
-                for (Py_ssize_t q = qc; q < qend; q++) {
-                    const int8_t *zq = s->zq + q * width;
-                    int32_t acc[TILE];
-                    for (int j = 0; j < TILE; j++) acc[j] = 0;
-                    for (Py_ssize_t g = 0; g < G; g++) {
-                        const uint8_t *blk = p + g * 64;
-                        const int8_t *zz = zq + 4 * g;
-                        for (int j = 0; j < TILE; j++) {
-                            acc[j] += (int32_t)blk[4 * j] * zz[0] + (int32_t)blk[4 * j + 1] * zz[1] +
-                                      (int32_t)blk[4 * j + 2] * zz[2] + (int32_t)blk[4 * j + 3] * zz[3];
-                        }
-                    }
-                    for (int j = 0; j < TILE; j++) {
-                        if (acc[j] + s->tau[q] >= r[j]) check(s, q, t * TILE + j);
-                    }
-                }
+            for (Py_ssize_t t = vb; t < vend; t++) tile(s, t, qc, qend);
+        }
+    }
+}
+
+static void tile_portable(State *s, Py_ssize_t t, Py_ssize_t q0, Py_ssize_t q1) {
+    const Py_ssize_t G = s->groups, width = 4 * G;
+    const uint8_t *p = s->packed + t * G * 64;
+    const int32_t *r = s->R + t * TILE;
+    for (Py_ssize_t q = q0; q < q1; q++) {
+        const int8_t *zq = s->zq + q * width;
+        int32_t acc[TILE];
+        for (int j = 0; j < TILE; j++) acc[j] = 0;
+        for (Py_ssize_t g = 0; g < G; g++) {
+            const uint8_t *blk = p + g * 64;
+            const int8_t *zz = zq + 4 * g;
+            for (int j = 0; j < TILE; j++) {
+                acc[j] += (int32_t)blk[4 * j] * zz[0] + (int32_t)blk[4 * j + 1] * zz[1] +
+                          (int32_t)blk[4 * j + 2] * zz[2] + (int32_t)blk[4 * j + 3] * zz[3];
             }
+        }
+        for (int j = 0; j < TILE; j++) {
+            if (acc[j] + s->tau[q] >= r[j]) check(s, q, t * TILE + j);
         }
     }
 }
@@ -127,50 +134,41 @@ static void run_portable(State *s, Py_ssize_t t0, Py_ssize_t t1, Py_ssize_t nq) 
 #define HAVE_VNNI_KERNEL 1
 
 __attribute__((target("avx512f,avx512bw,avx512vnni")))
-static void run_vnni(State *s, Py_ssize_t t0, Py_ssize_t t1, Py_ssize_t nq) {
-    const Py_ssize_t G = s->groups, width = 4 * G;
-    for (Py_ssize_t vb = t0; vb < t1; vb += VBLOCK) {
-        Py_ssize_t vend = vb + VBLOCK < t1 ? vb + VBLOCK : t1;
-        for (Py_ssize_t qc = 0; qc < nq; qc += QCHUNK) {
-            Py_ssize_t qend = qc + QCHUNK < nq ? qc + QCHUNK : nq;
-            for (Py_ssize_t t = vb; t < vend; t++) {
-                const uint8_t *p = s->packed + t * G * 64;
-                const __m512i r = _mm512_loadu_si512((const void *)(s->R + t * TILE));
-                for (Py_ssize_t q = qc; q < qend; q += QGROUP) {
-                    const i32_alias *z0 = (const i32_alias *)(s->zq + q * width);
-                    const Py_ssize_t step = width / 4; /* int32 words per query row */
-                    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-                    for (Py_ssize_t g = 0; g < G; g++) {
-                        const __m512i v = _mm512_loadu_si512((const void *)(p + g * 64));
-                        a0 = _mm512_dpbusd_epi32(a0, v, _mm512_set1_epi32(z0[g]));
-                        a1 = _mm512_dpbusd_epi32(a1, v, _mm512_set1_epi32(z0[step + g]));
-                        a2 = _mm512_dpbusd_epi32(a2, v, _mm512_set1_epi32(z0[2 * step + g]));
-                        a3 = _mm512_dpbusd_epi32(a3, v, _mm512_set1_epi32(z0[3 * step + g]));
-                        a4 = _mm512_dpbusd_epi32(a4, v, _mm512_set1_epi32(z0[4 * step + g]));
-                        a5 = _mm512_dpbusd_epi32(a5, v, _mm512_set1_epi32(z0[5 * step + g]));
-                        a6 = _mm512_dpbusd_epi32(a6, v, _mm512_set1_epi32(z0[6 * step + g]));
-                        a7 = _mm512_dpbusd_epi32(a7, v, _mm512_set1_epi32(z0[7 * step + g]));
-                    }
-                    const int32_t *tau = s->tau + q;
-                    __mmask16 m[QGROUP];
-                    m[0] = _mm512_cmpge_epi32_mask(_mm512_add_epi32(a0, _mm512_set1_epi32(tau[0])), r);
-                    m[1] = _mm512_cmpge_epi32_mask(_mm512_add_epi32(a1, _mm512_set1_epi32(tau[1])), r);
-                    m[2] = _mm512_cmpge_epi32_mask(_mm512_add_epi32(a2, _mm512_set1_epi32(tau[2])), r);
-                    m[3] = _mm512_cmpge_epi32_mask(_mm512_add_epi32(a3, _mm512_set1_epi32(tau[3])), r);
-                    m[4] = _mm512_cmpge_epi32_mask(_mm512_add_epi32(a4, _mm512_set1_epi32(tau[4])), r);
-                    m[5] = _mm512_cmpge_epi32_mask(_mm512_add_epi32(a5, _mm512_set1_epi32(tau[5])), r);
-                    m[6] = _mm512_cmpge_epi32_mask(_mm512_add_epi32(a6, _mm512_set1_epi32(tau[6])), r);
-                    m[7] = _mm512_cmpge_epi32_mask(_mm512_add_epi32(a7, _mm512_set1_epi32(tau[7])), r);
-                    if ((m[0] | m[1] | m[2] | m[3] | m[4] | m[5] | m[6] | m[7]) == 0) continue;
-                    for (int k = 0; k < QGROUP; k++) {
-                        unsigned bits = m[k];
-                        while (bits) {
-                            int j = __builtin_ctz(bits);
-                            bits &= bits - 1;
-                            check(s, q + k, t * TILE + j);
-                        }
-                    }
-                }
+static void tile_vnni(State *s, Py_ssize_t t, Py_ssize_t q0, Py_ssize_t q1) {
+    const Py_ssize_t G = s->groups, width = 4 * G, step = G; /* step: int32 words per query row */
+    const uint8_t *p = s->packed + t * G * 64;
+    const __m512i r = _mm512_loadu_si512((const void *)(s->R + t * TILE));
+    for (Py_ssize_t q = q0; q < q1; q += QGROUP) {
+        const i32_alias *z0 = (const i32_alias *)(s->zq + q * width);
+        __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+        for (Py_ssize_t g = 0; g < G; g++) {
+            const __m512i v = _mm512_loadu_si512((const void *)(p + g * 64));
+            a0 = _mm512_dpbusd_epi32(a0, v, _mm512_set1_epi32(z0[g]));
+            a1 = _mm512_dpbusd_epi32(a1, v, _mm512_set1_epi32(z0[step + g]));
+            a2 = _mm512_dpbusd_epi32(a2, v, _mm512_set1_epi32(z0[2 * step + g]));
+            a3 = _mm512_dpbusd_epi32(a3, v, _mm512_set1_epi32(z0[3 * step + g]));
+            a4 = _mm512_dpbusd_epi32(a4, v, _mm512_set1_epi32(z0[4 * step + g]));
+            a5 = _mm512_dpbusd_epi32(a5, v, _mm512_set1_epi32(z0[5 * step + g]));
+            a6 = _mm512_dpbusd_epi32(a6, v, _mm512_set1_epi32(z0[6 * step + g]));
+            a7 = _mm512_dpbusd_epi32(a7, v, _mm512_set1_epi32(z0[7 * step + g]));
+        }
+        const int32_t *tau = s->tau + q;
+        __mmask16 m[QGROUP];
+        m[0] = _mm512_cmpge_epi32_mask(_mm512_add_epi32(a0, _mm512_set1_epi32(tau[0])), r);
+        m[1] = _mm512_cmpge_epi32_mask(_mm512_add_epi32(a1, _mm512_set1_epi32(tau[1])), r);
+        m[2] = _mm512_cmpge_epi32_mask(_mm512_add_epi32(a2, _mm512_set1_epi32(tau[2])), r);
+        m[3] = _mm512_cmpge_epi32_mask(_mm512_add_epi32(a3, _mm512_set1_epi32(tau[3])), r);
+        m[4] = _mm512_cmpge_epi32_mask(_mm512_add_epi32(a4, _mm512_set1_epi32(tau[4])), r);
+        m[5] = _mm512_cmpge_epi32_mask(_mm512_add_epi32(a5, _mm512_set1_epi32(tau[5])), r);
+        m[6] = _mm512_cmpge_epi32_mask(_mm512_add_epi32(a6, _mm512_set1_epi32(tau[6])), r);
+        m[7] = _mm512_cmpge_epi32_mask(_mm512_add_epi32(a7, _mm512_set1_epi32(tau[7])), r);
+        if ((m[0] | m[1] | m[2] | m[3] | m[4] | m[5] | m[6] | m[7]) == 0) continue;
+        for (int k = 0; k < QGROUP; k++) {
+            unsigned bits = m[k];
+            while (bits) {
+                int j = __builtin_ctz(bits);
+                bits &= bits - 1;
+                check(s, q + k, t * TILE + j);
             }
         }
     }
@@ -221,11 +219,10 @@ static PyObject *top2(PyObject *self, PyObject *args) {
                W, tau.buf, best.buf, arg.buf, checked.buf};
     Py_BEGIN_ALLOW_THREADS
 #ifdef HAVE_VNNI_KERNEL
-    if (kernel == 1)
-        run_vnni(&s, t0, t1, nq);
-    else
+    scan(&s, t0, t1, nq, kernel == 1 ? tile_vnni : tile_portable);
+#else
+    scan(&s, t0, t1, nq, tile_portable);
 #endif
-        run_portable(&s, t0, t1, nq);
     Py_END_ALLOW_THREADS
     result = Py_None;
     Py_INCREF(result);
