@@ -33,9 +33,10 @@ so s_v >= A_v - E_q > T: two verified words (the best and second best, both with
 strictly nearer than v, which therefore is neither of the two nearest, whatever the tie rule. Every
 word not skipped has its distance computed exactly and competes for the running best two; tau_q only
 decreases as e2 does, so the rule stays valid for the words already passed. Integers stay far from
-overflow: |acc| <= 255 * 127 * 4 * groups < 2^28 (checked when the index is built), R_v is clipped to
-[-2^28, 2^28] (clipping down only admits more words) and tau_q to [-2^29, 2^29] (capped at 2^29 it
-admits every word, since acc + 2^29 > 2^28 >= R_v; raised to -2^29 it admits more).
+overflow: |acc| <= 255 * 127 * 4 * groups < 2^28 (checked when the index is built), R_v (never below
+-1, as sq_v >= 0) is clipped down to at most 2^28 (a smaller R_v only admits more words), and tau_q
+is clipped to [-2^29, 2^29] (capped at 2^29 it admits every word, since acc + 2^29 > 2^28 >= R_v;
+raised to -2^29 it admits more).
 
 How much is skipped depends on E_q against the gaps between distances, and on how early good words
 are met (the threshold starts open and tightens as the scan goes): on the 400,000 GloVe 6B 50d words
@@ -137,8 +138,8 @@ class Int8Top2:
         slack = error * (1.0 + 1e-9) + 1e-7 * (1.0 + zz + self.sqmax + 2.0 * np.sqrt(zz * self.sqmax))
         shift = (128 * zh.sum(axis=1)).astype(np.int32)
         w = 2.0 * sz
-        # clipping R_v down only admits more words (the proof needs R_v <= sq_v / W - 1); with |R_v| <= 2^28
-        # a word can only be skipped when tau_q is not at its cap, where tau_q is the formula's value
+        # R_v >= -1; clipping it down only admits more words (the proof needs R_v <= sq_v / W - 1); with
+        # R_v <= 2^28 a word can only be skipped when tau_q is below its cap, where tau_q is the formula's value
         r = np.full(self.tiles * TILE, _R_PAD, dtype=np.int32)  # per call: calls from several threads may overlap
         r[:self.n] = np.clip(np.floor(self.sq / w) - 1.0, -_R_CLIP, _R_CLIP)
         tau = np.full(nq, TAU_CAP, dtype=np.int32)
