@@ -1,4 +1,4 @@
-"""The int8-prefiltered two-nearest search (textdp/int8_search.py, textdp/_top2.c) against float64 brute force.
+"""The int8-prefiltered nearest and two-nearest search (textdp/int8_search.py, textdp/_top2.c) against float64 brute force.
 
 The reference here is independent of the kernel: float64 BLAS scores pick each query's 12 best
 candidates, whose squared distances are then recomputed from differences in float64 and sorted by
@@ -60,9 +60,13 @@ def small_vectors(small_artifact):
 def test_equals_float64_brute_force_on_5k_words(small_vectors, kernel, epsilon):
     search = int8_search.Int8Top2(small_vectors, kernel=kernel)
     points = noisy(small_vectors, 301, epsilon, seed=int(epsilon * 7))  # 301: not a multiple of the query group
-    got = search.query_two(points)
-    assert (got == reference_top2(small_vectors, points)).all()
+    expected = reference_top2(small_vectors, points)
+    assert (search.query_two(points) == expected).all()
     assert search.last_checked.max() < len(small_vectors)  # the prefilter skipped words for every query
+    assert (search.query(points) == expected[:, 0]).all()  # the nearest alone (threshold from the best)
+    for threads in (2, 3):  # vocabulary split in ranges searched at once, then merged
+        assert (search.query_two(points, threads=threads) == expected).all(), threads
+        assert (search.query(points, threads=threads) == expected[:, 0]).all(), threads
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -72,10 +76,13 @@ def test_equals_float64_brute_force_on_400k_words_and_skips_almost_all(default_a
     count = 256 if kernel == "vnni" else 48
     for epsilon in (5.0, 10.0):
         points = noisy(vectors, count, epsilon, seed=int(epsilon))
-        got = search.query_two(points)
-        assert (got == reference_top2(vectors, points)).all(), epsilon
+        expected = reference_top2(vectors, points)
+        assert (search.query_two(points) == expected).all(), epsilon
         # the point of the prefilter: far fewer than 1% of the words get an exact distance
         assert np.median(search.last_checked) < 0.01 * len(vectors), np.median(search.last_checked)
+        assert (search.query(points) == expected[:, 0]).all(), epsilon
+        assert np.median(search.last_checked) < 0.01 * len(vectors), np.median(search.last_checked)
+        assert (search.query(points, threads=2) == expected[:, 0]).all(), epsilon
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -88,13 +95,19 @@ def test_ties_words_and_extreme_points(small_vectors, kernel):
     got = search.query_two(on_words)
     assert got[:4].tolist() == [[0, 700], [5, 705], [699, 1399], [699, 1399]]
     assert got[4, 0] == 1500  # a word that appears once
+    assert search.query(on_words).tolist() == [0, 5, 699, 699, 1500]
+    # split so that a word and its twin fall in different ranges: the merge keeps the lower id
+    assert search.query_two(on_words, threads=3)[:4].tolist() == [[0, 700], [5, 705], [699, 1399], [699, 1399]]
+    assert search.query(on_words, threads=3).tolist() == [0, 5, 699, 699, 1500]
     rng = np.random.default_rng(3)
     for points in (noisy(vocab, 40, 3.0, seed=11),
                    rng.standard_normal((9, 50)).astype(np.float32) * np.float32(1e-30),  # tiny: R_v clipped
                    rng.standard_normal((9, 50)).astype(np.float32) * np.float32(1e4),  # far from every word
                    np.zeros((8, 50), dtype=np.float32),
                    on_words[:1]):
-        assert (search.query_two(points) == reference_top2(vocab, points)).all()
+        expected = reference_top2(vocab, points)
+        assert (search.query_two(points) == expected).all()
+        assert (search.query(points, threads=2) == expected[:, 0]).all()
 
 
 @pytest.mark.parametrize("dims", [7, 64, 101])
@@ -144,16 +157,20 @@ def test_threads_share_one_search(small_vectors):
 
 def test_exact_nearest_selects_the_two_nearest_search(small_artifact):
     vectors, sqnorms = small_artifact.vectors, small_artifact.sqnorms
-    assert ExactNearest(vectors, sqnorms, top2="blas").top2_method() == "blas"
-    assert ExactNearest(vectors, sqnorms, top2="int8").top2_method() == "int8"
-    assert ExactNearest(vectors, sqnorms).top2_method() == ("int8" if int8_search.has_vnni() else "blas")
-    with pytest.raises(ValueError, match="top2 must be one of"):
-        ExactNearest(vectors, sqnorms, top2="fast")
+    assert ExactNearest(vectors, sqnorms, search="blas").search_method() == "blas"
+    assert ExactNearest(vectors, sqnorms, search="int8").search_method() == "int8"
+    assert ExactNearest(vectors, sqnorms).search_method() == ("int8" if int8_search.has_vnni() else "blas")
+    with pytest.raises(ValueError, match="search must be one of"):
+        ExactNearest(vectors, sqnorms, search="fast")
     points = noisy(vectors, 500, 8.0, seed=5)
     reference = reference_top2(vectors, points)
-    assert (ExactNearest(vectors, sqnorms, top2="int8", batch=128).query_two(points) == reference).all()
-    blas = ExactNearest(vectors, sqnorms, top2="blas").query_two(points)
-    assert (blas == reference).mean() > 0.99  # BLAS ranks in float32: it may differ on near-ties only
+    for threads in (1, 2):
+        int8 = ExactNearest(vectors, sqnorms, search="int8", batch=128, threads=threads)
+        assert (int8.query_two(points) == reference).all()
+        assert (int8.query(points) == reference[:, 0]).all()
+    blas = ExactNearest(vectors, sqnorms, search="blas")
+    assert (blas.query_two(points) == reference).mean() > 0.99  # BLAS ranks in float32: near-ties only
+    assert (blas.query(points) == reference[:, 0]).mean() > 0.99
 
 
 def test_vickrey_releases_the_same_words_with_either_search(small_artifact):
@@ -162,7 +179,7 @@ def test_vickrey_releases_the_same_words_with_either_search(small_artifact):
     released = {}
     for method in ("int8", "blas"):
         mech = Vickrey(small_artifact, epsilon=10.0, t=0.5)
-        mech.base.nearest = ExactNearest(small_artifact.vectors, small_artifact.sqnorms, top2=method)
+        mech.base.nearest = ExactNearest(small_artifact.vectors, small_artifact.sqnorms, search=method)
         released[method] = mech.privatize_ids(ids, np.random.default_rng(42))
     assert (released["int8"] == released["blas"]).mean() > 0.999
     assert isinstance(Vickrey(small_artifact, epsilon=10.0).base, Madlib)

@@ -1,4 +1,4 @@
-/* Exact two-nearest-word search with an int8 prefilter: the kernel of textdp.int8_search.
+/* Exact nearest / two-nearest-word search with an int8 prefilter: the kernel of textdp.int8_search.
  *
  * The Python side (textdp/int8_search.py) states the mathematics; this file only evaluates it.
  * For every query q and vocabulary word v the kernel computes the integer dot product
@@ -6,8 +6,9 @@
  * and keeps v as a candidate when  acc + tau[q] >= R[v].  Every candidate's squared Euclidean
  * distance is then computed exactly in double precision from the float32 vectors, and the running
  * best two (distance, then lower id on a tie) are kept.  tau[q] is recomputed from the running
- * second-best distance after every improvement, so the filter tightens as the search goes.  The
- * Python side chooses R and tau so that a word is dropped only when two already-verified words are
+ * k-th best distance (k = 1: nearest only; k = 2: the two nearest) after every improvement, so
+ * the filter tightens as the search goes.  The
+ * Python side chooses R and tau so that a word is dropped only when k already-verified words are
  * strictly nearer than it (see int8_search.py); the kernel itself never decides on an approximation.
  *
  * Two implementations of the same loop: a portable one (plain C, ~5x slower than BLAS: for tests and
@@ -53,10 +54,11 @@ typedef struct {
     double *best;
     int64_t *arg;
     int64_t *checked;
+    int k; /* 1: the nearest word only (threshold from the best); 2: the two nearest (from the second) */
 } State;
 
 static void set_tau(State *s, Py_ssize_t q) {
-    double e2 = s->best[2 * q + 1];
+    double e2 = s->best[2 * q + s->k - 1]; /* the k-th best exact distance so far */
     int32_t t;
     if (!(e2 < INFINITY)) {
         t = TAU_CAP;
@@ -195,13 +197,13 @@ static PyObject *top2(PyObject *self, PyObject *args) {
     Py_buffer packed, R, vectors, zq, z, zz, slack, shift, tau, best, arg, checked;
     double W;
     Py_ssize_t n, d, groups, nq, t0, t1;
-    int kernel;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*dw*w*w*w*nnnnnni", &packed, &R, &vectors, &zq, &z, &zz, &slack,
-                          &shift, &W, &tau, &best, &arg, &checked, &n, &d, &groups, &nq, &t0, &t1, &kernel))
+    int kernel, k;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*dw*w*w*w*nnnnnnii", &packed, &R, &vectors, &zq, &z, &zz, &slack,
+                          &shift, &W, &tau, &best, &arg, &checked, &n, &d, &groups, &nq, &t0, &t1, &kernel, &k))
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t tiles = (n + TILE - 1) / TILE;
-    if (nq % QGROUP != 0 || t0 < 0 || t1 > tiles || t0 > t1 || 4 * groups < d || !(W > 0.0)) {
+    if (nq % QGROUP != 0 || t0 < 0 || t1 > tiles || t0 > t1 || 4 * groups < d || !(W > 0.0) || (k != 1 && k != 2)) {
         PyErr_SetString(PyExc_ValueError, "_top2: inconsistent shapes or scale");
         goto done;
     }
@@ -216,7 +218,7 @@ static PyObject *top2(PyObject *self, PyObject *args) {
         goto done;
     }
     State s = {packed.buf, R.buf, vectors.buf, n, d, groups, zq.buf, z.buf, zz.buf, slack.buf, shift.buf,
-               W, tau.buf, best.buf, arg.buf, checked.buf};
+               W, tau.buf, best.buf, arg.buf, checked.buf, k};
     Py_BEGIN_ALLOW_THREADS
 #ifdef HAVE_VNNI_KERNEL
     scan(&s, t0, t1, nq, kernel == 1 ? tile_vnni : tile_portable);
@@ -236,7 +238,7 @@ done:
 static PyObject *has_vnni(PyObject *self, PyObject *noargs) { return PyBool_FromLong(cpu_has_vnni()); }
 
 static PyMethodDef methods[] = {
-    {"top2", top2, METH_VARARGS, "Run the two-nearest search over tiles [t0, t1) (see textdp/int8_search.py)."},
+    {"top2", top2, METH_VARARGS, "Run the nearest (k=1) or two-nearest (k=2) search over tiles [t0, t1) (see textdp/int8_search.py)."},
     {"has_vnni", has_vnni, METH_NOARGS, "Whether this CPU runs the AVX-512 VNNI kernel."},
     {NULL, NULL, 0, NULL}};
 

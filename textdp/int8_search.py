@@ -1,10 +1,10 @@
-"""Exact two-nearest-word search with an int8 prefilter (the Vickrey mechanism's search).
+"""Exact nearest and two-nearest word search with an int8 prefilter (textdp.nearest's fast path).
 
-The answer is the same as a float64 brute force: for every query z, the two vocabulary rows with the
-smallest squared Euclidean distance ``||z - v||^2`` computed in double precision from the float32
+The answer is the same as a float64 brute force: for every query z, the vocabulary row (``query``)
+or the two rows (``query_two``) with the smallest squared Euclidean distance ``||z - v||^2`` computed in double precision from the float32
 vectors, ties to the lower id. Integers only decide which words are *not worth computing*; a word is
-skipped only when two words already computed exactly are strictly nearer than any value its distance
-can take. The proof is below, and tests/test_int8_search.py checks the result against a float64
+skipped only when one word (nearest) or two words (two nearest) already computed exactly are strictly
+nearer than any value its distance can take. The proof is below, and tests/test_int8_search.py checks the result against a float64
 brute force.
 
 Quantisation (built once per vocabulary). Per dimension i, s_i = max_v |v_i| / 127 (1 if the column is
@@ -22,8 +22,9 @@ so the score ``s_v = ||v||^2 - 2 z.v = ||z - v||^2 - ||z||^2`` lies within E_q =
 ||dz|| vmax) of A_v = sq_v - W (zh.vh) with W = 2 sz. The kernel computes acc = sum_i (vh_i + 128) zh_i
 = zh.vh + shift_q (shift_q = 128 sum_i zh_i) with byte products (AVX-512 VNNI where the CPU has it).
 
-Skipping rule. Let e2 be the exact squared distance of the second-best word verified so far and
-T = e2 - ||z||^2 its score; slack_q >= E_q (E_q plus margins for double rounding). With
+Skipping rule (shown for the two nearest, k = 2; for the nearest alone, k = 1, read "best" for
+"second best" and "one word" for "two words"). Let e2 be the exact squared distance of the
+second-best word verified so far and T = e2 - ||z||^2 its score; slack_q >= E_q (E_q plus margins for double rounding). With
 R_v = floor(sq_v / W) - 1 and tau_q = floor((T + slack_q) / W) + 1 - shift_q, word v is skipped when
 acc + tau_q < R_v. Then
 
@@ -45,6 +46,9 @@ at epsilon 5 and 10 a query computed 84 and 65 exact distances (median; p99 309 
 """
 
 from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -119,6 +123,8 @@ class Int8Top2:
             unsigned.reshape(tiles, TILE, self.groups, 4).transpose(0, 2, 1, 3)).reshape(-1)
         del unsigned
         self.last_checked = None  # exact distances computed per query in the last call (diagnostics)
+        self._lock = threading.Lock()
+        self._pool = None  # threads for range-split searches, made on first use
 
     def _prepare(self, points: np.ndarray):
         b = len(points)
@@ -146,20 +152,56 @@ class Int8Top2:
         tau[b:] = -TAU_CAP  # padding queries select nothing
         return nq, zq, z, zz, slack, shift, w, tau, r
 
-    def query_two(self, points: np.ndarray) -> np.ndarray:
+    def query(self, points: np.ndarray, threads: int = 1) -> np.ndarray:
+        """Id of the nearest row for every point (the float64 brute force's answer; k = 1 below)."""
+        return self._search(points, 1, threads)[:, 0]
+
+    def query_two(self, points: np.ndarray, threads: int = 1) -> np.ndarray:
+        """(B x 2) ids of the two nearest rows, nearest first (k = 2)."""
+        return self._search(points, 2, threads)
+
+    def _ranges(self, threads: int) -> list:
+        per = -(-self.tiles // max(1, int(threads)))
+        return [(t, min(self.tiles, t + per)) for t in range(0, self.tiles, per)]
+
+    def _search(self, points: np.ndarray, k: int, threads: int) -> np.ndarray:
+        """Best k ids per point. With several threads the tiles are split into contiguous ranges, each
+        searched with its own running best (the proof holds per range: a word is skipped only when k
+        words of its own range are strictly nearer), then merged by (distance, id)."""
         points = np.asarray(points, dtype=np.float32)
         if points.ndim != 2 or points.shape[1] != self.d:
             raise ValueError(f"points must be (B x {self.d})")
         b = len(points)
         if b == 0:
-            return np.empty((0, 2), dtype=np.int64)
+            return np.empty((0, k), dtype=np.int64)
         if not np.isfinite(points).all():
             raise ValueError("points must be finite")
-        nq, zq, z, zz, slack, shift, w, tau, r = self._prepare(points)
-        best = np.full((nq, 2), np.inf, dtype=np.float64)
-        arg = np.full((nq, 2), -1, dtype=np.int64)
-        checked = np.zeros(nq, dtype=np.int64)
-        _top2.top2(self.packed, r, self.vectors, zq, z, zz, slack, shift, w, tau, best, arg, checked,
-                   self.n, self.d, self.groups, nq, 0, self.tiles, 1 if self.kernel == "vnni" else 0)
+        nq, zq, z, zz, slack, shift, w, tau0, r = self._prepare(points)
+        ranges = self._ranges(threads)
+        kernel = 1 if self.kernel == "vnni" else 0
+
+        def run(bounds):
+            tau = tau0.copy()
+            best = np.full((nq, 2), np.inf, dtype=np.float64)
+            arg = np.full((nq, 2), -1, dtype=np.int64)
+            checked = np.zeros(nq, dtype=np.int64)
+            _top2.top2(self.packed, r, self.vectors, zq, z, zz, slack, shift, w, tau, best, arg, checked,
+                       self.n, self.d, self.groups, nq, bounds[0], bounds[1], kernel, k)
+            return best, arg, checked
+
+        if len(ranges) == 1:
+            best, arg, checked = run(ranges[0])
+        else:
+            with self._lock:
+                if self._pool is None or self._pool._max_workers != len(ranges):  # pylint: disable=protected-access
+                    self._pool = ThreadPoolExecutor(max_workers=len(ranges), thread_name_prefix="textdp-int8")
+                pool = self._pool
+            parts = list(pool.map(run, ranges))
+            best = np.concatenate([p[0] for p in parts], axis=1)
+            arg = np.concatenate([p[1] for p in parts], axis=1)
+            checked = sum(p[2] for p in parts)
+            order = np.lexsort((np.where(arg < 0, np.iinfo(np.int64).max, arg), best), axis=1)[:, :2]
+            best = np.take_along_axis(best, order, axis=1)
+            arg = np.take_along_axis(arg, order, axis=1)
         self.last_checked = checked[:b]
-        return arg[:b]
+        return arg[:b, :k]

@@ -5,17 +5,20 @@ answer is post-processing of the noisy vector and keeps the mechanism's guarante
 utility and speed:
 
 ``ExactNearest``
-    blocked brute force with BLAS: for a batch X of queries and a block V_b of vocabulary rows,
+    two implementations with the same guarantee, chosen by ``search``:
+
+    int8 (``search="auto"`` on a CPU with AVX-512 VNNI, when textdp's optional C extension is built,
+    or ``search="int8"``): an int8 prefilter that skips a word only when one (nearest) or two (two
+    nearest) exactly computed words are provably nearer, then float64 distances for the rest
+    (textdp.int8_search, with the proof). The answer is the float64 brute force's, ties to the lower
+    id; ~4x faster than BLAS per core on 400k x 50.
+
+    BLAS (everywhere else, or ``search="blas"``): blocked brute force. For a batch X of queries and a block V_b of vocabulary rows,
     ``||x - v||^2 = ||x||^2 - 2 x.v + ||v||^2``; the ``||x||^2`` term is the same for every v and
     is dropped, and the row norms ride along as an extra column of the block, so one matrix product
     ranks the block. Memory is one (batch x block) float32 buffer whatever the vocabulary size. The answer is the true
     nearest word up to float32 rounding (two words whose squared distances differ by less than
     about 1e-5 may come out in either order).
-``ExactNearest.query_two`` (the Vickrey mechanism's two nearest words)
-    on a CPU with AVX-512 VNNI, and when textdp's optional C extension is built, an int8 prefilter that
-    skips a word only when two exactly computed words are provably nearer, then float64 distances for
-    the rest (textdp.int8_search, with the proof): the float64 brute force's answer, ~4x faster than
-    the BLAS path, which runs everywhere else (``top2="blas"`` forces it).
 ``AnnoyNearest``
     the artifact's memory-mapped Annoy index (``search_k`` as in Annoy: -1 means trees * n). Much
     faster on large vocabularies but approximate: its recall on noisy vectors is low at small
@@ -59,18 +62,18 @@ class ExactNearest:
 
     name = "exact"
 
-    TOP2 = ("auto", "int8", "blas")
+    SEARCHES = ("auto", "int8", "blas")
 
     def __init__(self, vectors: np.ndarray, sqnorms: np.ndarray,
                  block_rows: int = DEFAULT_BLOCK_ROWS, batch: int = DEFAULT_BATCH, threads: int = 0,
-                 top2: str = "auto"):
+                 search: str = "auto"):
         if vectors.ndim != 2 or len(sqnorms) != len(vectors):
             raise ValueError("vectors must be 2-D with one squared norm per row")
-        if top2 not in self.TOP2:
-            raise ValueError(f"top2 must be one of {', '.join(self.TOP2)}")
-        # the two-nearest search: "int8" (textdp.int8_search, VNNI kernel where the CPU has it, else its
-        # portable loop), "blas" (below), "auto" (int8 with VNNI where available, else BLAS)
-        self.top2 = top2
+        if search not in self.SEARCHES:
+            raise ValueError(f"search must be one of {', '.join(self.SEARCHES)}")
+        # "int8" (textdp.int8_search: its VNNI kernel where the CPU has it, else its portable loop),
+        # "blas" (below), "auto" (int8 with VNNI where available, else BLAS)
+        self.search = search
         self._int8 = None
         self.vectors = vectors
         self.sqnorms = sqnorms
@@ -84,6 +87,11 @@ class ExactNearest:
         """Index of the nearest vocabulary row for every row of ``points``."""
         points = np.asarray(points, dtype=np.float32)
         out = np.empty(len(points), dtype=np.int64)
+        if self.search_method() == "int8":
+            index, threads = self._int8_index(), self.threads or _SEARCH_THREADS
+            for start in range(0, len(points), self.batch):
+                out[start:start + self.batch] = index.query(points[start:start + self.batch], threads)
+            return out
         for start in range(0, len(points), self.batch):
             out[start:start + self.batch] = self._query_batch(points[start:start + self.batch])
         return out
@@ -150,31 +158,35 @@ class ExactNearest:
     def query_two(self, points: np.ndarray) -> np.ndarray:
         """Indices of the two nearest vocabulary rows for every row of ``points`` (B x 2, nearest first).
 
-        With the int8 search (see ``top2``): the two smallest float64 distances, ties to the lower id.
+        With the int8 search (see ``search``): the two smallest float64 distances, ties to the lower id.
         With BLAS: the same blocked scores as :meth:`query`; each block contributes its two best
         columns and a running top-2 is kept; the pair is then ordered by float64 distances recomputed
         from differences, so the order does not depend on float32 rounding of the expanded form
         (Vickrey's choice uses both distances).
         """
         points = np.asarray(points, dtype=np.float32)
-        if self.top2_method() == "int8":
-            with _SEARCH_LOCK:  # built once per search object (~2 s and ~25 MB for 400k x 50)
-                if self._int8 is None:
-                    self._int8 = int8_search.Int8Top2(self.vectors)
+        if self.search_method() == "int8":
+            index, threads = self._int8_index(), self.threads or _SEARCH_THREADS
             out = np.empty((len(points), 2), dtype=np.int64)
             for start in range(0, len(points), self.batch):
-                out[start:start + self.batch] = self._int8.query_two(points[start:start + self.batch])
+                out[start:start + self.batch] = index.query_two(points[start:start + self.batch], threads)
             return out
         out = np.empty((len(points), 2), dtype=np.int64)
         for start in range(0, len(points), self.batch):
             out[start:start + self.batch] = self._query_two_batch(points[start:start + self.batch])
         return out
 
-    def top2_method(self) -> str:
-        """The two-nearest search this object runs: "int8" or "blas"."""
-        if self.top2 == "auto":
+    def search_method(self) -> str:
+        """The search this object runs: "int8" or "blas"."""
+        if self.search == "auto":
             return "int8" if int8_search.has_vnni() else "blas"
-        return self.top2
+        return self.search
+
+    def _int8_index(self):
+        with _SEARCH_LOCK:  # built once per search object (~0.3 s and ~25 MB for 400k x 50)
+            if self._int8 is None:
+                self._int8 = int8_search.Int8Top2(self.vectors)
+            return self._int8
 
     def _query_two_batch(self, points: np.ndarray) -> np.ndarray:
         b, dim = points.shape

@@ -260,7 +260,7 @@ def main(argv=None) -> None:  # pylint: disable=too-many-locals,too-many-stateme
     def two_nearest_search(mech, eps):
         """Which two-nearest search the Vickrey row ran, what it computed, and the BLAS search's speed."""
         nearest = mech.base.nearest
-        info = {"method": nearest.top2_method()}
+        info = {"method": nearest.search_method()}
         if info["method"] == "int8":
             int8 = nearest._int8  # pylint: disable=protected-access  # built in time_textdp's warm-up
             t0 = time.perf_counter()
@@ -273,7 +273,7 @@ def main(argv=None) -> None:  # pylint: disable=too-many-locals,too-many-stateme
                         exact_distances_per_token_p99=float(np.percentile(checked, 99)),
                         exact_distances_per_token_max=int(checked.max()), vocabulary=len(artifact.vectors))
         blas = make_mechanism("vickrey", artifact, eps, t=0.5)
-        blas.base.nearest = ExactNearest(artifact.vectors, artifact.sqnorms, top2="blas")
+        blas.base.nearest = ExactNearest(artifact.vectors, artifact.sqnorms, search="blas")
         info["blas"] = time_textdp(blas, ids[:args.textdp_search_tokens // 2], args.textdp_min_cpu)
         print(json.dumps({"textdp": "vickrey two-nearest search", "epsilon": eps, **info}), flush=True)
         return info
