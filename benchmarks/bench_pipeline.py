@@ -71,7 +71,8 @@ def run_pipeline(corpus: str, out_dir: str) -> dict:
     started = time.perf_counter()
     pipeline = build_pipeline(PipelineOptions([
         f"--input={corpus}", f"--output={output}", f"--epsilon={EPSILON}", "--nn=exact",
-        "--runner=FnApiRunner", "--direct_num_workers=1"]))
+        # one search thread, as the bare run (the worker's default would split the search over every core)
+        "--blas-threads=1", "--runner=FnApiRunner", "--direct_num_workers=1"]))
     pipeline.run().wait_until_finish()
     seconds = time.perf_counter() - started
     with open(f"{output}-summary.json", encoding="utf-8") as handle:

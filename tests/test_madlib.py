@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from textdp import int8_search
 from textdp.madlib import Madlib, sample_noise
 from textdp.nearest import AnnoyNearest, ExactNearest
 
@@ -70,7 +71,13 @@ def _assert_same_nearest(vectors, points, got):
     return want
 
 
-def test_exact_search_equals_plain_reference_on_real_glove(default_artifact):
+# both exact searches, whatever the CPU (int8 runs its portable loop where there is no AVX-512 VNNI)
+SEARCHES = pytest.mark.parametrize("search", ["blas", pytest.param("int8", marks=pytest.mark.skipif(
+    not int8_search.available(), reason="textdp._top2 not built (no C compiler at install)"))])
+
+
+@SEARCHES
+def test_exact_search_equals_plain_reference_on_real_glove(default_artifact, search):
     """Noisy points around real rows (several noise levels) on the full 400k vocabulary, and
     odd block/batch sizes so that block edges are crossed."""
     rng = np.random.default_rng(2024)
@@ -78,18 +85,18 @@ def test_exact_search_equals_plain_reference_on_real_glove(default_artifact):
     ids = rng.integers(0, len(vectors), 48)
     scales = np.repeat([0.05, 0.5, 2.0, 8.0], 12)[:, None]
     points = vectors[ids] + scales * rng.standard_normal((48, DIM)).astype(np.float32)
-    search = ExactNearest(vectors, default_artifact.sqnorms, block_rows=7919, batch=13)
-    got = search.query(points)
+    got = ExactNearest(vectors, default_artifact.sqnorms, block_rows=7919, batch=13, search=search).query(points)
     want = _assert_same_nearest(vectors, points, got)
     assert (got == want).mean() >= 0.95
     assert (want[:12] == ids[:12]).all()  # tiny noise: the row itself
 
 
-def test_exact_search_small_vocab_many_points(small_artifact):
+@SEARCHES
+def test_exact_search_small_vocab_many_points(small_artifact, search):
     rng = np.random.default_rng(7)
     ids = rng.integers(0, small_artifact.vocab_size, 400)
     points = small_artifact.vectors[ids] + rng.standard_normal((400, DIM)).astype(np.float32)
-    got = ExactNearest(small_artifact.vectors, small_artifact.sqnorms).query(points)
+    got = ExactNearest(small_artifact.vectors, small_artifact.sqnorms, search=search).query(points)
     _assert_same_nearest(small_artifact.vectors, points, got)
 
 
@@ -169,7 +176,8 @@ def test_privacy_statement_and_parameters(small_artifact):
         Madlib(small_artifact, epsilon=1, nn="hnsw")
 
 
-def test_exact_search_split_over_threads_gives_the_same_answers(small_artifact):
+@SEARCHES
+def test_exact_search_split_over_threads_gives_the_same_answers(small_artifact, search):
     """The exact search may rank contiguous vocabulary ranges in parallel threads; the answer must be the
     single-threaded one exactly (ties included: the lower id wins in both), for uneven ranges too."""
     from textdp.nearest import ExactNearest, set_search_threads, search_threads  # pylint: disable=import-outside-toplevel
@@ -178,13 +186,16 @@ def test_exact_search_split_over_threads_gives_the_same_answers(small_artifact):
     points = (np.asarray(small_artifact.vectors)[rng.integers(0, 5000, 700)]
               + rng.normal(0, 0.8, (700, small_artifact.dimension))).astype(np.float32)
     points[:5] = small_artifact.vectors[:5]  # exact hits
-    single = ExactNearest(small_artifact.vectors, small_artifact.sqnorms, block_rows=97, batch=256, threads=1).query(points)
+    single = ExactNearest(small_artifact.vectors, small_artifact.sqnorms, block_rows=97, batch=256, threads=1,
+                          search=search).query(points)
     for threads in (2, 3, 7):
-        split = ExactNearest(small_artifact.vectors, small_artifact.sqnorms, block_rows=97, batch=256, threads=threads)
+        split = ExactNearest(small_artifact.vectors, small_artifact.sqnorms, block_rows=97, batch=256, threads=threads,
+                             search=search)
         assert (split.query(points) == single).all(), threads
     before = search_threads()
     try:  # the process-wide setting is what a search without its own count uses
         set_search_threads(4)
-        assert (ExactNearest(small_artifact.vectors, small_artifact.sqnorms, block_rows=97).query(points) == single).all()
+        assert (ExactNearest(small_artifact.vectors, small_artifact.sqnorms, block_rows=97, search=search).query(points)
+                == single).all()
     finally:
         set_search_threads(before)

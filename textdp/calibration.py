@@ -193,6 +193,9 @@ def exact_distribution_of(mech, row: np.ndarray, word_id: int) -> Optional[np.nd
 # --- exact nearest-word search with candidate pruning ------------------------------------------
 
 
+FULL_FRACTION = {"blas": 0.5, "int8": 0.12}  # largest share of the vocabulary worth a pruned (BLAS) search
+
+
 class CandidatePrunedSearch:
     """Exact nearest vocabulary word for noisy points drawn around one word w.
 
@@ -210,11 +213,13 @@ class CandidatePrunedSearch:
     d(w, .) once; at large epsilon (small noise) the ball holds a tiny share of the vocabulary.
     At small epsilon the ball covers most of it and the plain full search is used instead
     (``full_fraction``): one pass over the distance row detects that before anything is sorted,
-    so the pruning costs next to nothing where it cannot help.
+    so the pruning costs next to nothing where it cannot help. By default the share is 0.5 when the
+    full search is BLAS and 0.12 when it is the int8 search (``ExactNearest.search_method()``), which
+    scans a row ~4x faster than the BLAS prefix search (benchmarks/results/madlib.md).
     """
 
     def __init__(self, vectors: np.ndarray, sqnorms: np.ndarray, word_id: int, row: np.ndarray,
-                 seeds: int = 16, group_size: int = 128, full_fraction: float = 0.5,
+                 seeds: int = 16, group_size: int = 128, full_fraction: float | None = None,
                  slack_abs: float = 1e-2, slack_rel: float = 1e-4):
         self.vectors = vectors
         self.sqnorms = sqnorms
@@ -229,7 +234,7 @@ class CandidatePrunedSearch:
             seed_ids = np.concatenate([[self.word_id], seed_ids[:-1]])
         self.seed_vectors = np.asarray(vectors[seed_ids], dtype=np.float64)
         self.group_size = int(group_size)
-        self.full_fraction = float(full_fraction)
+        self.full_fraction = None if full_fraction is None else float(full_fraction)
         self.slack_abs = float(slack_abs)
         self.slack_rel = float(slack_rel)
         self.searched_rows = 0  # vocabulary rows scanned, summed over queries (for reports)
@@ -249,7 +254,11 @@ class CandidatePrunedSearch:
         points = np.asarray(points, dtype=np.float32)
         n_vocab = len(self.vectors)
         radius = self.candidate_radius(points)
-        limit = int(self.full_fraction * n_vocab)
+        fraction = self.full_fraction
+        if fraction is None:
+            method = getattr(full_search, "search_method", None)
+            fraction = FULL_FRACTION[method() if method else "blas"]
+        limit = int(fraction * n_vocab)
         if np.count_nonzero(self.row <= radius.min()) > limit:  # large noise: no group can be pruned
             self.searched_rows += n_vocab * len(points)
             self.queries += len(points)
