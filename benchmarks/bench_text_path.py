@@ -15,7 +15,7 @@ of ``--batch`` records as the privatize pipeline does (its default batch is 64 r
     ``random``) with TEM at epsilon 5 and 10 and Madlib (exact) at epsilon 10, against the bare
     mechanism's ``privatize_ids`` on the same token ids in the same batches (unknown words replaced
     by uniform draws, as the ``random`` policy does). Madlib runs on the first reviews only (exact
-    search on 400k words does ~2,000 tokens/s, so the text path is noise there).
+    search on 400k words does ~2,000-8,000 tokens/s, so the text path is noise there).
 
 The machine is shared: runs alternate (bare, after, before) and each figure is the best of
 ``--repeats``; load averages are recorded. Memory: the word memo's arrays at capacity against a
