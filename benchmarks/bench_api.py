@@ -97,7 +97,8 @@ def main(argv=None) -> int:
     results["machine"]["loadavg_at_end"] = os.getloadavg()
     lines = ["# Python API (issue 14)", "",
              f"Machine: {info['cpu']}, {info['cores']} cores; load average at start {info['loadavg_at_start']}, at end "
-             f"{results['machine']['loadavg_at_end']}; {info['date_utc']}. `python -m benchmarks.bench_api`.", "",
+             f"{results['machine']['loadavg_at_end']}; {info['date_utc']}. `python -m benchmarks.bench_api"
+             + (f" --artifact {args.artifact}" if args.artifact else "") + "`.", "",
              "## Construction with a cached artifact (target < 2 s)", "",
              "| mechanism | seconds (5 fresh processes) |", "|---|---|"]
     lines += [f"| {mech} | {', '.join(map(str, times))} |" for mech, times in results["construction_s"].items()]
