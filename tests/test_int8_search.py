@@ -58,7 +58,7 @@ def small_vectors(small_artifact):
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("epsilon", [1.0, 5.0, 10.0, 50.0])
 def test_equals_float64_brute_force_on_5k_words(small_vectors, kernel, epsilon):
-    search = int8_search.Int8Top2(small_vectors, kernel=kernel)
+    search = int8_search.Int8Search(small_vectors, kernel=kernel)
     points = noisy(small_vectors, 301, epsilon, seed=int(epsilon * 7))  # 301: not a multiple of the query group
     expected = reference_top2(small_vectors, points)
     assert (search.query_two(points) == expected).all()
@@ -72,7 +72,7 @@ def test_equals_float64_brute_force_on_5k_words(small_vectors, kernel, epsilon):
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_equals_float64_brute_force_on_400k_words_and_skips_almost_all(default_artifact, kernel):
     vectors = default_artifact.vectors
-    search = int8_search.Int8Top2(vectors, kernel=kernel)
+    search = int8_search.Int8Search(vectors, kernel=kernel)
     count = 256 if kernel == "vnni" else 48
     for epsilon in (5.0, 10.0):
         points = noisy(vectors, count, epsilon, seed=int(epsilon))
@@ -90,7 +90,7 @@ def test_ties_words_and_extreme_points(small_vectors, kernel):
     base = small_vectors[:700]
     # every word twice (rows i and i + 700): exact ties, which go to the lower id
     vocab = np.concatenate([base, base, small_vectors[700:1000]])
-    search = int8_search.Int8Top2(vocab, kernel=kernel)
+    search = int8_search.Int8Search(vocab, kernel=kernel)
     on_words = vocab[[0, 5, 699, 1399, 1500]]  # a query exactly on a word: that word and its twin
     got = search.query_two(on_words)
     assert got[:4].tolist() == [[0, 700], [5, 705], [699, 1399], [699, 1399]]
@@ -118,25 +118,25 @@ def test_other_dimensions(small_vectors, dims):
     points = noisy(wide, 90, 5.0, seed=dims)
     expected = reference_top2(wide, points)
     for kernel in ("portable",) + (("vnni",) if int8_search.has_vnni() else ()):
-        assert (int8_search.Int8Top2(wide, kernel=kernel).query_two(points) == expected).all(), kernel
+        assert (int8_search.Int8Search(wide, kernel=kernel).query_two(points) == expected).all(), kernel
 
 
 def test_rejects_bad_input(small_vectors):
-    search = int8_search.Int8Top2(small_vectors, kernel="portable")
+    search = int8_search.Int8Search(small_vectors, kernel="portable")
     assert search.query_two(np.empty((0, 50), dtype=np.float32)).shape == (0, 2)
     with pytest.raises(ValueError, match="finite"):
         search.query_two(np.full((2, 50), np.nan, dtype=np.float32))
     with pytest.raises(ValueError, match=r"\(B x 50\)"):
         search.query_two(np.zeros((2, 49), dtype=np.float32))
     with pytest.raises(ValueError, match="at least two rows"):
-        int8_search.Int8Top2(small_vectors[:1])
+        int8_search.Int8Search(small_vectors[:1])
     with pytest.raises(ValueError, match="unknown kernel"):
-        int8_search.Int8Top2(small_vectors, kernel="gpu")
+        int8_search.Int8Search(small_vectors, kernel="gpu")
 
 
 def test_threads_share_one_search(small_vectors):
     """Two threads calling the same search at once (a Beam worker's threads share it) get exact answers."""
-    search = int8_search.Int8Top2(small_vectors)
+    search = int8_search.Int8Search(small_vectors)
     batches = [noisy(small_vectors, 200, eps, seed=i) for i, eps in enumerate((2.0, 20.0, 5.0, 40.0))]
     expected = [reference_top2(small_vectors, b) for b in batches]
     results = {}

@@ -25,16 +25,11 @@
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 
 #define TILE 16
 #define QGROUP 8
-#ifndef QCHUNK
 #define QCHUNK 256
-#endif
-#ifndef VBLOCK
 #define VBLOCK 512 /* tiles per pass over the queries: 512 * 64 * groups bytes, in L2 for 50-d */
-#endif
 #define TAU_CAP (1 << 29)
 
 typedef int32_t __attribute__((may_alias)) i32_alias; /* query rows are read four bytes at a time */

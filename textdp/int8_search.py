@@ -57,12 +57,11 @@ try:
 except ImportError:  # the optional C extension was not built: callers use the BLAS search
     _top2 = None
 
-TILE = 16
-QGROUP = 8
-TAU_CAP = 1 << 29
+if _top2 is not None:  # the layout and the cap are the kernel's (textdp/_top2.c), defined there once
+    TILE, QGROUP, TAU_CAP = _top2.TILE, _top2.QGROUP, _top2.TAU_CAP  # 16, 8, 2^29
+    _R_CLIP = TAU_CAP // 2  # |R_v| bound: with |acc| < 2^28 a capped tau (+2^29) always selects
+    _R_PAD = TAU_CAP * 2  # padding words: acc + tau <= 2^29 + |acc| < 2^30, never selected
 _CHUNK = 65536  # vocabulary rows per step of the build
-_R_CLIP = 1 << 28  # |R_v| bound: with |acc| < 2^28 a capped tau (+2^29) always selects
-_R_PAD = 1 << 30  # padding words: acc + tau <= 2^29 + |acc| < 2^30, never selected
 
 
 def available() -> bool:
@@ -75,11 +74,12 @@ def has_vnni() -> bool:
     return _top2 is not None and bool(_top2.has_vnni())
 
 
-class Int8Top2:
-    """Exact two-nearest search over fixed float32 ``vectors`` (n x d); see the module docstring.
+class Int8Search:
+    """Exact nearest and two-nearest search over fixed float32 ``vectors`` (n x d); see the module docstring.
 
     ``kernel``: "vnni" (AVX-512 VNNI, raises if the CPU lacks it), "portable" (plain C, any CPU), or
-    "auto" (VNNI where available). ``query_two(points)`` returns (B x 2) int64 ids, nearest first.
+    "auto" (VNNI where available). ``query(points)`` returns (B,) int64 ids; ``query_two(points)``
+    (B x 2), nearest first.
     """
 
     def __init__(self, vectors: np.ndarray, kernel: str = "auto"):
@@ -132,7 +132,7 @@ class Int8Top2:
         z = np.zeros((nq, self.d), dtype=np.float64)
         z[:b] = points
         zs = z * self.scale
-        top = float(np.abs(zs).max()) if b else 0.0
+        top = float(np.abs(zs).max())
         sz = top / 127.0 if top > 0 else 1.0
         zh = np.clip(np.rint(zs / sz), -127, 127)
         dz = zs - sz * zh
@@ -201,7 +201,6 @@ class Int8Top2:
             arg = np.concatenate([p[1] for p in parts], axis=1)
             checked = sum(p[2] for p in parts)
             order = np.lexsort((np.where(arg < 0, np.iinfo(np.int64).max, arg), best), axis=1)[:, :2]
-            best = np.take_along_axis(best, order, axis=1)
             arg = np.take_along_axis(arg, order, axis=1)
         self.last_checked = checked[:b]
         return arg[:b, :k]

@@ -86,14 +86,16 @@ class ExactNearest:
     def query(self, points: np.ndarray) -> np.ndarray:
         """Index of the nearest vocabulary row for every row of ``points``."""
         points = np.asarray(points, dtype=np.float32)
-        out = np.empty(len(points), dtype=np.int64)
         if self.search_method() == "int8":
             index, threads = self._int8_index(), self.threads or _SEARCH_THREADS
-            for start in range(0, len(points), self.batch):
-                out[start:start + self.batch] = index.query(points[start:start + self.batch], threads)
-            return out
+            return self._in_batches(points, lambda batch: index.query(batch, threads))
+        return self._in_batches(points, self._query_batch)
+
+    def _in_batches(self, points: np.ndarray, search, width: int = 0) -> np.ndarray:
+        """``search`` over ``points`` in batches of ``self.batch`` rows; ids (B,) or, with ``width``, (B x width)."""
+        out = np.empty((len(points), width) if width else len(points), dtype=np.int64)
         for start in range(0, len(points), self.batch):
-            out[start:start + self.batch] = self._query_batch(points[start:start + self.batch])
+            out[start:start + self.batch] = search(points[start:start + self.batch])
         return out
 
     def _ranges(self, threads: int) -> list:
@@ -167,14 +169,8 @@ class ExactNearest:
         points = np.asarray(points, dtype=np.float32)
         if self.search_method() == "int8":
             index, threads = self._int8_index(), self.threads or _SEARCH_THREADS
-            out = np.empty((len(points), 2), dtype=np.int64)
-            for start in range(0, len(points), self.batch):
-                out[start:start + self.batch] = index.query_two(points[start:start + self.batch], threads)
-            return out
-        out = np.empty((len(points), 2), dtype=np.int64)
-        for start in range(0, len(points), self.batch):
-            out[start:start + self.batch] = self._query_two_batch(points[start:start + self.batch])
-        return out
+            return self._in_batches(points, lambda batch: index.query_two(batch, threads), width=2)
+        return self._in_batches(points, self._query_two_batch, width=2)
 
     def search_method(self) -> str:
         """The search this object runs: "int8" or "blas"."""
@@ -185,7 +181,7 @@ class ExactNearest:
     def _int8_index(self):
         with _SEARCH_LOCK:  # built once per search object (~0.3 s and ~25 MB for 400k x 50)
             if self._int8 is None:
-                self._int8 = int8_search.Int8Top2(self.vectors)
+                self._int8 = int8_search.Int8Search(self.vectors)
             return self._int8
 
     def _query_two_batch(self, points: np.ndarray) -> np.ndarray:

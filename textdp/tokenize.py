@@ -144,7 +144,7 @@ class Tokenizer:
         bounds = np.concatenate(([0], np.cumsum(cut.counts))).astype(np.int64)
         starts, ends = cut.starts, cut.ends
         split = np.flatnonzero(values < 0)
-        glued = np.zeros(len(values), dtype=bool)
+        glued = np.zeros(len(values), dtype=bool)  # no split word: nothing is glued
         if len(split):  # replace each split word by its parts (memo values of the parts: never negative)
             table = self._splits.arrays()
             entries = -1 - values[split]
@@ -158,7 +158,7 @@ class Tokenizer:
             values[targets] = (table.ids[parts] + 1) * 8 + table.echoes[parts] * 4 + table.cases[parts]
             starts[targets] = word_starts + table.offsets[parts]
             ends[targets] = starts[targets] + table.lengths[parts]
-            glued = np.zeros(len(values), dtype=bool)  # only parts after a clitic cut are glued
+            glued = np.zeros(len(values), dtype=bool)  # the expanded length; only parts after a clitic cut are glued
             glued[targets] = table.glued[parts]
             bounds = before[bounds]
             later = targets[table.offsets[parts] > 0]  # parts after the first: a joiner (or nothing) before them
