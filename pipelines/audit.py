@@ -271,6 +271,12 @@ def report_lines(output: str) -> List[str]:
 
     with FileSystems.open(f"{output}/{SUMMARY_FILE}") as handle:
         summary = json.loads(handle.read().decode("utf-8"))
+    corpus = summary.get("corpus")
+    if corpus is not None and not (corpus.get("evaluated_records") and corpus.get("inversion_tokens_available")):
+        unreadable = corpus.get("records_unreadable", 0)
+        raise TextdpError(f"--corpus yielded no record to attack ({corpus.get('records_read', 0):,} read, "
+                          f"{unreadable:,} unreadable, no word in the others): the inversion and linkage results in {output} are "
+                          "empty; check --corpus, --corpus-format and --corpus-text-field")
     lines = []
     if summary.get("self_check"):
         lines.append(summary["self_check"]["message"])

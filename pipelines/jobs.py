@@ -370,6 +370,13 @@ def run_job(name: str, argv: Optional[Sequence[str]] = None) -> int:
     finally:
         if progress_dir:
             shutil.rmtree(progress_dir, ignore_errors=True)
-    for line in plan.report():
+    from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+
+    try:  # a run can finish and still have done nothing that was asked (e.g. no record to audit)
+        lines = plan.report()
+    except TextdpError as exc:
+        say(str(exc))
+        return EXIT_FAILED
+    for line in lines:
         print(line)
     return EXIT_OK

@@ -166,3 +166,16 @@ def test_santext_attacks_use_the_closed_form(neighbour_artifact_dir, imdb_rows, 
     summary = json.load(open(f"{out}/summary.json", encoding="utf-8"))
     assert summary["inversion"]["posterior"].startswith("exact") and summary["linkage"]["likelihood"] == "closed form"
     assert summary["inversion"]["per_epsilon"]["12"]["tokens"] == 800
+
+
+@pytest.mark.parametrize("content", [b"", bytes(range(256)) * 8, b"\xff\xfe\x81" * 999], ids=["empty", "bytes", "binary"])
+def test_corpus_with_no_usable_record_is_a_failure_not_a_success(tiny_artifact_dir, tmp_path, capsys, content):
+    """Issue 25 item 10: an empty or binary --corpus used to exit 0 having audited 0 records."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(content)
+    code = cli_main(["audit", f"--artifact={tiny_artifact_dir}", "--checks=inversion,linkage", f"--corpus={corpus}",
+                     "--epsilons=5", "--mc-draws=500", f"--output={tmp_path / 'audit'}"] + RUNNER)
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "--corpus yielded no record to attack" in err
+    assert "report:" not in capsys.readouterr().out

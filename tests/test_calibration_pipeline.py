@@ -240,3 +240,40 @@ def test_without_seed_runs_use_fresh_randomness(small_artifact_dir, tmp_path):
         tables.append([(r["n_w_count"], r["s_w"]) for r in rows])
         assert "fresh OS entropy" in json.load(open(os.path.join(out, "summary.json")))["randomness"]
     assert len(tables[0]) == 12 and tables[0] != tables[1]
+
+
+def test_word_list_is_looked_up_as_privatize_looks_words_up(tiny_artifact_dir, tmp_path, capsys):
+    """Issue 25 item 10: ``JOHN``-style lines are the vocabulary's lowercase words (the tokenizer's rule)."""
+    words = tmp_path / "words.txt"
+    words.write_text("PEOPLE\nGood\n", encoding="utf-8")
+    out = str(tmp_path / "cased")
+    assert cli_main(["calibrate", "--artifact", tiny_artifact_dir, "--word-list", str(words), "--epsilons", "5",
+                     "--samples", "20", "--seed", "1", "--output", out] + RUNNER) == 0
+    summary = json.load(open(os.path.join(out, "summary.json")))
+    assert summary["words"]["count"] == 2 and not summary["words"].get("unknown_count")
+    table = pq.read_table(os.path.join(out, "per_word.parquet")).to_pylist()
+    assert sorted(r["word"] for r in table) == ["good", "people"]
+
+
+def test_word_list_not_utf8_is_refused_by_line_without_quoting_bytes(tiny_artifact_dir, tmp_path, capsys):
+    words = tmp_path / "words.bin"
+    words.write_bytes(b"movie\nfoo\xb5bar\n")
+    code = cli_main(["calibrate", "--artifact", tiny_artifact_dir, "--word-list", str(words), "--epsilons", "5",
+                     "--output", str(tmp_path / "bin")] + RUNNER)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "line 2" in err and "not UTF-8" in err
+    assert "0xb5" not in err and "foo" not in err and "\\xb5" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert not os.path.exists(tmp_path / "bin" / "summary.json")
+
+
+def test_word_list_with_no_vocabulary_word_fails_in_one_line(tiny_artifact_dir, tmp_path, capsys):
+    words = tmp_path / "words.txt"
+    words.write_text("qqqzzx\nzzyqqk\n", encoding="utf-8")
+    code = cli_main(["calibrate", "--artifact", tiny_artifact_dir, "--word-list", str(words), "--epsilons", "5",
+                     "--samples", "20", "--output", str(tmp_path / "none")] + RUNNER)
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "every word of the list is outside the vocabulary" in err
+    assert "qqqzzx" not in err and len(err.strip().splitlines()) == 1

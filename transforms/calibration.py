@@ -30,6 +30,7 @@ from textdp.calibration import K_VALUES, WordCalibrator, build_summary
 from textdp.locate import open_artifact
 from textdp.mechanisms import make_mechanism
 from textdp.report import build_report_files
+from textdp.tokenize import UNKNOWN_ID, Tokenizer
 from transforms.worker import NAMESPACE, WorkerConfig, WorkerState
 SUMMARY_FILE = "summary.json"
 TABLE_PREFIX = "per_word"
@@ -96,6 +97,7 @@ class CalibrateWordFn(beam.DoFn):
         self._unknown = Metrics.counter(NAMESPACE, "unknown_words")
         self._calibrator = None
         self._rng = None
+        self._tokenizer = None  # for --word-list lines, made on first use (one per DoFn instance)
 
     def setup(self):
         config = self.config
@@ -107,13 +109,21 @@ class CalibrateWordFn(beam.DoFn):
     def finish_bundle(self):
         self._state.progress.flush()
 
+    def _word_id(self, artifact, line: str) -> int:
+        """The vocabulary id of a --word-list line as privatize would look its word up (the tokenizer's
+        rule: case, apostrophes, Unicode forms); UNKNOWN_ID unless the line is exactly one known word."""
+        if self._tokenizer is None:
+            self._tokenizer = Tokenizer(artifact.word_to_id, artifact.words)
+        ids = self._tokenizer.tokenize(line).ids
+        return int(ids[0]) if len(ids) == 1 else UNKNOWN_ID
+
     def process(self, element):
         self._state.report()
         key, stratum = element
         artifact = self._state.value
         if isinstance(key, str):  # a word from --word-list: (line number is the stratum)
-            word_id = artifact.word_to_id.get(key)
-            if word_id is None:
+            word_id = self._word_id(artifact, key)
+            if word_id == UNKNOWN_ID:
                 self._unknown.inc()
                 yield beam.pvalue.TaggedOutput(self.UNKNOWN, int(stratum))  # the line number, never the word
                 return
