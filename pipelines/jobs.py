@@ -336,6 +336,9 @@ def run_job(name: str, argv: Optional[Sequence[str]] = None) -> int:
         options = parse_job_options(name, argv)
         _with_local_runner(options)
         plan = module.prepare(options)
+    except KeyboardInterrupt:  # e.g. while the default artifact builds (its staging folder is removed)
+        print(f"textdp {name}: interrupted before the run started; nothing was written", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except (JobRefused, ValueError, LookupError) as exc:
         say(_one_line(exc))
         return EXIT_REFUSED

@@ -449,3 +449,57 @@ def build_and_upload(source, gs_url: str, vocab_size: Optional[int] = None, tree
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return gs_url
+
+
+# --- the pre-run check of gs:// inputs and outputs ---------------------------------------------------
+
+PREFLIGHT_TIMEOUT_S = 10.0
+
+
+def preflight(urls, *, writes: bool, timeout: float = PREFLIGHT_TIMEOUT_S) -> None:
+    """Refuse, within about ``timeout`` seconds, gs:// locations a job could not use.
+
+    Without this a job with no credentials or no route to Cloud Storage spends two minutes in the
+    client library's retries and ends in a traceback. For each bucket named in ``urls`` one listing
+    request is made, with no retry: no answer in time, a missing bucket or a refusal is a
+    TextdpError naming the bucket (never object contents). ``writes``: the job writes there, so
+    Application Default Credentials are required (reads may be anonymous: public buckets). With
+    ``STORAGE_EMULATOR_HOST`` set (a local emulator) no credentials are needed.
+    """
+    from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+
+    buckets = {}
+    for url in urls:
+        if is_gcs_url(url):
+            bucket, prefix = parse_gcs_url(url)
+            buckets.setdefault(bucket, prefix)
+    if not buckets:
+        return
+    if not os.environ.get("STORAGE_EMULATOR_HOST"):
+        import google.auth  # pylint: disable=import-outside-toplevel
+        from google.auth.exceptions import DefaultCredentialsError  # pylint: disable=import-outside-toplevel
+
+        try:
+            google.auth.default()
+        except DefaultCredentialsError:
+            if writes:
+                raise TextdpError(f"gs://{next(iter(buckets))}: writing to Cloud Storage needs Google Cloud "
+                                  "credentials, and none were found (run `gcloud auth application-default login` "
+                                  "or set GOOGLE_APPLICATION_CREDENTIALS)") from None
+    import requests  # pylint: disable=import-outside-toplevel
+    from google.api_core import exceptions as api  # pylint: disable=import-outside-toplevel
+
+    client = storage_client()
+    for bucket, prefix in buckets.items():
+        try:
+            next(iter(client.list_blobs(bucket, prefix=prefix.split("*")[0], max_results=1, timeout=timeout,
+                                        retry=None)), None)
+        except api.NotFound:
+            raise TextdpError(f"gs://{bucket} does not exist (or is not visible to these credentials)") from None
+        except (api.Forbidden, api.Unauthorized) as exc:
+            raise TextdpError(f"gs://{bucket}: access refused ({exc.code} {type(exc).__name__}); check the "
+                              "credentials and the bucket's permissions") from None
+        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError,
+                TimeoutError) as exc:
+            raise TextdpError(f"gs://{bucket}: Cloud Storage did not answer within {timeout:g} s "
+                              f"({type(exc).__name__}); check the network, proxy and credentials") from None

@@ -360,11 +360,20 @@ def ensure_default_artifact(progress: Optional[Progress] = stderr_progress) -> s
     path = default_artifact_path()
     if os.path.exists(os.path.join(path, MANIFEST)):
         return path
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with FileLock(path + ".lock"):
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        lock = FileLock(path + ".lock")
+        lock.acquire()
+    except OSError as exc:  # unwritable, or a file where a directory should be
+        raise ArtifactError(f"the textdp cache {cache_dir()} cannot hold the default artifact "
+                            f"({exc.strerror or type(exc).__name__}): set TEXTDP_CACHE_DIR to a writable "
+                            "directory, or give --artifact") from None
+    try:
         if os.path.exists(os.path.join(path, MANIFEST)):
             return path
         if progress:
             progress(f"building the default artifact ({BUNDLED_GLOVE}, one time only) into {path}")
         build_artifact(EmbeddingSource("bundled", BUNDLED_GLOVE), path, progress=progress)
+    finally:
+        lock.release()
     return path
