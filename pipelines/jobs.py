@@ -231,12 +231,14 @@ class Plan:
     ``build(progress_dir)`` returns the pipeline. ``temp_parents``: directories in which the run's
     sinks may create ``beam-temp-*`` folders (removed after a failure). ``progress``: (unit, total,
     rate_of) for the progress line, or None. ``report()`` returns the lines printed after success.
+    ``guard``: the run's ``textdp.outputs.OutputGuard``, whose output locks are held while it runs.
     """
 
     build: object
     report: object
     temp_parents: Tuple[str, ...] = ()
     progress: Optional[Tuple[str, Optional[int], str]] = None
+    guard: object = None
 
 
 def _temp_folders(parents: Sequence[str]) -> set:
@@ -336,6 +338,8 @@ def run_job(name: str, argv: Optional[Sequence[str]] = None) -> int:
         options = parse_job_options(name, argv)
         _with_local_runner(options)
         plan = module.prepare(options)
+        if plan.guard is not None:  # <output>.lock for every output, held until the run ends (textdp/outputs.py)
+            plan.guard.acquire()
     except (JobRefused, ValueError, LookupError) as exc:
         say(_one_line(exc))
         return EXIT_REFUSED
@@ -370,6 +374,8 @@ def run_job(name: str, argv: Optional[Sequence[str]] = None) -> int:
     finally:
         if progress_dir:
             shutil.rmtree(progress_dir, ignore_errors=True)
+        if plan.guard is not None:
+            plan.guard.release()
     for line in plan.report():
         print(line)
     return EXIT_OK
