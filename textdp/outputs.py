@@ -98,6 +98,7 @@ class OutputGuard:
         self.earlier: List[str] = []
         self._held: List[str] = []
         self._prefixes: Dict[str, str] = {}
+        self._earlier_names: Dict[Tuple[str, str], str] = {}
 
     # --- registering --------------------------------------------------------------------------
     def prefix(self, flag: str, prefix: str) -> str:
@@ -116,14 +117,20 @@ class OutputGuard:
         self.lock_targets.setdefault(resolved + LOCK_SUFFIX, f"{flag} {prefix}")
         return resolved
 
-    def directory(self, flag: str, path: str) -> str:
-        """Check an output directory (calibrate, audit, an artifact); returns it resolved, without a trailing /."""
+    def directory(self, flag: str, path: str, files: Sequence[str] = (), earlier: str = "") -> str:
+        """Check an output directory (calibrate, audit, an artifact) and register ``files``, the names the
+        job writes in it; ``earlier``: what its files are called in a refusal ("an earlier audit").
+        Returns the directory resolved, without a trailing /."""
         refuse_glob_characters(flag, path)
         stripped = path.rstrip("/") or path
         if not is_remote(stripped) and os.path.exists(stripped) and not os.path.isdir(stripped):
             raise TextdpError(f"{flag} {path} is a file, not a directory")
         resolved = real_path(stripped)
         self.lock_targets.setdefault(resolved + LOCK_SUFFIX, f"{flag} {path}")
+        for name in files:
+            self.file(flag, name, f"{resolved}/{name}", label=path)
+        if earlier:
+            self._earlier_names[(flag, path)] = earlier
         return resolved
 
     def sharded(self, flag: str, what: str, prefix: str, shard_template: str, suffix: str,
@@ -180,6 +187,9 @@ class OutputGuard:
         singles = {(out.flag, out.label) for out in self.outputs if out.single}
         for (flag, label), own in own_by_flag.items():
             if own and not self.overwrite:
+                if (flag, label) in self._earlier_names:
+                    raise TextdpError(f"{flag} {label} already holds {self._earlier_names[flag, label]} "
+                                      f"({sorted(own)[0]}); give --overwrite to replace it, or choose another {flag}")
                 if (flag, label) in singles:
                     raise TextdpError(f"{flag} {label} already exists; give --overwrite to replace it, or choose "
                                       f"another {flag}")
@@ -243,7 +253,8 @@ def missing_fields(flag: str, names: Sequence[str], known: Sequence[str], where:
     if not missing:
         return None
     name = missing[0]
-    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    close = [k for k in known if k.lower() == name.lower()] or difflib.get_close_matches(name, list(known), n=1,
+                                                                                          cutoff=0.6)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return (f"{flag} {name!r}: no such field in {where}{hint}; fields there: "
             f"{', '.join(repr(k) for k in sorted(known)[:20])}{' ...' if len(known) > 20 else ''}")
