@@ -292,9 +292,10 @@ def prepare(options: PipelineOptions) -> Plan:
         headline = _headline(paths["summary"])
         return lines + ([headline] if headline else []) + [f"WARNING: {w}" for w in checked.warnings]
 
-    parent = FileSystems.split(output)[0] if "://" in output else (os.path.dirname(os.path.abspath(output)))
+    parents = tuple(dict.fromkeys(FileSystems.split(path)[0] if "://" in path else os.path.dirname(os.path.abspath(path))
+                                  for path in (output, opts.diagnostics_output) if path))
     return Plan(build=lambda progress_dir: build_pipeline(options, progress_dir, checked), report=report,
-                temp_parents=(parent,), progress=("records", total, "tokens"), guard=checked.guard)
+                temp_parents=parents, progress=("records", total, "tokens"), guard=checked.guard)
 
 
 def _headline(summary_path: str) -> Optional[str]:
