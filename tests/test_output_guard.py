@@ -249,3 +249,22 @@ def test_calibrate_and_audit_outputs_go_through_the_same_guard(tmp_path, small_a
     _refused(capsys, [f"--artifact={small_artifact_dir}", "--epsilons=5", f"--output={tmp_path}/a*"],
              "glob character", job="audit")
     assert _files(tmp_path) == before
+
+
+def test_calibrate_and_neighbours_hold_a_lock_for_their_run(tmp_path, tiny_artifact_dir, capsys):
+    """Two calibrations into one directory, or two table jobs on one artifact, at once: the second is refused."""
+    import shutil
+    (tmp_path / "cal.lock").write_text("textdp calibrate, pid 7 on elsewhere, since 2026-01-01T00:00:00Z\n",
+                                       encoding="utf-8")
+    copy = tmp_path / "artifact"
+    shutil.copytree(tiny_artifact_dir, copy)
+    (tmp_path / "artifact.lock").write_text("textdp neighbours, pid 8 on elsewhere\n", encoding="utf-8")
+    before = _files(tmp_path)
+    _refused(capsys, [f"--artifact={tiny_artifact_dir}", "--epsilons=5", "--samples=10", f"--output={tmp_path}/cal"],
+             f"lock file {tmp_path}/cal.lock", "pid 7", f"remove {tmp_path}/cal.lock", job="calibrate")
+    _refused(capsys, [f"--artifact={copy}", "--k=5"], f"lock file {copy}.lock", f"remove {copy}.lock",
+             job="neighbours")
+    assert _files(tmp_path) == before
+    os.remove(f"{copy}.lock")
+    assert cli_main(["neighbours", f"--artifact={copy}", "--k=5"] + RUNNER) == 0
+    assert not os.path.exists(f"{copy}.lock")
