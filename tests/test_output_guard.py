@@ -248,6 +248,13 @@ def test_calibrate_and_audit_outputs_go_through_the_same_guard(tmp_path, small_a
              "--word-list matches", job="calibrate")
     _refused(capsys, [f"--artifact={small_artifact_dir}", "--epsilons=5", f"--output={tmp_path}/a*"],
              "glob character", job="audit")
+    corpus = tmp_path / "aud" / "summary.json"
+    corpus.parent.mkdir()
+    corpus.write_text(json.dumps({"text": f"a good {SECRET} movie"}) + "\n", encoding="utf-8")
+    before = _files(tmp_path)
+    _refused(capsys, [f"--artifact={small_artifact_dir}", "--epsilons=5", "--checks=inversion",
+                      f"--corpus={corpus}", "--corpus-format=jsonl", f"--output={tmp_path}/aud", "--overwrite"],
+             "--corpus matches", job="audit")
     assert _files(tmp_path) == before
 
 
