@@ -292,7 +292,8 @@ def prepare(options: PipelineOptions) -> Plan:
         headline = _headline(paths["summary"])
         return lines + ([headline] if headline else []) + [f"WARNING: {w}" for w in checked.warnings]
 
-    parents = tuple(dict.fromkeys(FileSystems.split(path)[0] if "://" in path else os.path.dirname(os.path.abspath(path))
+    parents = tuple(dict.fromkeys(FileSystems.split(path)[0] if "://" in path
+                                  else os.path.dirname(os.path.abspath(path))
                                   for path in (output, opts.diagnostics_output) if path))
     return Plan(build=lambda progress_dir: build_pipeline(options, progress_dir, checked), report=report,
                 temp_parents=parents, progress=("records", total, "tokens"), guard=checked.guard)

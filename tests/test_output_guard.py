@@ -115,7 +115,8 @@ def test_item2_diagnostics_never_share_the_records_prefix_or_overwrite_the_input
     _refused(capsys, base + [f"--input={source}", f"--output={tmp_path}/o/x", f"--diagnostics-output={tmp_path}/o/x"],
              "--diagnostics-output", "is also --output")
     _refused(capsys, base + [f"--input={source}", f"--output={tmp_path}/o/x",
-                             f"--diagnostics-output={tmp_path}/o/x-errors"], "would be the same files or delete each other", "the diagnostics")
+                             f"--diagnostics-output={tmp_path}/o/x-errors"],
+             "would be the same files or delete each other", "the diagnostics")
     assert _files(tmp_path) == before
     earlier = _jsonl(tmp_path / "d-00000-of-00001.jsonl", 2)  # an earlier diagnostics-named file used as input
     before = _files(tmp_path)
@@ -275,3 +276,37 @@ def test_calibrate_and_neighbours_hold_a_lock_for_their_run(tmp_path, tiny_artif
     os.remove(f"{copy}.lock")
     assert cli_main(["neighbours", f"--artifact={copy}", "--k=5"] + RUNNER) == 0
     assert not os.path.exists(f"{copy}.lock")
+
+
+# --- the guard itself (textdp/outputs.py, no Beam) ---------------------------------------------------------
+
+def _local_guard(overwrite=False):
+    from textdp.outputs import OutputGuard
+    return OutputGuard("privatize", overwrite, os.path.exists, lambda pattern: sorted(glob.glob(pattern)))
+
+
+def test_an_output_written_between_the_check_and_the_lock_refuses_the_run(tmp_path):
+    """The lock is taken just before the pipeline runs; the check is repeated under it, so a run that
+    finished in between (or any file that appeared) is not overwritten."""
+    from textdp.errors import TextdpError
+    guard = _local_guard()
+    prefix = guard.prefix("--output", f"{tmp_path}/x")
+    guard.sharded("--output", "the records", prefix, "-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]",
+                  ".txt", ("-00000-of-00001",), (f"{prefix}-*-of-*.txt",))
+    assert guard.check() == []
+    (tmp_path / "x-00000-of-00001.txt").write_text("another run\n", encoding="utf-8")
+    with pytest.raises(TextdpError, match="already holds 1 file"):
+        guard.acquire()
+    assert not os.path.exists(f"{tmp_path}/x.lock") and guard.held == ()
+    assert (tmp_path / "x-00000-of-00001.txt").read_text(encoding="utf-8") == "another run\n"
+
+
+def test_gs_paths_get_the_glob_and_separator_refusals_and_no_lock():
+    from textdp.errors import TextdpError
+    guard = _local_guard()
+    for bad, message in (("gs://bucket/o/r[12]", "glob character"), ("gs://bucket/o/", "path separator")):
+        with pytest.raises(TextdpError, match=message):
+            guard.prefix("--output", bad)
+    assert guard.prefix("--output", "gs://bucket/o/x") == "gs://bucket/o/x"
+    guard.acquire()  # nothing local to lock: gs:// outputs are not protected against concurrent runs
+    assert guard.held == ()
