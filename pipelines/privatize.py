@@ -52,8 +52,6 @@ def output_paths(output: str, data_format: str) -> dict:
         "errors": f"{output}-errors-{FIVE_DIGITS}.jsonl",
         "summary": f"{output}-summary.json",
         "amplification": f"{output}-amplification.json",
-        # what Beam's file sinks delete before writing (any shard count): must hold no other run's files
-        "sink_globs": (f"{output}-*-of-*{suffix}", f"{output}-errors-*.jsonl"),
     }
 
 
