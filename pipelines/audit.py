@@ -37,6 +37,7 @@ from textdp.audit_pairs import BANDS, base_word_count, base_words, bound_text
 from textdp.audit_selfcheck import planned_tests
 from textdp.errors import TextdpError
 from textdp.locate import artifact_needs, verify_artifact
+from textdp.outputs import OutputGuard
 from transforms.audit_common import AuditConfig
 from transforms.audit_outputs import (INVERSION_TABLE, LINKAGE_TABLE, SELF_CHECK_TABLE, SUMMARY_FILE, WriteAuditOutputs,
                                       inversion_schema, linkage_schema, self_check_schema)
@@ -144,11 +145,8 @@ def prepare_run(options: PipelineOptions) -> Prepared:
             raise TextdpError(f"--pair-list {opts.pair_list!r} does not exist")
         user_pairs = read_pair_list(opts.pair_list)
     manifest = verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
-    earlier = [f"{out.output.rstrip('/')}/{name}" for name in OUTPUT_FILES
-               if FileSystems.exists(f"{out.output.rstrip('/')}/{name}")]
-    if earlier and not out.overwrite:
-        raise TextdpError(f"--output {out.output} already holds an earlier audit ({earlier[0]}); give --overwrite "
-                          "to replace it, or choose another --output")
+    guard = output_guard(options)
+    earlier = guard.earlier
     if earlier:
         FileSystems.delete(earlier)
     vocab_size = int(manifest["vocab_size"])
@@ -209,6 +207,18 @@ def prepare_run(options: PipelineOptions) -> Prepared:
         "corpus_pattern": opts.corpus,
     }
     return Prepared(config, checks, plan_elements, run_info, corpus_format, text_fields, manifest)
+
+
+def output_guard(options: PipelineOptions) -> OutputGuard:
+    """The run's outputs checked by the one output guard (textdp/outputs.py); run_job locks them with it."""
+    opts, out = options.view_as(AuditOptions), options.view_as(OutputOptions)
+    guard = OutputGuard("audit", out.overwrite, FileSystems.exists, matched_paths)
+    guard.directory("--output", out.output, OUTPUT_FILES, earlier="an earlier audit")
+    for flag, pattern in (("--corpus", opts.corpus), ("--prior-corpus", opts.prior_corpus),
+                          ("--pair-list", opts.pair_list)):
+        guard.read(flag, matched_paths(pattern) if pattern else [])
+    guard.check()
+    return guard
 
 
 def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
@@ -300,7 +310,8 @@ def prepare(options: PipelineOptions) -> Plan:
     output = options.view_as(OutputOptions).output.rstrip("/")
     # no total: pairs share words (drawn once), so the number of draws is known only as the run goes
     return Plan(build=lambda progress_dir: build_pipeline(options, progress_dir, prepared),
-                report=lambda: report_lines(output), temp_parents=(output,), progress=("draws", None, "draws"))
+                report=lambda: report_lines(output), temp_parents=(output,), progress=("draws", None, "draws"),
+                guard=output_guard(options))
 
 
 def help_parser():

@@ -33,6 +33,8 @@ from pipelines.jobs import Plan, run_job
 from textdp.calibration import stratified_word_sample
 from textdp.errors import TextdpError
 from textdp.locate import artifact_needs, verify_artifact
+from textdp.outputs import OutputGuard
+from transforms.io import matched_paths
 from transforms.calibration import (SUMMARY_FILE, TABLE_FILE, TABLE_PREFIX, CalibrateWords, CalibrationConfig,
                                     WriteCalibrationOutputs, parquet_schema)
 
@@ -66,12 +68,18 @@ def validate(options: PipelineOptions) -> dict:
     if opts.word_list and not FileSystems.exists(opts.word_list):
         raise TextdpError(f"--word-list {opts.word_list!r} does not exist")
     manifest = verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
-    earlier = [f"{output.rstrip('/')}/{name}" for name in OUTPUT_FILES
-               if FileSystems.exists(f"{output.rstrip('/')}/{name}")]
-    if earlier and not options.view_as(OutputOptions).overwrite:
-        raise TextdpError(f"--output {output} already holds an earlier calibration ({earlier[0]}); give --overwrite "
-                          "to replace it, or choose another --output")
+    output_guard(options)
     return manifest
+
+
+def output_guard(options: PipelineOptions) -> OutputGuard:
+    """The run's outputs checked by the one output guard (textdp/outputs.py); run_job locks them with it."""
+    out, word_list = options.view_as(OutputOptions), options.view_as(CalibrateOptions).word_list
+    guard = OutputGuard("calibrate", out.overwrite, FileSystems.exists, matched_paths)
+    guard.directory("--output", out.output, OUTPUT_FILES, earlier="an earlier calibration")
+    guard.read("--word-list", [word_list] if word_list else [])
+    guard.check()
+    return guard
 
 
 def read_word_list(path: str) -> List[tuple]:
@@ -178,7 +186,8 @@ def prepare(options: PipelineOptions) -> Plan:
         return [summary["recommendation"]["message"], f"report: {output}/report.html"]
 
     return Plan(build=lambda progress_dir: build_pipeline(options, progress_dir, manifest, elements), report=report,
-                temp_parents=(output,), progress=("words", len(elements[0]), "draws"))
+                temp_parents=(output,), progress=("words", len(elements[0]), "draws"),
+                guard=output_guard(options))
 
 
 def help_parser():

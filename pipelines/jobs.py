@@ -231,12 +231,14 @@ class Plan:
     ``build(progress_dir)`` returns the pipeline. ``temp_parents``: directories in which the run's
     sinks may create ``beam-temp-*`` folders (removed after a failure). ``progress``: (unit, total,
     rate_of) for the progress line, or None. ``report()`` returns the lines printed after success.
+    ``guard``: the run's ``textdp.outputs.OutputGuard``, whose output locks are held while it runs.
     """
 
     build: object
     report: object
     temp_parents: Tuple[str, ...] = ()
     progress: Optional[Tuple[str, Optional[int], str]] = None
+    guard: object = None
 
 
 def _temp_folders(parents: Sequence[str]) -> set:
@@ -336,6 +338,8 @@ def run_job(name: str, argv: Optional[Sequence[str]] = None) -> int:
         options = parse_job_options(name, argv)
         _with_local_runner(options)
         plan = module.prepare(options)
+        if plan.guard is not None:  # <output>.lock for every output, held until the run ends (textdp/outputs.py)
+            plan.guard.acquire()
     except KeyboardInterrupt:  # e.g. while the default artifact builds (its staging folder is removed)
         print(f"textdp {name}: interrupted before the run started; nothing was written", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -373,6 +377,8 @@ def run_job(name: str, argv: Optional[Sequence[str]] = None) -> int:
     finally:
         if progress_dir:
             shutil.rmtree(progress_dir, ignore_errors=True)
+        if plan.guard is not None:
+            plan.guard.release()
     from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
 
     try:  # a run can finish and still have done nothing that was asked (e.g. no record to audit)

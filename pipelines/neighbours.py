@@ -25,6 +25,7 @@ from pipelines.jobs import Plan, run_job
 from textdp.errors import TextdpError
 from textdp.locate import read_manifest, resolve_artifact, verify_artifact
 from textdp.neighbours import METRICS, table_files_exist
+from textdp.outputs import OutputGuard
 from transforms.neighbours import ComputeNeighbourTable
 
 
@@ -82,8 +83,10 @@ def prepare(options: PipelineOptions) -> Plan:
                    "fallback_rows": section["fallback_rows"]}
         return [json.dumps(summary, indent=2)]
 
+    guard = OutputGuard("neighbours", False, lambda path: False, lambda pattern: [])  # the table's files: validate()
+    guard.directory("--artifact", location)  # <artifact>.lock: one table job per artifact at a time
     return Plan(build=lambda progress_dir: build_pipeline(options, progress_dir, validated), report=report,
-                progress=("rows", int(manifest["vocab_size"]), "rows"))
+                progress=("rows", int(manifest["vocab_size"]), "rows"), guard=guard)
 
 
 def help_parser():

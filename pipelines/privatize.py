@@ -12,7 +12,6 @@ pipeline starts (``prepare``).
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import math
 import os
@@ -29,9 +28,11 @@ from pipelines.flags import (MAX_EPSILON, VACUOUS_EPSILON, AmplifierOptions, Art
 from pipelines.jobs import Plan, run_job
 from textdp.errors import TextdpError
 from textdp.locate import artifact_needs, verify_artifact
+from textdp.outputs import OutputGuard, missing_fields
 from textdp.summary import FAILED_PREFIX
 from transforms.amplifier import Amplify
-from transforms.io import OUTPUT_SUFFIX, ReadRecords, WriteErrors, WriteRecords, infer_format, matched_paths, parquet_schema
+from transforms.io import (FIELD_SAMPLE_RECORDS, OUTPUT_SUFFIX, ReadRecords, WriteErrors, WriteRecords,
+                           first_record_fields, infer_format, matched_paths, parquet_schema)
 from transforms.perturb import WriteSummary
 from transforms.privatize import Privatize, SumCounts
 from transforms.shard_writer import WriteShuffledShards
@@ -51,8 +52,6 @@ def output_paths(output: str, data_format: str) -> dict:
         "errors": f"{output}-errors-{FIVE_DIGITS}.jsonl",
         "summary": f"{output}-summary.json",
         "amplification": f"{output}-amplification.json",
-        # what Beam's file sinks delete before writing (any shard count): must hold no other run's files
-        "sink_globs": (f"{output}-*-of-*{suffix}", f"{output}-errors-*.jsonl"),
     }
 
 
@@ -67,6 +66,7 @@ class Checked:
     inputs: List[str]
     earlier_files: List[str]
     warnings: List[str]
+    guard: Optional[OutputGuard] = None  # run_job locks the outputs with it for the run
 
 
 def _matches(pattern: str) -> List[str]:
@@ -112,35 +112,63 @@ def check(options: PipelineOptions) -> Checked:
     if not inputs:
         raise TextdpError(f"no file matches --input {opts.input!r}")
     schema = parquet_schema(opts.input, text_fields) if data_format == "parquet" else None  # refuses mismatches
+    _check_fields(amplifier, data_format, schema, inputs)
     paths = output_paths(out.output, data_format)
-    earlier = _check_outputs(out.output, paths, inputs, opts.public_summary, out.overwrite)
+    guard = _check_outputs(options, paths, data_format, inputs)
     warnings = []
     if opts.epsilon > VACUOUS_EPSILON:
         warnings.append(f"epsilon {opts.epsilon:g} is above {VACUOUS_EPSILON:g}: the bound exp(epsilon * d) exceeds "
                         f"e^{VACUOUS_EPSILON:g} even for words at distance 1 (GloVe neighbours are 2-5 apart), so it "
                         "protects nothing, and nearly every word is released unchanged")
-    return Checked(data_format, text_fields, schema, paths, inputs, earlier, warnings)
+    return Checked(data_format, text_fields, schema, paths, inputs, guard.earlier, warnings, guard)
 
 
-def _check_outputs(output: str, paths: dict, inputs: List[str], public_summary: Optional[str],
-                   overwrite: bool) -> List[str]:
-    """The earlier run's files at ``output`` (refused unless --overwrite), after refusing outputs that would
-    overwrite an input or let Beam's sinks delete another run's files. Returns the files --overwrite removes."""
-    own_patterns = [paths["output"], paths["errors"], paths["summary"], paths["amplification"]]
-    targets = own_patterns + ([public_summary] if public_summary else [])
-    for path in inputs:
-        if any(fnmatch.fnmatchcase(path, pattern) or path == pattern for pattern in targets):
-            raise TextdpError(f"--input matches {path}, which this run would overwrite as one of its outputs; "
-                              "choose another --output")
-    own = sorted({p for pattern in own_patterns for p in _matches(pattern)})
-    foreign = sorted({p for pattern in paths["sink_globs"] for p in _matches(pattern)} - set(own))
-    if foreign:
-        raise TextdpError(f"--output {output} shares its prefix with {len(foreign)} file(s) of another run (e.g. "
-                          f"{foreign[0]}), which Beam's file sink would delete when it writes; choose another --output")
-    if own and not overwrite:
-        raise TextdpError(f"--output {output} already holds {len(own)} file(s) of an earlier run (e.g. {own[0]}); "
-                          "give --overwrite to replace them all, or choose another --output")
-    return own
+SHARD_SAMPLES = ("-00000-of-00001", "-00003-of-00012")  # example shard parts, to compare outputs with each other
+
+
+def _check_outputs(options: PipelineOptions, paths: dict, data_format: str, inputs: List[str]) -> OutputGuard:
+    """Every output of the run (records, errors, operator and public summaries, amplification report,
+    diagnostics) registered with the one output guard (textdp/outputs.py) and checked against each
+    other, the input files and what exists; ``guard.earlier`` lists the files --overwrite removes."""
+    opts, out = options.view_as(PrivatizeOptions), options.view_as(OutputOptions)
+    guard = OutputGuard("privatize", out.overwrite, FileSystems.exists, _matches)
+    guard.read("--input", inputs)
+    suffix = OUTPUT_SUFFIX[data_format]
+    prefix = guard.prefix("--output", out.output)
+    shard = f"-{FIVE_DIGITS}-of-{FIVE_DIGITS}"
+    guard.sharded("--output", "the records", prefix, shard, suffix, SHARD_SAMPLES, (f"{prefix}-*-of-*{suffix}",),
+                  label=out.output)
+    guard.sharded("--output", "the error records", prefix, f"-errors-{FIVE_DIGITS}", ".jsonl", ("-errors-00000",),
+                  (f"{prefix}-errors-*.jsonl",), label=out.output)
+    guard.file("--output", "the operator summary", paths["summary"], label=out.output)
+    guard.file("--output", "the amplification report", paths["amplification"], label=out.output)
+    if opts.public_summary:
+        guard.file("--public-summary", "the public summary", opts.public_summary, lock=True)
+    if opts.diagnostics_output:
+        diagnostics = guard.prefix("--diagnostics-output", opts.diagnostics_output)
+        guard.sharded("--diagnostics-output", "the diagnostics", diagnostics, shard, ".jsonl", SHARD_SAMPLES,
+                      (f"{diagnostics}-*-of-*.jsonl",))
+    guard.check()
+    return guard
+
+
+def _check_fields(amplifier, data_format: str, schema, inputs: List[str]) -> None:
+    """--drop-fields / --user-field names that no record has are refused (a typo would release the field)."""
+    names = [("--user-field", amplifier.user_field)] if amplifier.user_field else []
+    names += [("--drop-fields", name) for name in amplifier.drop_fields]
+    if not names or data_format == "text":
+        return
+    if data_format == "parquet":
+        known, where = list(schema.names), "the Parquet schema"
+    else:
+        known, read = first_record_fields(inputs, FIELD_SAMPLE_RECORDS)
+        if not read:  # no JSON object to learn the fields from: the run reports the lines as errors
+            return
+        where = f"the first {read} JSON object(s) of the input"
+    for flag, name in names:
+        problem = missing_fields(flag, [name], known, where)
+        if problem:
+            raise TextdpError(problem)
 
 
 def _count_records(inputs: List[str], data_format: str) -> Optional[int]:
@@ -262,9 +290,11 @@ def prepare(options: PipelineOptions) -> Plan:
         headline = _headline(paths["summary"])
         return lines + ([headline] if headline else []) + [f"WARNING: {w}" for w in checked.warnings]
 
-    parent = FileSystems.split(output)[0] if "://" in output else (os.path.dirname(os.path.abspath(output)))
+    parents = tuple(dict.fromkeys(FileSystems.split(path)[0] if "://" in path
+                                  else os.path.dirname(os.path.abspath(path))
+                                  for path in (output, opts.diagnostics_output) if path))
     return Plan(build=lambda progress_dir: build_pipeline(options, progress_dir, checked), report=report,
-                temp_parents=(parent,), progress=("records", total, "tokens"))
+                temp_parents=parents, progress=("records", total, "tokens"), guard=checked.guard)
 
 
 def _headline(summary_path: str) -> Optional[str]:

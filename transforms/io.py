@@ -444,6 +444,36 @@ def _checked_parquet_schema(files: tuple, text_fields: tuple):
     return check_input_schemas([path for path, _, _ in files], text_fields)
 
 
+FIELD_SAMPLE_RECORDS = 1000  # JSON objects read before the run to check --drop-fields / --user-field names
+
+
+def first_record_fields(paths: Sequence[str], limit: int = FIELD_SAMPLE_RECORDS, max_bytes: int = 64 << 20):
+    """``(field names, objects read)``: the top-level keys of the first ``limit`` JSON objects of the JSONL
+    files ``paths`` (in order; compressed files decompressed), read before the run. Lines that are not
+    objects are skipped; reading stops at the first problem of a file (the run reports it). Only names
+    are kept, never a value."""
+    names, read = set(), 0
+    for path in paths:
+        if read >= limit:
+            break
+        consumed = 0
+        try:
+            with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
+                handle = open_decompressed(raw, path)
+                while read < limit and consumed < max_bytes:
+                    line = handle.readline(1 << 22)
+                    if not line:
+                        break
+                    consumed += len(line)
+                    payload, problem = parse_json_line(line.decode("utf-8", "replace").lstrip("\ufeff"))
+                    if problem is None and isinstance(payload, dict):
+                        names.update(str(key) for key in payload)
+                        read += 1
+        except Exception:  # pylint: disable=broad-except  (a damaged file is the run's to report)
+            continue
+    return sorted(names), read
+
+
 def matched_paths(pattern: str):
     """Paths matching ``pattern`` (local or gs://), sorted; empty list if none."""
     result = FileSystems.match([pattern])[0]
