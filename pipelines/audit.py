@@ -35,6 +35,7 @@ from pipelines.flags import (AUDIT_CHECKS, DEFAULT_AUDIT_CHECKS, DEFAULT_MAX_REC
 from pipelines.jobs import Plan, run_job
 from textdp.audit_pairs import BANDS, base_word_count, base_words, bound_text
 from textdp.audit_selfcheck import planned_tests
+from textdp import gcs
 from textdp.errors import TextdpError
 from textdp.locate import artifact_needs, verify_artifact
 from textdp.outputs import OutputGuard
@@ -117,6 +118,8 @@ def prepare_run(options: PipelineOptions) -> Prepared:
     seed = options.view_as(SeedOptions).seed
     if not out.output:
         raise TextdpError("--output is required (a directory, local or gs://)")
+    gcs.preflight([opts.corpus or "", opts.prior_corpus or "", opts.pair_list or ""], writes=False)
+    gcs.preflight([out.output], writes=True)
     mech.validate_mechanism()
     options.view_as(SeedOptions).validate_seed()
     epsilons = options.view_as(EpsilonGridOptions).epsilon_grid()

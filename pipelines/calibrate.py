@@ -31,6 +31,7 @@ from pipelines.flags import (DEFAULT_WORDS, ArtifactOptions, CalibrateOptions, E
                              OutputOptions, SeedOptions, WorkerResourceOptions)
 from pipelines.jobs import Plan, run_job
 from textdp.calibration import stratified_word_sample
+from textdp import gcs
 from textdp.errors import TextdpError
 from textdp.locate import artifact_needs, verify_artifact
 from textdp.outputs import OutputGuard
@@ -49,6 +50,8 @@ def validate(options: PipelineOptions) -> dict:
     output = options.view_as(OutputOptions).output
     if not output:
         raise TextdpError("--output is required (a directory, local or gs://)")
+    gcs.preflight([opts.word_list or ""], writes=False)  # gs:// refused in seconds, not after minutes of retries
+    gcs.preflight([output], writes=True)
     mech.validate_mechanism()
     options.view_as(SeedOptions).validate_seed()
     options.view_as(EpsilonGridOptions).epsilon_grid()

@@ -26,6 +26,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines.flags import (MAX_EPSILON, VACUOUS_EPSILON, AmplifierOptions, ArtifactOptions, MechanismOptions,
                              OovOptions, OutputOptions, PrivatizeOptions, SeedOptions, WorkerResourceOptions)
 from pipelines.jobs import Plan, run_job
+from textdp import gcs
 from textdp.errors import TextdpError
 from textdp.locate import artifact_needs, verify_artifact
 from textdp.outputs import OutputGuard, missing_fields
@@ -108,13 +109,15 @@ def check(options: PipelineOptions) -> Checked:
     if artifact and not artifact.startswith("gs://") and not os.path.isdir(artifact):
         raise TextdpError(f"--artifact {artifact!r} is not a directory")
     verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
+    gcs.preflight([opts.input], writes=False)  # gs:// refused in seconds, not after minutes of retries
+    gcs.preflight([out.output, opts.public_summary or "", opts.diagnostics_output or ""], writes=True)
     inputs = _matches(opts.input)
     if not inputs:
         raise TextdpError(f"no file matches --input {opts.input!r}")
+    paths = output_paths(out.output, data_format)
+    guard = _check_outputs(options, paths, data_format, inputs)  # before any input is opened: refuses unreadable ones
     schema = parquet_schema(opts.input, text_fields) if data_format == "parquet" else None  # refuses mismatches
     _check_fields(amplifier, data_format, schema, inputs)
-    paths = output_paths(out.output, data_format)
-    guard = _check_outputs(options, paths, data_format, inputs)
     warnings = []
     if opts.epsilon > VACUOUS_EPSILON:
         warnings.append(f"epsilon {opts.epsilon:g} is above {VACUOUS_EPSILON:g}: the bound exp(epsilon * d) exceeds "

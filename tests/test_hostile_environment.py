@@ -5,6 +5,7 @@ through ``pipelines.cli.main``; nothing is mocked.
 """
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -95,3 +96,73 @@ def test_gcs_output_without_credentials_is_refused_before_any_request(tmp_path, 
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "no-gcloud"))
     with pytest.raises(textdp.TextdpError, match="needs Google Cloud credentials"):
         gcs.preflight(["gs://textdp-some-bucket/out/x"], writes=True)
+
+
+# Permission checks bind root only without CAP_DAC_OVERRIDE: setpriv drops it for the child, so that
+# an unreadable input and a read-only output directory behave for the test as for an ordinary user.
+WITHOUT_DAC = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--inh-caps",
+               "-dac_override,-dac_read_search"]
+
+
+def _refused(args, tiny_artifact_dir, tmp_path, prefix=()):
+    env = dict(os.environ, TEXTDP_CACHE_DIR=str(tmp_path / "cache"))
+    done = subprocess.run(list(prefix) + [sys.executable, "-m", "pipelines.cli", "privatize", "--epsilon", "5",
+                                          "--artifact", tiny_artifact_dir, "--runner", "FnApiRunner"] + args,
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    return done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv (util-linux)")
+def test_unreadable_input_and_read_only_output_directory_are_refused(tiny_artifact_dir, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("a private line\n")
+    secret.chmod(0)
+    err = _refused(["--input", str(secret), "--output", str(tmp_path / "o" / "x")], tiny_artifact_dir, tmp_path,
+                   WITHOUT_DAC)
+    assert "cannot be read (Permission denied)" in err and "private" not in err
+    readable = tmp_path / "in.txt"
+    readable.write_text("a line\n")
+    locked = tmp_path / "read-only"
+    locked.mkdir()
+    locked.chmod(0o555)
+    err = _refused(["--input", str(readable), "--output", str(locked / "x")], tiny_artifact_dir, tmp_path, WITHOUT_DAC)
+    assert "is not a writable directory (Permission denied)" in err
+    assert os.listdir(locked) == []
+
+
+def test_directory_fifo_and_file_parent_are_refused_before_the_run(tiny_artifact_dir, tmp_path):
+    folder = tmp_path / "folder.txt"
+    folder.mkdir()
+    (folder / "a.txt").write_text("one line\n")
+    err = _refused(["--input", str(folder), "--format", "text", "--output", str(tmp_path / "o" / "x")],
+                   tiny_artifact_dir, tmp_path)
+    assert "is a directory, not a file" in err
+    fifo = tmp_path / "pipe.txt"
+    os.mkfifo(fifo)
+    err = _refused(["--input", str(fifo), "--output", str(tmp_path / "o" / "y")], tiny_artifact_dir, tmp_path)
+    assert "is not a regular file" in err  # and it returned: nothing opened the FIFO (that would hang)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    err = _refused(["--input", str(folder / "a.txt"), "--output", str(blocker / "x")], tiny_artifact_dir, tmp_path)
+    assert "is a file, not a directory" in err
+    err = _refused(["--input", str(folder / "a.txt"), "--output", str(blocker / "sub" / "x")], tiny_artifact_dir,
+                   tmp_path)
+    assert "not a writable directory" in err
+    assert blocker.read_text() == "x"
+
+
+def test_privatize_with_unreachable_cloud_storage_is_refused_in_seconds(tiny_artifact_dir, tmp_path):
+    with socket.socket() as closed:
+        closed.bind(("localhost", 0))
+        port = closed.getsockname()[1]
+    env = dict(os.environ, STORAGE_EMULATOR_HOST=f"http://localhost:{port}", TEXTDP_CACHE_DIR=str(tmp_path / "c"))
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "privatize", "--epsilon", "5", "--artifact",
+                           tiny_artifact_dir, "--input", "gs://textdp-bucket/corpus-*.txt", "--output",
+                           str(tmp_path / "o" / "x"), "--runner", "FnApiRunner"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "did not answer" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert time.monotonic() - started < 60  # was two minutes of retries, then a traceback

@@ -28,6 +28,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import socket
+import stat
 import time
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -53,6 +54,38 @@ def _real_pattern(pattern: str) -> str:
         return pattern
     directory, name = os.path.split(pattern)
     return os.path.join(os.path.realpath(directory or "."), name)
+
+
+def unreadable(path: str) -> Optional[str]:
+    """Why a local input file cannot be read as one (None: it can; gs:// objects are read by Beam).
+
+    A directory, a pipe, a socket or a device is refused before anything opens it: a job reads its
+    input more than once (counting records for the progress line, then privatizing), and opening a
+    FIFO would block until a writer appears."""
+    if is_remote(path):
+        return None
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or type(exc).__name__})"
+    if stat.S_ISDIR(mode):
+        return "is a directory, not a file (give a file pattern such as 'dir/*.txt')"
+    if not stat.S_ISREG(mode):
+        return ("is not a regular file (a pipe, socket or device; a job reads its input more than once, so "
+                "copy it to a file first)")
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or type(exc).__name__})"
+    return None
+
+
+def refuse_unreadable(flag: str, paths: Iterable[str]) -> None:
+    for path in paths:
+        problem = unreadable(path)
+        if problem:
+            raise TextdpError(f"{flag}: {path} {problem}")
 
 
 def refuse_glob_characters(flag: str, path: str) -> None:
@@ -154,7 +187,9 @@ class OutputGuard:
         return resolved
 
     def read(self, flag: str, paths: Iterable[str]) -> None:
-        """Files the run reads (matched, not patterns)."""
+        """Files the run reads (matched, not patterns); each must be a readable regular file."""
+        paths = list(paths)
+        refuse_unreadable(flag, paths)
         self.inputs += [(flag, real_path(p)) for p in paths]
 
     # --- checking -----------------------------------------------------------------------------
@@ -214,10 +249,14 @@ class OutputGuard:
             raise
 
     def _create(self, lock: str, target: str) -> None:
-        os.makedirs(os.path.dirname(lock) or ".", exist_ok=True)
-        try:
+        directory = os.path.dirname(lock) or "."
+        try:  # the first write of the run: an output that cannot be written is refused here, before the run
+            if not os.path.isdir(directory):
+                os.makedirs(directory)
             handle = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
+            if not os.path.isdir(directory):
+                raise TextdpError(f"{target} cannot be written: {directory} is a file, not a directory") from None
             try:
                 with open(lock, encoding="utf-8") as existing:
                     holder = existing.read(200).strip().splitlines()[0]
@@ -225,6 +264,9 @@ class OutputGuard:
                 holder = "holder unknown"
             raise TextdpError(f"{target} is being written by another textdp run (lock file {lock}: {holder}); "
                               f"if no run is writing there, the lock is stale: remove {lock} and run again") from None
+        except OSError as exc:  # a file where a directory should be, a read-only directory or file system
+            raise TextdpError(f"{target} cannot be written: {directory} is not a writable directory "
+                              f"({exc.strerror or type(exc).__name__})") from None
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             out.write(f"textdp {self.job}, pid {os.getpid()} on {socket.gethostname()}, since "
                       f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
