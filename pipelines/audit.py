@@ -116,7 +116,7 @@ def prepare_run(options: PipelineOptions) -> Prepared:
     seed = options.view_as(SeedOptions).seed
     if not out.output:
         raise TextdpError("--output is required (a directory, local or gs://)")
-    mech.validate_mechanism()
+    mech.validate_mechanism(options.view_as(EpsilonGridOptions).epsilon_grid())
     options.view_as(SeedOptions).validate_seed()
     epsilons = options.view_as(EpsilonGridOptions).epsilon_grid()
     checks = _checks(opts)
@@ -144,6 +144,7 @@ def prepare_run(options: PipelineOptions) -> Prepared:
             raise TextdpError(f"--pair-list {opts.pair_list!r} does not exist")
         user_pairs = read_pair_list(opts.pair_list)
     manifest = verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
+    mech.validate_mechanism(options.view_as(EpsilonGridOptions).epsilon_grid(), artifact, manifest)
     earlier = [f"{out.output.rstrip('/')}/{name}" for name in OUTPUT_FILES
                if FileSystems.exists(f"{out.output.rstrip('/')}/{name}")]
     if earlier and not out.overwrite:

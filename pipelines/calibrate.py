@@ -47,7 +47,7 @@ def validate(options: PipelineOptions) -> dict:
     output = options.view_as(OutputOptions).output
     if not output:
         raise TextdpError("--output is required (a directory, local or gs://)")
-    mech.validate_mechanism()
+    mech.validate_mechanism(options.view_as(EpsilonGridOptions).epsilon_grid())
     options.view_as(SeedOptions).validate_seed()
     options.view_as(EpsilonGridOptions).epsilon_grid()
     if opts.words is not None and opts.word_list:
@@ -66,6 +66,7 @@ def validate(options: PipelineOptions) -> dict:
     if opts.word_list and not FileSystems.exists(opts.word_list):
         raise TextdpError(f"--word-list {opts.word_list!r} does not exist")
     manifest = verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
+    mech.validate_mechanism(options.view_as(EpsilonGridOptions).epsilon_grid(), artifact, manifest)
     earlier = [f"{output.rstrip('/')}/{name}" for name in OUTPUT_FILES
                if FileSystems.exists(f"{output.rstrip('/')}/{name}")]
     if earlier and not options.view_as(OutputOptions).overwrite:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import math
 import os
 import sys
 from dataclasses import dataclass
@@ -84,11 +83,7 @@ def check(options: PipelineOptions) -> Checked:
         raise TextdpError("--output is required (an output prefix, local or gs://)")
     if opts.epsilon is None:
         raise TextdpError("--epsilon is required (a finite number > 0)")
-    if not (math.isfinite(opts.epsilon) and 0 < opts.epsilon <= MAX_EPSILON):
-        raise TextdpError(f"--epsilon must be > 0, finite and at most {MAX_EPSILON:g} (got {opts.epsilon:g}): at "
-                          f"{MAX_EPSILON:g} Madlib's noise is already far below any distance between words, so a "
-                          "larger value would only hide that the output is the input")
-    mech.validate_mechanism()
+    mech.validate_mechanism((opts.epsilon,))  # the one epsilon range and the mechanism's own checks
     options.view_as(SeedOptions).validate_seed()
     if opts.max_record_bytes < 1 or (opts.batch_tokens is not None and opts.batch_tokens < 1):
         raise TextdpError("--max-record-bytes and --batch-tokens must be >= 1")
@@ -107,7 +102,8 @@ def check(options: PipelineOptions) -> Checked:
     artifact = options.view_as(ArtifactOptions).artifact
     if artifact and not artifact.startswith("gs://") and not os.path.isdir(artifact):
         raise TextdpError(f"--artifact {artifact!r} is not a directory")
-    verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
+    manifest = verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
+    mech.validate_mechanism((opts.epsilon,), artifact, manifest)  # checks that depend on the vocabulary
     inputs = _matches(opts.input)
     if not inputs:
         raise TextdpError(f"no file matches --input {opts.input!r}")

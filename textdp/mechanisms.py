@@ -71,7 +71,7 @@ _ALIASES = {"lambda": "lam"}
 # so a larger value would only hide that the output is the input.
 MIN_EPSILON = 1e-30
 MAX_EPSILON = 1e6
-EPSILON_RANGE_HELP = (f"a number in [{MIN_EPSILON:g}, {MAX_EPSILON:g}]: below {MIN_EPSILON:g} the noise of the "
+EPSILON_RANGE_HELP = (f"a finite number in [{MIN_EPSILON:g}, {MAX_EPSILON:g}]: below {MIN_EPSILON:g} the noise of the "
                       "nearest-word mechanisms overflows the float32 search, above "
                       f"{MAX_EPSILON:g} the noise is far below any distance between words (the output is the input)")
 
@@ -103,6 +103,29 @@ def check_epsilon(epsilon, what: str = "epsilon") -> float:
         shown = repr(epsilon) if isinstance(epsilon, (bool, numbers.Real)) else f"a {type(epsilon).__name__}"
         raise ParameterError(f"{what} must be {EPSILON_RANGE_HELP}; got {shown}")
     return float(epsilon)
+
+
+class ManifestFacts:
+    """What a launcher knows of an artifact from its verified manifest alone (vocabulary size, Annoy
+    trees): enough for every vocabulary check but the truncated Gumbel mechanism's."""
+
+    def __init__(self, manifest: dict):
+        self.manifest = manifest
+        self.vocab_size = int(manifest["vocab_size"])
+
+
+def artifact_for_checks(name: str, location, manifest: dict):
+    """The artifact as ``check_mechanism`` needs it in a launcher, after ``verify_artifact`` returned
+    ``manifest``: the manifest's facts, or, for a mechanism whose checks read the artifact's arrays
+    (``CHECKS_READ_ARRAYS``: truncated-gumbel reads the neighbour table's smallest distance), the
+    artifact itself, memory-mapped from its local directory. A gs:// artifact is then fetched into
+    this machine's cache first (checksums verified, as a worker does)."""
+    if not getattr(mechanism_class(name), "CHECKS_READ_ARRAYS", False):
+        return ManifestFacts(manifest)
+    from textdp.locate import resolve_artifact  # pylint: disable=import-outside-toplevel
+    from textdp.store import Artifact  # pylint: disable=import-outside-toplevel
+
+    return Artifact(resolve_artifact(location), verify=False)
 
 
 def mechanism_class(name: str):

@@ -109,6 +109,7 @@ class TruncatedGumbel:
 
     name = "truncated-gumbel"
 
+    CHECKS_READ_ARRAYS = True  # the scale checks need the neighbour table's smallest distance and the diameter
     MIN_BOUND_TO_SCALE = 1e-9  # below it the inverse-CDF noise is quantized (1e-12: ~1e4 values), then 0 or NaN
 
     @classmethod
