@@ -135,6 +135,7 @@ class MechanismOptions(PipelineOptions):
             raise TextdpError("--gamma applies to --mechanism tem only")
         artifact = None if manifest is None else artifact_for_checks(self.mechanism, location, manifest)
         for epsilon in epsilons:
+            check_epsilon(epsilon, "--epsilon")
             check_mechanism(self.mechanism, epsilon, artifact, **self.mechanism_kwargs())
 
     def mechanism_kwargs(self) -> dict:

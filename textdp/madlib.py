@@ -57,11 +57,12 @@ class Madlib:
         search_k = check_number(search_k, "search_k", integer=True)
         # Annoy gathers candidates until it holds search_k of them, an item at most once per tree, so
         # search_k >= needed x trees guarantees the words needed; 0 and negatives other than -1 find none
-        trees = int(((getattr(artifact, "manifest", None) or {}).get("annoy") or {}).get("trees", 1))
-        least = cls.NEIGHBOURS_NEEDED * trees
+        trees = ((getattr(artifact, "manifest", None) or {}).get("annoy") or {}).get("trees")
+        least = cls.NEIGHBOURS_NEEDED * int(trees or 1)
         if nn == "annoy" and search_k != -1 and search_k < least:
-            raise ParameterError(f"search_k must be -1 (Annoy's default) or >= {least} ({cls.NEIGHBOURS_NEEDED} "
-                                 f"word(s) x {trees} tree(s): fewer may return no word), got {search_k}")
+            why = f"{cls.NEIGHBOURS_NEEDED} word(s) x {trees} Annoy trees" if trees else "the words needed"
+            raise ParameterError(f"search_k must be -1 (Annoy's default) or >= {least} ({why}: fewer may return "
+                                 f"too few words), got {search_k}")
 
     def __init__(self, artifact, epsilon: float, nn: str = "exact", search_k: int = -1,
                  batch: int = 1024):
