@@ -77,12 +77,17 @@ def _regexes(action: argparse.Action) -> List[str]:
 
 
 def parameter_name(action: argparse.Action) -> str:
-    """The template parameter of a flag: one of the flag's own names without its dashes, the underscore
-    spelling Dataflow uses where the flag has one (``oov_policy``), else its first long name
-    (``lambda``, whose dest is ``lam``): ``--<name>=VALUE`` is then a flag the job itself accepts."""
-    names = [option[2:] for option in action.option_strings if option.startswith("--")]
-    underscored = [name for name in names if "-" not in name]
-    return (underscored or names)[0]
+    """The template parameter of a flag: one of the flag's own names without its dashes, in the form
+    Dataflow allows (letters, digits, underscores): ``--<dest>`` where the flag has that name
+    (``oov_policy``), else its first such name (``lambda``, whose dest is ``lam``). ``--<name>=VALUE``
+    is then a flag the job itself accepts. A flag without such a name (only ``--x-y``) is an error:
+    give it a ``--x_y`` spelling too."""
+    names = [option[2:] for option in action.option_strings
+             if option.startswith("--") and re.fullmatch(r"[a-zA-Z][a-zA-Z0-9_]*", option[2:])]
+    if not names:
+        raise ValueError(f"flag {action.option_strings[0]} has no name a template parameter can have "
+                         "(letters, digits, underscores): add one, e.g. --x_y beside --x-y")
+    return action.dest if action.dest in names else names[0]
 
 
 def parameters(parser: argparse.ArgumentParser, required: Sequence[str] = ()) -> List[dict]:

@@ -60,7 +60,7 @@ PRIVATIZE_REFUSALS = [
     (["--mechanism", "santext+", "--santext-p", "0"], "santext p must be > 0"),
     (["--mechanism", "santext+", "--sensitive-fraction", "0.0001"], "selects no word of this vocabulary"),
     (["--mechanism", "mahalanobis", "--lambda", "nan"], "lambda must be a finite number"),
-    (["--mechanism", "vickrey", "--vickrey-t", "1.5"], "t must be <= 1"),
+    (["--mechanism", "vickrey", "--vickrey-t", "1.5"], "vickrey t must be <= 1"),
     (["--mechanism", "tem", "--beta", "1"], "beta must be < 1"),
     (["--mechanism", "tem", "--gamma", "inf"], "gamma must be a finite number"),
 ]

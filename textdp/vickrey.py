@@ -65,7 +65,7 @@ class Vickrey:
         from textdp.errors import ParameterError  # pylint: disable=import-outside-toplevel
         from textdp.mechanisms import check_number  # pylint: disable=import-outside-toplevel
 
-        check_number(t, "t", 0.0, 1.0)
+        check_number(t, "vickrey t", 0.0, 1.0)
         if noise not in NOISES:
             raise ParameterError(f"unknown noise {noise!r} (expected one of {', '.join(NOISES)})")
         _TwoNearestMahalanobis.check_parameters(epsilon, artifact, lam=lam, nn=nn, search_k=search_k)
