@@ -16,6 +16,10 @@ otherwise a uniform allowed word y, accepted iff y is not in T(x) and V u < f(y)
 (probability (|A| u / E)(1/|A|)(f(y)/u) = f(y)/E). Every round returns y with probability f(y)/E or
 nothing, so the first accepted round has law f/Z exactly; the number of rounds is geometric with
 mean E/Z. Only rejected-or-accepted uniform rounds compute a distance (float64, from the vectors).
+All weights of a token are taken relative to its nearest allowed table word (or to d_K when no
+allowed word is in its row: SanText+ for a frequent word), which multiplies f, u and E by one constant
+(the same law) and keeps them representable: exp(-epsilon d / 2) alone underflows to 0 for every
+allowed word at large epsilon (SanText+ at epsilon ~500), which would leave the envelope empty.
 
 Work is vectorised over the batch: every pending token gets a block of rounds (4 at first, four
 times more on each retry, at most 256), the first accepted round per token is kept (discarding the
