@@ -309,7 +309,8 @@ class EpsilonGridOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
         parser.add_argument("--epsilons", dest="epsilons", default=DEFAULT_EPSILONS,
-                            help=f"comma-separated epsilons to compare; default {DEFAULT_EPSILONS}")
+                            help=f"comma-separated epsilons to compare, each in [{MIN_EPSILON:g}, {MAX_EPSILON:g}] "
+                                 f"(see --epsilon of textdp privatize); default {DEFAULT_EPSILONS}")
 
     def epsilon_grid(self) -> tuple:
         from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel

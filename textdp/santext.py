@@ -99,8 +99,6 @@ class SanText:
         self.sensitive_fraction = None
         self.p = None
         if self.plus:
-            if not 0.0 < p <= 1.0:
-                raise ValueError("p must be in (0, 1]")
             self.p = float(p)
             if sensitive_ids is not None:
                 allowed = np.unique(np.asarray(sensitive_ids, dtype=np.int64))

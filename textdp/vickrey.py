@@ -73,12 +73,6 @@ class Vickrey:
     def __init__(self, artifact, epsilon: float, t: float = 0.5, noise: str = "madlib", lam: float = 0.2,
                  nn: str = "exact", search_k: int = -1, batch: int = 1024):
         type(self).check_parameters(epsilon, artifact, t=t, noise=noise, lam=lam, nn=nn, search_k=search_k)
-        if not 0.0 <= t <= 1.0:
-            raise ValueError("t must be in [0, 1]")
-        if noise not in NOISES:
-            raise ValueError(f"unknown noise {noise!r} (expected one of {', '.join(NOISES)})")
-        if nn not in ("exact", "annoy"):
-            raise ValueError(f"unknown nearest-neighbour method {nn!r} (expected 'exact' or 'annoy')")
         self.artifact = artifact
         self.t = float(t)
         self.noise = noise
