@@ -23,7 +23,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.flags import (MAX_EPSILON, VACUOUS_EPSILON, AmplifierOptions, ArtifactOptions, MechanismOptions,
+from pipelines.flags import (VACUOUS_EPSILON, AmplifierOptions, ArtifactOptions, MechanismOptions,
                              OovOptions, OutputOptions, PrivatizeOptions, SeedOptions, WorkerResourceOptions)
 from pipelines.jobs import Plan, run_job
 from textdp.errors import TextdpError
