@@ -65,9 +65,9 @@ _ALIASES = {"lambda": "lam"}
 # --epsilons, textdp.Privatizer, transforms.Privatize). Lower bound: Madlib's noise has magnitude
 # ~ dimension / epsilon and the nearest-word search holds the noisy point in float32 (largest value
 # 3.4e38): at epsilon 1e-37 (50 dimensions) the cast overflows ("points must be finite"); 1e-30
-# leaves a margin of 1e6 for 300-dimensional embeddings and Mahalanobis's stretched noise (checked
-# on the 5k fixture and the 400k artifact: tests/test_parameter_refusals.py runs every mechanism at
-# both ends). Upper bound: at 1e6 Madlib's noise is already far below any distance between words,
+# leaves a margin of 1e6 for 300-dimensional embeddings and Mahalanobis's stretched noise (every
+# mechanism ran at 1e-30 and 1e6 on the 5k fixture, as tests/test_parameter_refusals.py does; the
+# vector mechanisms and CusText also on the 400k artifact, which has no neighbour table in this build). Upper bound: at 1e6 Madlib's noise is already far below any distance between words,
 # so a larger value would only hide that the output is the input.
 MIN_EPSILON = 1e-30
 MAX_EPSILON = 1e6
