@@ -136,16 +136,17 @@ class MechanismOptions(PipelineOptions):
         artifact = None if manifest is None else artifact_for_checks(self.mechanism, location, manifest)
         for epsilon in epsilons:
             check_epsilon(epsilon, "--epsilon")
-            check_mechanism(self.mechanism, epsilon, artifact, **self.mechanism_kwargs())
+            check_mechanism(self.mechanism, epsilon, artifact, **self.mechanism_kwargs(every=True))
 
-    def mechanism_kwargs(self) -> dict:
-        """Keyword arguments of ``textdp.mechanisms.make_mechanism`` for the chosen mechanism only."""
+    def mechanism_kwargs(self, every: bool = False) -> dict:
+        """Keyword arguments of ``textdp.mechanisms.make_mechanism`` for the chosen mechanism only (``every``:
+        those of every mechanism, so that a flag of another mechanism given a value is refused)."""
         values = {"nn": self.nn, "search_k": self.search_k, "gamma": self.gamma, "beta": self.beta,
                   "lam": self.lam, "t": self.vickrey_t, "noise": self.vickrey_noise, "scale": self.gumbel_scale,
                   "mean_candidates": self.gumbel_candidates, "max_distance": self.gumbel_max_distance,
                   "p": self.santext_p, "sensitive_fraction": self.sensitive_fraction, "k": self.custext_k}
         accepted = mechanism_parameters(self.mechanism)
-        return {key: value for key, value in values.items() if key in accepted}
+        return values if every else {key: value for key, value in values.items() if key in accepted}
 
 
 class SeedOptions(PipelineOptions):
