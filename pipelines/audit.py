@@ -120,7 +120,7 @@ def prepare_run(options: PipelineOptions) -> Prepared:
         raise TextdpError("--output is required (a directory, local or gs://)")
     gcs.preflight([opts.corpus or "", opts.prior_corpus or "", opts.pair_list or ""], writes=False)
     gcs.preflight([out.output], writes=True)
-    mech.validate_mechanism()
+    mech.validate_mechanism(options.view_as(EpsilonGridOptions).epsilon_grid())
     options.view_as(SeedOptions).validate_seed()
     epsilons = options.view_as(EpsilonGridOptions).epsilon_grid()
     checks = _checks(opts)
@@ -148,6 +148,7 @@ def prepare_run(options: PipelineOptions) -> Prepared:
             raise TextdpError(f"--pair-list {opts.pair_list!r} does not exist")
         user_pairs = read_pair_list(opts.pair_list)
     manifest = verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
+    mech.validate_mechanism(options.view_as(EpsilonGridOptions).epsilon_grid(), artifact, manifest)
     guard = output_guard(options)
     earlier = guard.earlier
     if earlier:

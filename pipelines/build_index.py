@@ -20,11 +20,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"embedding source: {BUNDLED_GLOVE!r} (bundled GloVe 6B 50d, the default), a GloVe "
                              "text file (word v1 ... vn), a word2vec/fastText text file (with its 'count dim' "
                              "header; .gz accepted), or a .npy matrix together with --vocab-file")
-    parser.add_argument("--vocab-file", default=None,
+    parser.add_argument("--vocab-file", "--vocab_file", default=None,
                         help="one word per line, line i naming row i of the .npy matrix given to --embeddings")
     parser.add_argument("--output", required=True,
                         help="new artifact directory (must not exist; a gs:// URL uploads the finished artifact)")
-    parser.add_argument("--vocab-size", type=int, default=None,
+    parser.add_argument("--vocab-size", "--vocab_size", type=int, default=None,
                         help="keep only the N most frequent words (the first N of the source); default: all")
     parser.add_argument("--trees", type=int, default=DEFAULT_TREES,
                         help=f"number of Annoy trees (more: better recall, bigger index); default {DEFAULT_TREES}")

@@ -52,7 +52,7 @@ def validate(options: PipelineOptions) -> dict:
         raise TextdpError("--output is required (a directory, local or gs://)")
     gcs.preflight([opts.word_list or ""], writes=False)  # gs:// refused in seconds, not after minutes of retries
     gcs.preflight([output], writes=True)
-    mech.validate_mechanism()
+    mech.validate_mechanism(options.view_as(EpsilonGridOptions).epsilon_grid())
     options.view_as(SeedOptions).validate_seed()
     options.view_as(EpsilonGridOptions).epsilon_grid()
     if opts.words is not None and opts.word_list:
@@ -71,6 +71,7 @@ def validate(options: PipelineOptions) -> dict:
     if opts.word_list and not FileSystems.exists(opts.word_list):
         raise TextdpError(f"--word-list {opts.word_list!r} does not exist")
     manifest = verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
+    mech.validate_mechanism(options.view_as(EpsilonGridOptions).epsilon_grid(), artifact, manifest)
     output_guard(options)
     return manifest
 

@@ -15,13 +15,13 @@ audit compare), ``CalibrateOptions``, ``NeighbourOptions``, ``AuditOptions``.
 
 from __future__ import annotations
 
-import math
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from textdp import accounting
 from textdp.calibration import DEFAULT_SAMPLES
-from textdp.mechanisms import ALL_MECHANISMS, mechanism_parameters
+from textdp.mechanisms import (ALL_MECHANISMS, EPSILON_RANGE_HELP, MAX_EPSILON, MIN_EPSILON,  # noqa: F401
+                               artifact_for_checks, check_epsilon, check_mechanism, mechanism_parameters)
 from textdp.neighbours import METRICS
 from textdp.text_privatizer import DEFAULT_BATCH_TOKENS, LARGE_BATCH_TOKENS, OOV_POLICIES, SEARCH_MECHANISMS
 from transforms.amplifier import AmplifierConfig
@@ -31,7 +31,6 @@ from transforms.worker import WorkerConfig
 FORMATS = ("text", "jsonl", "parquet")
 DEFAULT_MAX_RECORD_BYTES = 1_000_000
 DEFAULT_BATCH_RECORDS = 1024
-MAX_EPSILON = 1e6
 VACUOUS_EPSILON = 100.0
 DEFAULT_EPSILONS = "1,2,5,10,20"
 DEFAULT_WORDS = 1000
@@ -83,7 +82,8 @@ class MechanismOptions(PipelineOptions):
                  "(approximate, faster; same guarantee, lower utility at small epsilon)")
         parser.add_argument(
             "--search-k", "--search_k", dest="search_k", type=int, default=-1,
-            help="Annoy search_k for --nn annoy (-1: trees * n, Annoy's default)")
+            help="Annoy search_k for --nn annoy: -1 (trees * n, Annoy's default) or at least the words needed (1; "
+                 "vickrey 2) times the artifact's trees, so that Annoy always returns them")
         parser.add_argument(
             "--gamma", dest="gamma", type=float, default=None,
             help="tem: truncation radius gamma >= 0; default: from --beta (Thm. 4.2 of Carvalho et al.)")
@@ -93,7 +93,8 @@ class MechanismOptions(PipelineOptions):
         parser.add_argument(
             "--lambda", dest="lam", type=float, default=0.2,
             help="mahalanobis, vickrey with --vickrey-noise mahalanobis: regularization lambda in [0, 1] of the "
-                 "covariance (0: Mahalanobis, 1: Madlib's spherical noise); default 0.2")
+                 "covariance, S = lambda * Sigma~ + (1 - lambda) * I (0: Madlib's spherical noise, 1: noise shaped by "
+                 "the embedding's covariance alone); default 0.2")
         parser.add_argument(
             "--vickrey-t", "--vickrey_t", dest="vickrey_t", type=float, default=0.5,
             help="vickrey: threshold t in [0, 1] of the Vickrey rule; default 0.5")
@@ -102,7 +103,8 @@ class MechanismOptions(PipelineOptions):
             default="madlib", help="vickrey: the noise added before the two nearest words are found; default madlib")
         parser.add_argument(
             "--gumbel-scale", "--gumbel_scale", dest="gumbel_scale", type=float, default=None,
-            help="truncated-gumbel: scale of the Gumbel noise (needed at ordinary epsilon: see docs/mechanisms.md)")
+            help="truncated-gumbel: scale of the Gumbel noise, a finite number > 0 and at most 1e9 x the truncation "
+                 "bound (needed at ordinary epsilon: see docs/mechanisms.md)")
         parser.add_argument(
             "--gumbel-candidates", "--gumbel_candidates", dest="gumbel_candidates", type=float, default=None,
             help="truncated-gumbel: mean number of candidates of the truncated set (default: the mechanism's)")
@@ -117,43 +119,34 @@ class MechanismOptions(PipelineOptions):
             help="santext+: the share of the vocabulary treated as sensitive, the least frequent words; default 0.9")
         parser.add_argument(
             "--custext-k", "--custext_k", dest="custext_k", type=int, default=20,
-            help="custext: size K of each word's output set; default 20")
+            help="custext: size K of each word's output set, 2 to the vocabulary's size (1 releases every word "
+                 "unchanged; a vocabulary size of 1 modulo K would leave one word alone); default 20")
 
-    def validate_mechanism(self) -> None:
+    def validate_mechanism(self, epsilons, location=None, manifest=None) -> None:
+        """Refuse, before any worker starts, the mechanism's parameters at each of ``epsilons`` that it cannot
+        use (its own checks: ``textdp.mechanisms.check_mechanism``). With ``manifest`` (what
+        ``verify_artifact`` returned for ``location``) also the checks that depend on the vocabulary."""
         from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
         from textdp.locate import NEAREST_WORD_MECHANISMS  # pylint: disable=import-outside-toplevel
 
-        if self.gamma is not None and not (math.isfinite(self.gamma) and self.gamma >= 0):
-            raise TextdpError("--gamma must be a finite number >= 0")
-        if not 0 < self.beta < 1:
-            raise TextdpError("--beta must be in (0, 1)")
         if self.mechanism not in NEAREST_WORD_MECHANISMS and self.nn != "exact":
             raise TextdpError(f"--nn applies to --mechanism {', '.join(NEAREST_WORD_MECHANISMS)} only")
         if self.mechanism != "tem" and self.gamma is not None:
             raise TextdpError("--gamma applies to --mechanism tem only")
-        for name, value, low, high in (("--lambda", self.lam, 0.0, 1.0), ("--vickrey-t", self.vickrey_t, 0.0, 1.0),
-                                       ("--santext-p", self.santext_p, 0.0, 1.0),
-                                       ("--sensitive-fraction", self.sensitive_fraction, 0.0, 1.0)):
-            if not (math.isfinite(value) and low <= value <= high):
-                raise TextdpError(f"{name} must be in [{low:g}, {high:g}]")
-        if self.custext_k < 1:
-            raise TextdpError("--custext-k must be >= 1")
-        try:
-            from textdp.mechanisms import _SPECS  # pylint: disable=import-outside-toplevel
-            import importlib  # pylint: disable=import-outside-toplevel
+        artifact = None if manifest is None else artifact_for_checks(self.mechanism, location, manifest)
+        for epsilon in epsilons:
+            check_epsilon(epsilon, "--epsilon")
+            check_mechanism(self.mechanism, epsilon, artifact, **self.mechanism_kwargs(every=True))
 
-            importlib.import_module(_SPECS[self.mechanism][0])
-        except ImportError as exc:
-            raise TextdpError(f"--mechanism {self.mechanism} is not available ({exc})") from None
-
-    def mechanism_kwargs(self) -> dict:
-        """Keyword arguments of ``textdp.mechanisms.make_mechanism`` for the chosen mechanism only."""
+    def mechanism_kwargs(self, every: bool = False) -> dict:
+        """Keyword arguments of ``textdp.mechanisms.make_mechanism`` for the chosen mechanism only (``every``:
+        those of every mechanism, so that a flag of another mechanism given a value is refused)."""
         values = {"nn": self.nn, "search_k": self.search_k, "gamma": self.gamma, "beta": self.beta,
                   "lam": self.lam, "t": self.vickrey_t, "noise": self.vickrey_noise, "scale": self.gumbel_scale,
                   "mean_candidates": self.gumbel_candidates, "max_distance": self.gumbel_max_distance,
                   "p": self.santext_p, "sensitive_fraction": self.sensitive_fraction, "k": self.custext_k}
         accepted = mechanism_parameters(self.mechanism)
-        return {key: value for key, value in values.items() if key in accepted}
+        return values if every else {key: value for key, value in values.items() if key in accepted}
 
 
 class SeedOptions(PipelineOptions):
@@ -207,7 +200,7 @@ class PrivatizeOptions(PipelineOptions):
                  "other field passes through unchanged. Default for JSONL/Parquet: 'text'")
         parser.add_argument(
             "--epsilon", dest="epsilon", type=float, default=None,
-            help=f"privacy parameter epsilon, a finite number in (0, {MAX_EPSILON:g}] (per unit of embedding "
+            help=f"privacy parameter epsilon, {EPSILON_RANGE_HELP} (per unit of embedding "
                  f"distance; smaller = more private). Above {VACUOUS_EPSILON:g} the guarantee is vacuous and the "
                  "summary and console say so")
         parser.add_argument(
@@ -317,7 +310,8 @@ class EpsilonGridOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
         parser.add_argument("--epsilons", dest="epsilons", default=DEFAULT_EPSILONS,
-                            help=f"comma-separated epsilons to compare; default {DEFAULT_EPSILONS}")
+                            help=f"comma-separated epsilons to compare, each in [{MIN_EPSILON:g}, {MAX_EPSILON:g}] "
+                                 f"(see --epsilon of textdp privatize); default {DEFAULT_EPSILONS}")
 
     def epsilon_grid(self) -> tuple:
         from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
@@ -326,9 +320,9 @@ class EpsilonGridOptions(PipelineOptions):
             values = sorted({float(part) for part in str(self.epsilons).split(",") if part.strip()})
         except ValueError:
             raise TextdpError(f"--epsilons must be comma-separated numbers, got {self.epsilons!r}") from None
-        if not values or any(not (math.isfinite(v) and 0 < v <= MAX_EPSILON) for v in values):
-            raise TextdpError(f"--epsilons must list at least one finite epsilon in (0, {MAX_EPSILON:g}]")
-        return tuple(values)
+        if not values:
+            raise TextdpError(f"--epsilons must list at least one epsilon, each {EPSILON_RANGE_HELP}")
+        return tuple(check_epsilon(value, "--epsilons: each epsilon") for value in values)
 
 
 class CalibrateOptions(PipelineOptions):

@@ -13,7 +13,6 @@ pipeline starts (``prepare``).
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.flags import (MAX_EPSILON, VACUOUS_EPSILON, AmplifierOptions, ArtifactOptions, MechanismOptions,
+from pipelines.flags import (VACUOUS_EPSILON, AmplifierOptions, ArtifactOptions, MechanismOptions,
                              OovOptions, OutputOptions, PrivatizeOptions, SeedOptions, WorkerResourceOptions)
 from pipelines.jobs import Plan, run_job
 from textdp import gcs
@@ -85,11 +84,7 @@ def check(options: PipelineOptions) -> Checked:
         raise TextdpError("--output is required (an output prefix, local or gs://)")
     if opts.epsilon is None:
         raise TextdpError("--epsilon is required (a finite number > 0)")
-    if not (math.isfinite(opts.epsilon) and 0 < opts.epsilon <= MAX_EPSILON):
-        raise TextdpError(f"--epsilon must be > 0, finite and at most {MAX_EPSILON:g} (got {opts.epsilon:g}): at "
-                          f"{MAX_EPSILON:g} Madlib's noise is already far below any distance between words, so a "
-                          "larger value would only hide that the output is the input")
-    mech.validate_mechanism()
+    mech.validate_mechanism((opts.epsilon,))  # the one epsilon range and the mechanism's own checks
     options.view_as(SeedOptions).validate_seed()
     if opts.max_record_bytes < 1 or (opts.batch_tokens is not None and opts.batch_tokens < 1):
         raise TextdpError("--max-record-bytes and --batch-tokens must be >= 1")
@@ -108,7 +103,8 @@ def check(options: PipelineOptions) -> Checked:
     artifact = options.view_as(ArtifactOptions).artifact
     if artifact and not artifact.startswith("gs://") and not os.path.isdir(artifact):
         raise TextdpError(f"--artifact {artifact!r} is not a directory")
-    verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
+    manifest = verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
+    mech.validate_mechanism((opts.epsilon,), artifact, manifest)  # checks that depend on the vocabulary
     gcs.preflight([opts.input], writes=False)  # gs:// refused in seconds, not after minutes of retries
     gcs.preflight([out.output, opts.public_summary or "", opts.diagnostics_output or ""], writes=True)
     inputs = _matches(opts.input)

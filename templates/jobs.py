@@ -8,8 +8,8 @@ The jobs, their flag groups and their required flags are registered once, in ``p
 * ``job_parser(job)``: the parser ``templates/main.py`` uses to turn the launcher's
   ``--name=value`` arguments back into the job's own flags.
 
-A parameter's name is the flag's ``dest`` (``oov_policy``), the form Dataflow uses for pipeline
-options. A flag is required when the registry's ``Job.required`` names it (or argparse marks it
+A parameter's name is one of the flag's own names (``parameter_name``: ``oov_policy``, ``lambda``),
+so that ``--<name>=VALUE`` is accepted by the job's own parser. A flag is required when the registry's ``Job.required`` names it (or argparse marks it
 required, for the single-process ``build-index``).
 """
 
@@ -76,11 +76,26 @@ def _regexes(action: argparse.Action) -> List[str]:
     return []
 
 
+def parameter_name(action: argparse.Action) -> str:
+    """The template parameter of a flag: one of the flag's own names without its dashes, in the form
+    Dataflow allows (letters, digits, underscores): ``--<dest>`` where the flag has that name
+    (``oov_policy``), else its first such name (``lambda``, whose dest is ``lam``). ``--<name>=VALUE``
+    is then a flag the job itself accepts. A flag without such a name (only ``--x-y``) is an error:
+    give it a ``--x_y`` spelling too."""
+    names = [option[2:] for option in action.option_strings
+             if option.startswith("--") and re.fullmatch(r"[a-zA-Z][a-zA-Z0-9_]*", option[2:])]
+    if not names:
+        raise ValueError(f"flag {action.option_strings[0]} has no name a template parameter can have "
+                         "(letters, digits, underscores): add one, e.g. --x_y beside --x-y")
+    return action.dest if action.dest in names else names[0]
+
+
 def parameters(parser: argparse.ArgumentParser, required: Sequence[str] = ()) -> List[dict]:
     """One Flex Template parameter per flag, in declaration order; ``required``: the dests that are."""
     out = []
     for action in flag_actions(parser):
-        entry = {"name": action.dest, "label": _label(action.dest), "helpText": action.help or "",
+        name = parameter_name(action)
+        entry = {"name": name, "label": _label(name), "helpText": action.help or "",
                  "isOptional": not is_required(action, required)}
         regexes = _regexes(action)
         if regexes:

@@ -4,8 +4,8 @@ The launcher runs this file (``FLEX_TEMPLATE_PYTHON_PY_FILE``) with one ``--name
 per template parameter plus Dataflow's own options. The job is named by the image
 (``TEXTDP_JOB``, set at ``docker build``) or by ``--textdp_job=NAME`` for a local try. This file:
 
-1. maps each parameter (named after the flag's ``dest``, e.g. ``oov_policy``) back to the job's
-   own flag, and ``true``/``false`` to a switch's presence or absence;
+1. maps each parameter (named after one of the flag's names, e.g. ``oov_policy``, ``lambda``;
+   ``templates.jobs.parameter_name``) back to the job's own flag, and ``true``/``false`` to a switch's presence or absence;
 2. expands ``{today}`` and ``{yesterday}`` (UTC, ``YYYY-MM-DD``, or ``{yesterday:%Y/%m/%d}``) in
    values, so a nightly Cloud Scheduler job with a fixed request body reads a dated input prefix;
 3. makes the workers use this same image (``TEXTDP_WORKER_IMAGE``) unless ``sdk_container_image``

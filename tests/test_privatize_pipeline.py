@@ -232,7 +232,7 @@ def test_build_pipeline_returns_an_unrun_pipeline_and_beam_flags_pass_through(tm
 @pytest.mark.parametrize("flags, message", [
     (["--epsilon=1"], "--input is required"),
     ([f"--input={EXAMPLE_TXT}"], "--epsilon is required"),
-    ([f"--input={EXAMPLE_TXT}", "--epsilon=0"], "must be > 0"),
+    ([f"--input={EXAMPLE_TXT}", "--epsilon=0"], r"--epsilon must be a finite number in \[1e-30, 1e\+06\]"),
     (["--input=/nowhere/none-*.txt", "--epsilon=1"], "no file matches"),
     ([f"--input={REPO}/setup.py", "--epsilon=1"], "cannot infer the format"),
     ([f"--input={EXAMPLE_TXT}", "--epsilon=1", "--text-field=x"], "JSONL and Parquet"),

@@ -71,7 +71,8 @@ class ExampleOptions:  # not a PipelineOptions subclass: those register their fl
         parser.add_argument("--rounds", "--round_count", dest="rounds", type=int, default=3, help="how many")
         parser.add_argument("--rate", type=float, default=0.5, help="a rate")
         parser.add_argument("--mode", choices=("fast", "exact"), default="fast", help="which mode")
-        parser.add_argument("--verbose-log", action="store_true", help="log more")
+        parser.add_argument("--verbose-log", "--verbose_log", action="store_true", help="log more")
+        parser.add_argument("--lambda", dest="lam", type=float, help="a keyword's dest, not a flag")
 
 
 def test_derivation_rules_for_names_required_and_types():
@@ -80,7 +81,7 @@ def test_derivation_rules_for_names_required_and_types():
     parser = argparse.ArgumentParser()
     ExampleOptions._add_argparse_args(parser)  # pylint: disable=protected-access
     params = {p["name"]: p for p in jobs.parameters(parser, required=("corpus",))}
-    assert list(params) == ["corpus", "rounds", "rate", "mode", "verbose_log"]
+    assert list(params) == ["corpus", "rounds", "rate", "mode", "verbose_log", "lambda"]  # flag names, not dests
     assert params["corpus"]["isOptional"] is False and params["rounds"]["isOptional"] is True
     assert params["rounds"]["regexes"] == [jobs.INT_REGEX] and params["mode"]["regexes"] == ["^(fast|exact)$"]
     assert params["verbose_log"]["regexes"] == [jobs.BOOL_REGEX] and params["verbose_log"]["label"] == "Verbose log"
@@ -98,9 +99,9 @@ def test_launcher_parameters_map_back_to_the_job_flags():
     assert template_main.to_job_argv("privatize", ["--keep_failed_text=false"], now=NIGHT)[0] == []
     with pytest.raises(template_main.TemplateArgumentError, match="true or false"):
         template_main.to_job_argv("privatize", ["--keep_failed_text=yes"], now=NIGHT)
-    # build-index flags exist only with hyphens: the template's underscore names still reach them
-    assert template_main.to_job_argv("build-index", ["--vocab_size=10", "--output=gs://b/a"], now=NIGHT)[0] == [
-        "--vocab-size=10", "--output=gs://b/a"]
+    # a hyphenated spelling reaches the same flag (build-index's --vocab-size is also --vocab_size)
+    assert template_main.to_job_argv("build-index", ["--vocab-size=10", "--output=gs://b/a"], now=NIGHT)[0] == [
+        "--vocab_size=10", "--output=gs://b/a"]
 
 
 def test_template_entry_point_runs_privatize_over_a_dated_prefix(tmp_path, small_artifact_dir):
@@ -233,5 +234,5 @@ def test_template_offers_every_flag_the_jobs_help_lists(job):
 
     module = importlib.import_module(jobs.JOBS[job].module)
     assert hasattr(module, "help_parser"), f"{jobs.JOBS[job].module} has no help_parser() (its --help)"
-    help_flags = {action.dest for action in jobs.flag_actions(module.help_parser())}
+    help_flags = {jobs.parameter_name(action) for action in jobs.flag_actions(module.help_parser())}
     assert help_flags == {p["name"] for p in committed_metadata(job)["parameters"]}

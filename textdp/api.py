@@ -22,7 +22,6 @@ leaves missing values (None, NaN, pandas.NA) missing and applies the same rules 
 
 from __future__ import annotations
 
-import math
 import os
 from typing import List, Optional, Sequence
 
@@ -32,12 +31,11 @@ from threadpoolctl import threadpool_limits
 from textdp.compact_vocab import SharedVocabularyArtifact
 from textdp.errors import TextdpError
 from textdp.locate import artifact_needs, resolve_artifact, verify_artifact
-from textdp.mechanisms import ALL_MECHANISMS, make_mechanism
+from textdp.mechanisms import ALL_MECHANISMS, MAX_EPSILON, check_mechanism, make_mechanism  # noqa: F401
 from textdp.records import EMPTY, check_record
 from textdp.summary import privacy_section
 from textdp.text_privatizer import OOV_POLICIES, TextPrivatizer
 
-MAX_EPSILON = 1e6
 ERROR_POLICIES = ("raise", "none")
 # Words per mechanism call in the API, for every mechanism (the pipeline uses 4,096 for the
 # vocabulary-search ones): the cost per word falls with the batch for TEM (6,000 IMDb reviews at
@@ -49,8 +47,8 @@ API_BATCH_TOKENS = 65_536
 class Privatizer:  # pylint: disable=too-many-instance-attributes
     """A loaded mechanism over a vocabulary artifact, ready to privatize lists of strings.
 
-    Keyword arguments mirror ``textdp privatize``'s flags: ``epsilon`` (required, finite, in
-    (0, 1e6]), ``mechanism`` (any of ``textdp.mechanisms.ALL_MECHANISMS``), ``artifact`` (a directory
+    Keyword arguments mirror ``textdp privatize``'s flags: ``epsilon`` (required, in
+    [1e-30, 1e6]: ``textdp.mechanisms.check_epsilon``), ``mechanism`` (any of ``textdp.mechanisms.ALL_MECHANISMS``), ``artifact`` (a directory
     or gs:// URL; None: the bundled GloVe 6B 50d artifact, built once into the cache), ``oov_policy``
     (random, unk, keep), ``unk_token``, ``max_text_bytes``; ``threads``: threads of the exact
     nearest-word search (default: this machine's cores); ``batch_tokens``: about how many words go
@@ -66,11 +64,9 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
     def __init__(self, epsilon: float, mechanism: str = "madlib", artifact: Optional[str] = None,
                  oov_policy: str = "random", unk_token: str = "<unk>", max_text_bytes: Optional[int] = None,
                  threads: Optional[int] = None, batch_tokens: int = API_BATCH_TOKENS, **mechanism_params):
-        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not (
-                math.isfinite(epsilon) and 0 < epsilon <= MAX_EPSILON):
-            raise TextdpError(f"epsilon must be a finite number in (0, {MAX_EPSILON:g}]")
         if mechanism not in ALL_MECHANISMS:
             raise TextdpError(f"mechanism must be one of {', '.join(ALL_MECHANISMS)}")
+        check_mechanism(mechanism, epsilon, None, **mechanism_params)  # epsilon's range, the mechanism's own checks
         if oov_policy not in OOV_POLICIES:
             raise TextdpError(f"oov_policy must be one of {', '.join(OOV_POLICIES)}")
         verify_artifact(artifact, needs=artifact_needs(mechanism, mechanism_params.get("nn", "exact")))

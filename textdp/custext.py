@@ -120,13 +120,36 @@ class CusText:
 
     name = "custext"
 
-    def __init__(self, artifact, epsilon: float, k: int = 20, metric: str = "euclidean", batch: int = 65536):
-        from textdp.neighbours import METRICS, NeighbourTable, metric_points  # pylint: disable=import-outside-toplevel
+    @classmethod
+    def check_parameters(cls, epsilon, artifact=None, k: int = 20, metric: str = "euclidean", **_others) -> None:
+        """Refuse (ParameterError) an epsilon, K or metric CusText cannot use.
 
-        if not epsilon > 0:
-            raise ValueError("epsilon must be > 0")
+        K = 1 makes every word its own group: released unchanged. With the vocabulary known: K above
+        its size cannot be partitioned, and a size of 1 modulo K leaves the last group a single word,
+        released unchanged (K = |V| is allowed: one group, the exponential mechanism over everything)."""
+        from textdp.errors import ParameterError  # pylint: disable=import-outside-toplevel
+        from textdp.mechanisms import check_epsilon, check_number  # pylint: disable=import-outside-toplevel
+        from textdp.neighbours import METRICS  # pylint: disable=import-outside-toplevel
+
+        check_epsilon(epsilon)
+        k = check_number(k, "custext k", integer=True)
+        if k < 2:
+            raise ParameterError(f"custext k must be >= 2 (k = {k}: every word is its own output set, released "
+                                 "unchanged)")
         if metric not in METRICS:
-            raise ValueError(f"unknown metric {metric!r} (expected one of {', '.join(METRICS)})")
+            raise ParameterError(f"unknown metric {metric!r} (expected one of {', '.join(METRICS)})")
+        if artifact is not None:
+            size = int(artifact.vocab_size)
+            if k > size:
+                raise ParameterError(f"custext k must be at most the vocabulary's {size:,} words, got {k:,}")
+            if size % k == 1:
+                raise ParameterError(f"custext k = {k:,} leaves the last of the vocabulary's {size:,} words alone in "
+                                     "its output set (released unchanged): choose another k")
+
+    def __init__(self, artifact, epsilon: float, k: int = 20, metric: str = "euclidean", batch: int = 65536):
+        from textdp.neighbours import NeighbourTable, metric_points  # pylint: disable=import-outside-toplevel
+
+        type(self).check_parameters(epsilon, artifact, k=k, metric=metric)
         self.artifact = artifact
         self.epsilon = float(epsilon)
         self.k = int(k)

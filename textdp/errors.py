@@ -20,3 +20,9 @@ class EmbeddingFormatError(TextdpError):
 
 class ArtifactError(TextdpError):
     """A vocabulary artifact is missing, incomplete, corrupted or of an unknown format."""
+
+
+class ParameterError(TextdpError, ValueError):
+    """A mechanism parameter or epsilon that the mechanism refuses (one line, never input text).
+
+    Also a ValueError, the type the mechanism constructors raised before they shared one check."""

@@ -16,6 +16,10 @@ otherwise a uniform allowed word y, accepted iff y is not in T(x) and V u < f(y)
 (probability (|A| u / E)(1/|A|)(f(y)/u) = f(y)/E). Every round returns y with probability f(y)/E or
 nothing, so the first accepted round has law f/Z exactly; the number of rounds is geometric with
 mean E/Z. Only rejected-or-accepted uniform rounds compute a distance (float64, from the vectors).
+All weights of a token are taken relative to its nearest allowed table word (or to d_K when no
+allowed word is in its row: SanText+ for a frequent word), which multiplies f, u and E by one constant
+(the same law) and keeps them representable: exp(-epsilon d / 2) alone underflows to 0 for every
+allowed word at large epsilon (SanText+ at epsilon ~500), which would leave the envelope empty.
 
 Work is vectorised over the batch: every pending token gets a block of rounds (4 at first, four
 times more on each retry, at most 256), the first accepted round per token is kept (discarding the
@@ -185,15 +189,28 @@ class TableExponentialSampler:
         table_ids = np.take(self.table_ids, ids, axis=0).astype(np.int64)
         table_d = np.take(self.table_distances, ids, axis=0).astype(np.float64)
         table_d[:, 0] = 0.0  # the word itself
-        weights = np.exp(-half * table_d)
-        if self.allowed_mask is not None:
-            weights *= self.allowed_mask[table_ids]
+        # Weights relative to a per-token reference distance ``shift`` (the same law f / Z: every weight of
+        # the token is multiplied by exp(half * shift)), chosen so that the largest weight of the envelope
+        # is 1: the nearest allowed table word, or the table's reach when no allowed word is in the row
+        # (SanText+ for a frequent word). Without it, exp(-half * d) underflows to 0 for every allowed word
+        # at large epsilon and the envelope is empty.
+        everything = self.k >= self.vocab_size  # the table holds every word: nothing outside it
+        reach = table_d[:, -1] * (1.0 - FLOAT32_DISTANCE_SLACK)  # every word outside the table is this far at least
+        if self.allowed_mask is None:
+            shift = np.zeros(len(ids))  # the word itself, at 0
+            exponent = -half * table_d
+        else:
+            allowed_here = self.allowed_mask[table_ids]
+            nearest = np.where(allowed_here, table_d, np.inf).min(axis=1)
+            shift = nearest if everything else np.minimum(nearest, reach)
+            exponent = np.where(allowed_here, -half * (table_d - shift[:, None]), -np.inf)
+        weights = np.exp(exponent)
         cumulative = np.cumsum(weights, axis=1)
         mass_table = cumulative[:, -1]
-        if self.k >= self.vocab_size:  # the table holds every word: nothing outside it
+        if everything:
             cap = np.zeros(len(ids))
         else:
-            cap = np.exp(-half * table_d[:, -1] * (1.0 - FLOAT32_DISTANCE_SLACK))
+            cap = np.exp(-half * (reach - shift))
         envelope = mass_table + self.allowed_count * cap
         if not (envelope > 0).all():
             raise ValueError("an input has no allowed output within reach (empty envelope)")
@@ -226,7 +243,8 @@ class TableExponentialSampler:
                 dist = np.sqrt(np.einsum("ij,ij->i", diff, diff))
                 self.distances_computed += len(outside)
                 spent += np.bincount(t, minlength=len(ids))
-                ok = rng.random(len(outside)) * cap[t] < np.exp(-half * dist)
+                with np.errstate(over="ignore"):  # a table word nearer than shift: rejected below anyway
+                    ok = rng.random(len(outside)) * cap[t] < np.exp(-half * (dist - shift[t]))
                 # a table word is no farther than d_K: only those candidates need the membership test
                 near = np.flatnonzero(ok & (dist <= table_d[t, -1] * (1.0 + FLOAT32_DISTANCE_SLACK) + 1e-12))
                 if len(near):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from textdp.errors import ParameterError
 from textdp.nearest import make_nearest
 
 
@@ -42,11 +43,30 @@ class Madlib:
     """Madlib over a vocabulary artifact: ``privatize_ids(ids, rng) -> released ids``."""
 
     name = "madlib"
+    NEIGHBOURS_NEEDED = 1  # words the search must return per noisy point
+
+    @classmethod
+    def check_parameters(cls, epsilon, artifact=None, nn: str = "exact", search_k: int = -1, **_others) -> None:
+        """Refuse (ParameterError) an epsilon or search setting this mechanism cannot use, without loading
+        anything; ``artifact`` (optional) adds the checks that need its Annoy tree count."""
+        from textdp.mechanisms import check_epsilon, check_number  # pylint: disable=import-outside-toplevel
+
+        check_epsilon(epsilon)
+        if nn not in ("exact", "annoy"):
+            raise ParameterError(f"nn must be 'exact' or 'annoy', got {nn!r}")
+        search_k = check_number(search_k, "search_k", integer=True)
+        # Annoy gathers candidates until it holds search_k of them, an item at most once per tree, so
+        # search_k >= needed x trees guarantees the words needed; 0 and negatives other than -1 find none
+        trees = ((getattr(artifact, "manifest", None) or {}).get("annoy") or {}).get("trees")
+        least = cls.NEIGHBOURS_NEEDED * int(trees or 1)
+        if nn == "annoy" and search_k != -1 and search_k < least:
+            why = f"{cls.NEIGHBOURS_NEEDED} word(s) x {trees} Annoy trees" if trees else "the words needed"
+            raise ParameterError(f"search_k must be -1 (Annoy's default) or >= {least} ({why}: fewer may return "
+                                 f"too few words), got {search_k}")
 
     def __init__(self, artifact, epsilon: float, nn: str = "exact", search_k: int = -1,
                  batch: int = 1024):
-        if not epsilon > 0:
-            raise ValueError("epsilon must be > 0")
+        type(self).check_parameters(epsilon, artifact, nn=nn, search_k=search_k)
         self.artifact = artifact
         self.epsilon = float(epsilon)
         self.nn = nn

@@ -79,8 +79,17 @@ class Mahalanobis(Madlib):
 
     name = "mahalanobis"
 
+    @classmethod
+    def check_parameters(cls, epsilon, artifact=None, lam: float = 0.2, **others) -> None:
+        """Madlib's checks and lambda, a number in [0, 1] (see ``regularized_covariance``)."""
+        from textdp.mechanisms import check_number  # pylint: disable=import-outside-toplevel
+
+        super().check_parameters(epsilon, artifact, **others)
+        check_number(lam, "lambda", 0.0, 1.0)
+
     def __init__(self, artifact, epsilon: float, lam: float = 0.2, nn: str = "exact", search_k: int = -1,
                  batch: int = 1024):
+        type(self).check_parameters(epsilon, artifact, lam=lam, nn=nn, search_k=search_k)
         super().__init__(artifact, epsilon, nn=nn, search_k=search_k, batch=batch)
         self.lam = float(lam)
         self.covariance = regularized_covariance(artifact.vectors, self.lam)

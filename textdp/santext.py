@@ -61,12 +61,30 @@ def rarest_ids(vocab_size: int, fraction: float) -> np.ndarray:
 class SanText:
     """SanText (``plus=False``) or SanText+ (``plus=True``) over an artifact with a Euclidean neighbour table."""
 
+    @classmethod
+    def check_parameters(cls, epsilon, artifact=None, plus: bool = False, sensitive_fraction: float = 0.9,
+                         p: float = 0.3, sensitive_ids=None, **_others) -> None:
+        """Refuse (ParameterError) an epsilon, p (in (0, 1]) or sensitive fraction (in (0, 1], selecting at
+        least one word of the vocabulary when it is known) SanText(+) cannot use. Every epsilon of the range
+        works: the sampler's weights are relative to the nearest allowed word (textdp.exponential)."""
+        from textdp.errors import ParameterError  # pylint: disable=import-outside-toplevel
+        from textdp.mechanisms import check_epsilon, check_number  # pylint: disable=import-outside-toplevel
+
+        check_epsilon(epsilon)
+        if not plus:
+            return
+        check_number(p, "santext p", 0.0, 1.0, low_open=True)
+        if sensitive_ids is None:
+            fraction = check_number(sensitive_fraction, "sensitive_fraction", 0.0, 1.0, low_open=True)
+            if artifact is not None and math.floor(fraction * int(artifact.vocab_size)) < 1:
+                raise ParameterError(f"sensitive_fraction {fraction:g} selects no word of this vocabulary")
+
     def __init__(self, artifact, epsilon: float, plus: bool = False, sensitive_fraction: float = 0.9,
                  p: float = 0.3, sensitive_ids: Optional[Sequence[int]] = None, batch: int = 8192):
         from textdp.neighbours import NeighbourTable  # pylint: disable=import-outside-toplevel
 
-        if not epsilon > 0:
-            raise ValueError("epsilon must be > 0")
+        type(self).check_parameters(epsilon, artifact, plus=plus, sensitive_fraction=sensitive_fraction, p=p,
+                                    sensitive_ids=sensitive_ids)
         self.artifact = artifact
         self.epsilon = float(epsilon)
         self.plus = bool(plus)
@@ -81,8 +99,6 @@ class SanText:
         self.sensitive_fraction = None
         self.p = None
         if self.plus:
-            if not 0.0 < p <= 1.0:
-                raise ValueError("p must be in (0, 1]")
             self.p = float(p)
             if sensitive_ids is not None:
                 allowed = np.unique(np.asarray(sensitive_ids, dtype=np.int64))

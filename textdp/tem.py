@@ -124,12 +124,23 @@ class TEM:
     DENSE_MAX_WORDS = 16  # frequent input words given a dense row (16 bytes x vocabulary each)
     DENSE_AFTER_CANDIDATES = 1_000_000  # about the cost of building one dense row, in candidates
 
+    @classmethod
+    def check_parameters(cls, epsilon, artifact=None, gamma: Optional[float] = None, beta: float = DEFAULT_BETA,
+                         **_others) -> None:
+        """Refuse (ParameterError) an epsilon, gamma (finite, >= 0) or beta (in (0, 1)) TEM cannot use."""
+        from textdp.mechanisms import check_epsilon, check_number  # pylint: disable=import-outside-toplevel
+
+        check_epsilon(epsilon)
+        if gamma is None:
+            check_number(beta, "beta", 0.0, 1.0, low_open=True, high_open=True)
+        else:
+            check_number(gamma, "gamma", 0.0)
+
     def __init__(self, artifact, epsilon: float, gamma: Optional[float] = None,
                  beta: float = DEFAULT_BETA, batch: int = 8192):
         from textdp.neighbours import NeighbourTable, metric_points  # pylint: disable=import-outside-toplevel
 
-        if not epsilon > 0:
-            raise ValueError("epsilon must be > 0")
+        type(self).check_parameters(epsilon, artifact, gamma=gamma, beta=beta)
         self.artifact = artifact
         self.epsilon = float(epsilon)
         self.vocab_size = int(artifact.vocab_size)

@@ -109,41 +109,82 @@ class TruncatedGumbel:
 
     name = "truncated-gumbel"
 
-    def __init__(self, artifact, epsilon: float, scale: Optional[float] = None, mean_candidates: Optional[float] = None,
-                 max_distance: Optional[float] = None, batch: int = 8192):
+    CHECKS_READ_ARRAYS = True  # the scale checks need the neighbour table's smallest distance and the diameter
+    MIN_BOUND_TO_SCALE = 1e-9  # below it the inverse-CDF noise is quantized (1e-12: ~1e4 values), then 0 or NaN
+
+    @classmethod
+    def check_parameters(cls, epsilon, artifact=None, scale: Optional[float] = None,
+                         mean_candidates: Optional[float] = None, max_distance: Optional[float] = None,
+                         **_others) -> None:
+        """Refuse (ParameterError) what would break the sampler or release the input unchanged: a non-finite
+        or non-positive scale, candidate mean or bound; with the artifact (its neighbour table's smallest
+        distance and the diameter): an epsilon below the BRR scale relation's range when the scale is
+        derived, a mean above |W| - 1 (the truncated Poisson's rejection would not end), and a scale above
+        1e9 x the truncation bound (the inverse-CDF noise collapses to 0 or NaN: the input always wins)."""
+        from textdp.mechanisms import check_epsilon, check_number  # pylint: disable=import-outside-toplevel
+
+        check_epsilon(epsilon)
+        for value, what in ((scale, "gumbel scale"), (mean_candidates, "gumbel mean_candidates"),
+                            (max_distance, "gumbel max_distance")):
+            if value is not None:
+                check_number(value, what, 0.0, low_open=True)
+        if artifact is not None:
+            cls.resolve(epsilon, artifact, scale, mean_candidates, max_distance)
+
+    @classmethod
+    def resolve(cls, epsilon, artifact, scale=None, mean_candidates=None, max_distance=None) -> dict:
+        """The parameters over ``artifact`` (scale derived from epsilon when not given); ParameterError if
+        they cannot be used (see ``check_parameters``)."""
         from textdp.accounting import diameter_bounds  # pylint: disable=import-outside-toplevel
+        from textdp.errors import ParameterError  # pylint: disable=import-outside-toplevel
         from textdp.neighbours import NeighbourTable  # pylint: disable=import-outside-toplevel
 
-        if not epsilon > 0:
-            raise ValueError("epsilon must be > 0")
+        vocab_size = int(artifact.vocab_size)
+        if vocab_size < 2:
+            raise ParameterError("the vocabulary must hold at least 2 words")
+        table = NeighbourTable.from_artifact(artifact)
+        if table.metric != "euclidean":
+            raise ParameterError("the truncated Gumbel mechanism uses Euclidean distance; the neighbour table is "
+                                 f"{table.metric!r}")
+        mean = math.log(vocab_size - 1) if mean_candidates is None else float(mean_candidates)
+        if not 0 < mean <= vocab_size - 1:
+            raise ParameterError(f"gumbel mean_candidates must be in (0, {vocab_size - 1:,}] (|W| - 1 for this "
+                                 f"vocabulary), got {mean:g}")
+        bound = diameter_bounds(artifact.vectors).upper if max_distance is None else float(max_distance)
+        distances = np.asarray(table.distances)
+        positive = distances[:, 1:][distances[:, 1:] > 0] if table.k > 1 else np.array([])
+        min_distance = float(positive.min()) if len(positive) else float("nan")
+        if scale is None:
+            try:
+                scale = scale_from_epsilon(float(epsilon), vocab_size, min_distance, bound)
+            except ValueError as exc:
+                raise ParameterError(str(exc)) from None
+            source = "derived from epsilon by MLDP's BRR relation"
+        else:
+            scale, source = float(scale), "given"
+        if not (math.isfinite(scale) and scale > 0 and bound / scale >= cls.MIN_BOUND_TO_SCALE):
+            raise ParameterError(f"the Gumbel scale {scale:.4g} is above {1 / cls.MIN_BOUND_TO_SCALE:g} x the truncation "
+                                 f"bound {bound:.4g}: the noise would be rounded to nothing and every word released "
+                                 "unchanged")
+        return {"table": table, "mean_candidates": mean, "max_distance": bound, "min_distance": min_distance,
+                "scale": scale, "scale_source": source}
+
+    def __init__(self, artifact, epsilon: float, scale: Optional[float] = None, mean_candidates: Optional[float] = None,
+                 max_distance: Optional[float] = None, batch: int = 8192):
+        type(self).check_parameters(epsilon, None, scale=scale, mean_candidates=mean_candidates,
+                                    max_distance=max_distance)
+        resolved = type(self).resolve(epsilon, artifact, scale, mean_candidates, max_distance)
         self.artifact = artifact
         self.epsilon = float(epsilon)
         self.vocab_size = int(artifact.vocab_size)
-        if self.vocab_size < 2:
-            raise ValueError("the vocabulary must hold at least 2 words")
         self.batch = int(batch)
-        self.table = NeighbourTable.from_artifact(artifact)
-        if self.table.metric != "euclidean":
-            raise ValueError("the truncated Gumbel mechanism uses Euclidean distance; the neighbour table is "
-                             f"{self.table.metric!r}")
+        self.table = resolved["table"]
         self.k_table = self.table.k
-        self.mean_candidates = math.log(self.vocab_size - 1) if mean_candidates is None else float(mean_candidates)
-        if not self.mean_candidates > 0:
-            raise ValueError("mean_candidates must be > 0")
-        self.max_distance = (diameter_bounds(artifact.vectors).upper if max_distance is None else float(max_distance))
-        if not self.max_distance > 0:
-            raise ValueError("max_distance must be > 0")
-        distances = np.asarray(self.table.distances)
-        positive = distances[:, 1:][distances[:, 1:] > 0] if self.k_table > 1 else np.array([])
-        self.min_distance = float(positive.min()) if len(positive) else float("nan")
-        if scale is None:
-            self.scale = scale_from_epsilon(self.epsilon, self.vocab_size, self.min_distance, self.max_distance)
-            self.scale_source = "derived from epsilon by MLDP's BRR relation"
-        else:
-            if not scale > 0:
-                raise ValueError("scale must be > 0")
-            self.scale = float(scale)
-            self.scale_source = "given"
+        self.mean_candidates = resolved["mean_candidates"]
+        self.max_distance = resolved["max_distance"]
+        self.min_distance = resolved["min_distance"]
+        self.scale = resolved["scale"]
+        self.scale_source = resolved["scale_source"]
         self._vectors = np.asarray(artifact.vectors)
         self._table_ids = np.asarray(self.table.ids)
         self._table_distances = np.asarray(self.table.distances)

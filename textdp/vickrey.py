@@ -47,19 +47,32 @@ from textdp.mahalanobis import Mahalanobis
 NOISES = ("madlib", "mahalanobis")
 
 
+class _TwoNearestMahalanobis(Mahalanobis):
+    """Only for the checks: the Vickrey rule needs two words from the search (lambda checked for both noises)."""
+
+    NEIGHBOURS_NEEDED = 2
+
+
 class Vickrey:
     """The Vickrey rule over Madlib or Mahalanobis noise; ``privatize_ids(ids, rng) -> released ids``."""
 
     name = "vickrey"
 
+    @classmethod
+    def check_parameters(cls, epsilon, artifact=None, t: float = 0.5, noise: str = "madlib", lam: float = 0.2,
+                         nn: str = "exact", search_k: int = -1, **_others) -> None:
+        """The noise's checks (two words needed from an Annoy search), t in [0, 1] and the noise's name."""
+        from textdp.errors import ParameterError  # pylint: disable=import-outside-toplevel
+        from textdp.mechanisms import check_number  # pylint: disable=import-outside-toplevel
+
+        check_number(t, "vickrey t", 0.0, 1.0)
+        if noise not in NOISES:
+            raise ParameterError(f"unknown noise {noise!r} (expected one of {', '.join(NOISES)})")
+        _TwoNearestMahalanobis.check_parameters(epsilon, artifact, lam=lam, nn=nn, search_k=search_k)
+
     def __init__(self, artifact, epsilon: float, t: float = 0.5, noise: str = "madlib", lam: float = 0.2,
                  nn: str = "exact", search_k: int = -1, batch: int = 1024):
-        if not 0.0 <= t <= 1.0:
-            raise ValueError("t must be in [0, 1]")
-        if noise not in NOISES:
-            raise ValueError(f"unknown noise {noise!r} (expected one of {', '.join(NOISES)})")
-        if nn not in ("exact", "annoy"):
-            raise ValueError(f"unknown nearest-neighbour method {nn!r} (expected 'exact' or 'annoy')")
+        type(self).check_parameters(epsilon, artifact, t=t, noise=noise, lam=lam, nn=nn, search_k=search_k)
         self.artifact = artifact
         self.t = float(t)
         self.noise = noise

@@ -29,7 +29,7 @@ from typing import NamedTuple, Optional, Sequence
 import apache_beam as beam
 from apache_beam.utils import shared
 
-from textdp.mechanisms import mechanism_parameters
+from textdp.mechanisms import check_mechanism, mechanism_parameters
 from textdp.text_privatizer import OOV_POLICIES, default_batch_tokens
 from transforms.perturb import PerturbConfig, PerturbTokens
 from transforms.worker import WorkerConfig
@@ -98,8 +98,6 @@ class Privatize(beam.PTransform):
                  diagnostics: bool = False, worker: Optional[WorkerConfig] = None, redistribute: bool = False,
                  label: Optional[str] = None, **mechanism_params):
         super().__init__(label)
-        if not (isinstance(epsilon, (int, float)) and 0 < float(epsilon) < float("inf")):
-            raise ValueError("epsilon must be a finite number > 0")
         if oov_policy not in OOV_POLICIES:
             raise ValueError(f"oov_policy must be one of {', '.join(OOV_POLICIES)}")
         if batch_tokens is None:
@@ -113,6 +111,7 @@ class Privatize(beam.PTransform):
         if unknown:
             raise ValueError(f"{', '.join(unknown)}: not parameters of mechanism {mechanism!r} "
                              f"(its parameters: {', '.join(accepted) or 'none'})")
+        check_mechanism(mechanism, epsilon, None, **mechanism_params)  # epsilon's range, the mechanism's own checks
         self.config = PerturbConfig(artifact=artifact, mechanism=mechanism, epsilon=float(epsilon),
                                     params=PerturbConfig.mechanism_params(**mechanism_params), oov_policy=oov_policy,
                                     unk_token=unk_token, seed=seed, text_fields=tuple(text_fields),
