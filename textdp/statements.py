@@ -104,3 +104,40 @@ FLOATING_POINT_STATEMENT = (
 
 def seed_statement(seed_used: bool) -> str:
     return SEED_STATEMENT if seed_used else "No seed was used: noise came from operating-system entropy."
+
+
+COVERAGE_LEVELS = ("all", "subset", "none")
+UNDECLARED_COVERAGE = {"covered": "none", "reason": "the mechanism does not declare what its guarantee covers "
+                                                     "(its privacy_statement() has no 'coverage'), so nothing is claimed"}
+
+
+def coverage_statement(mechanism_coverage: Optional[dict], oov_policy: str, unknown_tokens: Optional[int],
+                       seed_used: bool) -> dict:
+    """What the guarantee covers in this output: the mechanism's own declaration (the ``coverage`` of its
+    ``privacy_statement()``: all words, a stated subset, or none, with the reason), narrowed by the OOV policy
+    and the seed.
+
+    Returns ``{"covered": "all"|"subset"|"none", "subset": ... (only for "subset"), "not_covered": [reasons]}``.
+    ``unknown_tokens`` is a raw-input figure (operator's summary only); None means "any input".
+    """
+    declared = mechanism_coverage if isinstance(mechanism_coverage, dict) else UNDECLARED_COVERAGE
+    level = declared.get("covered")
+    if level not in COVERAGE_LEVELS:
+        declared, level = UNDECLARED_COVERAGE, "none"
+    subset = declared.get("subset") if level == "subset" else None
+    reasons = [declared["reason"]] if level != "all" and declared.get("reason") else []
+    if oov_policy == "keep" and (unknown_tokens is None or unknown_tokens > 0):
+        count = "may be" if unknown_tokens is None else f"were ({unknown_tokens} in this run)"
+        reasons.append(f"words outside the vocabulary {count} released unchanged (--oov-policy keep)")
+        if level == "all":
+            level, subset = "subset", "words in the vocabulary"
+        elif level == "subset":
+            subset = f"{subset}; and only words in the vocabulary"
+    if seed_used:
+        reasons.append("a fixed --seed was used: anyone who knows it can reproduce the noise")
+        level, subset = "none", None
+    coverage = {"covered": level}
+    if subset is not None:
+        coverage["subset"] = subset
+    coverage["not_covered"] = reasons
+    return coverage

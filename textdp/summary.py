@@ -20,8 +20,8 @@ import time
 from typing import Dict, Optional, Sequence
 
 from textdp import __version__
-from textdp.statements import (FLOATING_POINT_STATEMENT, STRUCTURE_STATEMENT, errors_statement, oov_statement,
-                               records_statement, seed_statement)
+from textdp.statements import (FLOATING_POINT_STATEMENT, STRUCTURE_STATEMENT, coverage_statement, errors_statement,
+                               oov_statement, records_statement, seed_statement)
 
 FAILED_PREFIX = "failed:"
 
@@ -47,7 +47,10 @@ def privacy_section(mechanism_statement: dict, oov_policy: str, unk_token: str, 
     """The privacy statements that hold for this run's output.
 
     ``unknown_tokens`` (a raw-input figure) is given for the operator's summary only; the public
-    summary passes None and ``covered_by_guarantee`` then says what holds for any input.
+    summary passes None and ``coverage`` then says what holds for any input. ``coverage`` is the
+    mechanism's own declaration (its statement's ``coverage``: all, a stated subset, none) narrowed by
+    the OOV policy and the seed (``textdp.statements.coverage_statement``); ``covered_by_guarantee``
+    is true only when it covers everything.
     """
     statement = dict(mechanism_statement)
     statement["unknown_words"] = oov_statement(oov_policy, unk_token, unknown_tokens)
@@ -56,12 +59,9 @@ def privacy_section(mechanism_statement: dict, oov_policy: str, unk_token: str, 
     statement["failed_records"] = errors_statement()
     statement["seed"] = seed_statement(seed_used)
     statement["numerical_precision"] = FLOATING_POINT_STATEMENT
-    if oov_policy != "keep":
-        statement["covered_by_guarantee"] = not seed_used
-    elif unknown_tokens is None:
-        statement["covered_by_guarantee"] = "not for words outside the vocabulary (--oov-policy keep)"
-    else:
-        statement["covered_by_guarantee"] = unknown_tokens == 0 and not seed_used
+    statement["coverage"] = coverage_statement(mechanism_statement.get("coverage"), oov_policy, unknown_tokens,
+                                               seed_used)
+    statement["covered_by_guarantee"] = statement["coverage"]["covered"] == "all"
     return statement
 
 
