@@ -43,8 +43,9 @@ def privatizers(neighbour_artifact_dir):  # noqa: F811
             for name in ALL_MECHANISMS for oov in OOV_POLICIES}
 
 
-def _check(privacy, level, oov_policy, unknown, seed_used, mechanism):
-    coverage = privacy["coverage"]
+def _check(privacy, level, oov_policy, unknown, seed_used, mechanism, declared):
+    assert privacy["coverage"] == declared  # the mechanism's own declaration, copied as it is
+    coverage = privacy["output_coverage"]
     assert coverage["covered"] == level, (mechanism, oov_policy, unknown, seed_used, coverage)
     assert privacy["covered_by_guarantee"] is (level == "all")
     assert ("subset" in coverage) is (level == "subset")
@@ -78,14 +79,15 @@ def test_every_mechanism_oov_policy_and_seed_states_what_is_covered(privatizers,
                           artifact={}, oov_policy=oov_policy, unk_token="<unk>", seed=seed)
             public = build_public_summary(records_out=1, output="o", data_format="text", text_fields=(), **common)
             level = expected_level(declared, oov_policy, None, seed_used)
-            _check(public["privacy"], level, oov_policy, None, seed_used, mechanism)
+            _check(public["privacy"], level, oov_policy, None, seed_used, mechanism, mech.privacy_statement()["coverage"])
             assert privatizer.privacy_statement(seed_used) == public["privacy"]  # the API says the same
             for unknown in (0, 3):
                 operator = build_summary({"records_in": 1, "records_out": 1, "tokens": 5, "unknown_tokens": unknown},
                                          input_pattern="i", output="o", errors_output="e", data_format="text",
                                          text_fields=(), max_record_bytes=10, **common)
                 level = expected_level(declared, oov_policy, unknown, seed_used)
-                _check(operator["privacy"], level, oov_policy, unknown, seed_used, mechanism)
+                _check(operator["privacy"], level, oov_policy, unknown, seed_used, mechanism,
+                       mech.privacy_statement()["coverage"])
 
 
 def test_full_coverage_where_the_subset_is_the_whole_vocabulary(neighbour_artifact_dir, tiny_artifact_dir):  # noqa: F811
@@ -95,7 +97,7 @@ def test_full_coverage_where_the_subset_is_the_whole_vocabulary(neighbour_artifa
     one_group = textdp.Privatizer(epsilon=2, mechanism="custext", artifact=tiny_artifact_dir, k=300)
     for privatizer in (plus, one_group):
         statement = privatizer.privacy_statement()
-        assert statement["coverage"] == {"covered": "all", "not_covered": []} and statement["covered_by_guarantee"]
+        assert statement["output_coverage"] == {"covered": "all", "not_covered": []} and statement["covered_by_guarantee"]
 
 
 def test_a_mechanism_that_declares_nothing_is_claimed_to_cover_nothing():
@@ -115,5 +117,5 @@ def test_pipeline_summaries_follow_the_mechanism(neighbour_artifact_dir, tmp_pat
                 "--runner=FnApiRunner", f"--epsilon={EPSILON.get(mechanism, 2)}", f"--mechanism={mechanism}", f"--public-summary={public}"]) == 0
     for document in (json.load(open(output + "-summary.json", encoding="utf-8")),
                      json.load(open(public, encoding="utf-8"))):
-        assert document["privacy"]["coverage"]["covered"] == level
+        assert document["privacy"]["output_coverage"]["covered"] == level
         assert document["privacy"]["covered_by_guarantee"] is False

@@ -250,7 +250,7 @@ def test_an_unbounded_epsilon0_names_the_mechanisms_reason_in_the_report(neighbo
     local = report["local"]["statement"]
     assert report["local"]["token_epsilon0"] == "inf"  # how the report writes it (docs/lac.md)
     assert local.startswith("no finite pure local-DP bound is claimed for a released word")
-    assert summary["privacy"]["coverage"]["not_covered"][0] in local  # the mechanism's own reason
+    assert summary["privacy"]["output_coverage"]["not_covered"][0] in local  # the mechanism's own reason
     assert "inf-LDP" not in local and "diameter" not in local
     _, _, report, _ = _privatize(tmp_path / "keep", neighbour_artifact_dir, lines, "--epsilon=5", "--shuffle",
                                  "--oov-policy=keep")

@@ -11,7 +11,8 @@ that reconcile, error rates), so the operator's summary keeps them, says so at i
 (``publishable: false``) and lists them in ``raw_data_figures``. The public summary holds only what
 the guarantee covers or what anyone can read off the output itself: the mechanism and its
 parameters, the artifact, the statements, the number of records released, and the amplification
-claims (without the author counts behind them).
+claims (without the author counts behind them; with an author field, without any figure computed
+from per-author word counts: see ``public_amplification``).
 """
 
 from __future__ import annotations
@@ -48,10 +49,11 @@ def privacy_section(mechanism_statement: dict, oov_policy: str, unk_token: str, 
     """The privacy statements that hold for this run's output.
 
     ``unknown_tokens`` (a raw-input figure) is given for the operator's summary only; the public
-    summary passes None and ``coverage`` then says what holds for any input. ``coverage`` is the
-    mechanism's own declaration (its statement's ``coverage``: all, a stated subset, none) narrowed by
-    the OOV policy and the seed (``textdp.statements.coverage_statement``); ``covered_by_guarantee``
-    is true only when it covers everything.
+    summary passes None and ``output_coverage`` then says what holds for any input. ``coverage`` is the
+    mechanism's own declaration (all, a stated subset, none), copied like its other sentences;
+    ``output_coverage`` is that declaration narrowed by the OOV policy and the seed
+    (``textdp.statements.coverage_statement``); ``covered_by_guarantee`` is true only when it covers
+    everything.
     """
     statement = dict(mechanism_statement)
     statement["unknown_words"] = oov_statement(oov_policy, unk_token, unknown_tokens)
@@ -60,9 +62,9 @@ def privacy_section(mechanism_statement: dict, oov_policy: str, unk_token: str, 
     statement["failed_records"] = errors_statement()
     statement["seed"] = seed_statement(seed_used)
     statement["numerical_precision"] = FLOATING_POINT_STATEMENT
-    statement["coverage"] = coverage_statement(mechanism_statement.get("coverage"), oov_policy, unknown_tokens,
-                                               seed_used)
-    statement["covered_by_guarantee"] = statement["coverage"]["covered"] == "all"
+    statement["output_coverage"] = coverage_statement(mechanism_statement.get("coverage"), oov_policy,
+                                                      unknown_tokens, seed_used)
+    statement["covered_by_guarantee"] = statement["output_coverage"]["covered"] == "all"
     return statement
 
 
