@@ -30,9 +30,9 @@ from apache_beam.utils import shared
 from pipelines.flags import (DEFAULT_WORDS, ArtifactOptions, CalibrateOptions, EpsilonGridOptions, MechanismOptions,
                              OutputOptions, SeedOptions, WorkerResourceOptions)
 from pipelines.jobs import Plan, run_job
-from textdp.calibration import WordCalibrator, stratified_word_sample
+from textdp.calibration import stratified_word_sample
 from textdp.errors import TextdpError
-from textdp.locate import NEAREST_WORD_MECHANISMS, NEEDS_NEIGHBOUR_TABLE, artifact_needs, verify_artifact
+from textdp.locate import artifact_needs, verify_artifact
 from transforms.calibration import (SUMMARY_FILE, TABLE_FILE, TABLE_PREFIX, CalibrateWords, CalibrationConfig,
                                     WriteCalibrationOutputs, parquet_schema)
 
@@ -85,6 +85,9 @@ def nn_statement(options: PipelineOptions, manifest: dict) -> str:
     """How the run's draws find their released word, from what the mechanism does (textdp/locate.py's
     NEAREST_WORD_MECHANISMS and NEEDS_NEIGHBOUR_TABLE, the lists the artifact check uses) and from
     ``WordCalibrator.prunes_search``, the test the draws themselves use."""
+    from textdp.calibration import WordCalibrator  # pylint: disable=import-outside-toplevel
+    from textdp.locate import NEAREST_WORD_MECHANISMS, NEEDS_NEIGHBOUR_TABLE  # pylint: disable=import-outside-toplevel
+
     opts = options.view_as(CalibrateOptions)
     mech = options.view_as(MechanismOptions)
     name = mech.mechanism
