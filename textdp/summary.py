@@ -140,9 +140,9 @@ def build_summary(counts: Dict[str, int], *, input_pattern: str, output: str, er
 
 
 AUTHOR_FIGURES_WITHHELD = (
-    "it is computed from how many words each author wrote (with --user-field), and the author field is removed "
-    "from the output, so the figure cannot be read off the output: it is a figure of the raw input, kept in the "
-    "operator's amplification report")
+    "these figures come from how many words each author wrote (with --user-field), and the author field is "
+    "removed from the output, so they cannot be read off the output: they are figures of the raw input, kept in "
+    "the operator's amplification report")
 
 
 def public_amplification(section: dict) -> dict:
