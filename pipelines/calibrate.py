@@ -103,20 +103,34 @@ def read_word_list(path: str) -> List[tuple]:
 
 
 def nn_statement(options: PipelineOptions, manifest: dict) -> str:
+    """How the run's draws find their released word, from what the mechanism does (textdp/locate.py's
+    NEAREST_WORD_MECHANISMS and NEEDS_NEIGHBOUR_TABLE, the lists the artifact check uses) and from
+    ``WordCalibrator.prunes_search``, the test the draws themselves use."""
+    from textdp.calibration import WordCalibrator  # pylint: disable=import-outside-toplevel
+    from textdp.locate import NEAREST_WORD_MECHANISMS, NEEDS_NEIGHBOUR_TABLE  # pylint: disable=import-outside-toplevel
+
     opts = options.view_as(CalibrateOptions)
     mech = options.view_as(MechanismOptions)
-    if mech.mechanism == "tem":
-        return ("not applicable: TEM samples exactly from its closed-form distribution using the artifact's "
-                f"K-nearest neighbour table ({(manifest.get('neighbours') or {}).get('metric', '?')} metric)")
+    name = mech.mechanism
+    if name not in NEAREST_WORD_MECHANISMS:
+        source = (f"reads the artifact's K-nearest neighbour table ({(manifest.get('neighbours') or {}).get('metric', '?')} "
+                  "metric)" if name in NEEDS_NEIGHBOUR_TABLE else "reads no neighbour table or search index")
+        return (f"not applicable: --mechanism {name} searches no nearest word; each draw is the mechanism's own "
+                f"sampling, as in the privatize job, which {source}")
     if mech.nn == "annoy":
         annoy = manifest.get("annoy") or {}
-        return (f"Annoy approximate nearest word (index of {annoy.get('trees')} trees, search_k={mech.search_k}), "
+        return (f"Annoy approximate nearest-word search (index of {annoy.get('trees')} trees, search_k={mech.search_k}), "
                 "as the privatize job uses with --nn annoy; its low recall at small epsilon spreads outputs, so "
                 "these statistics hold for Annoy, not for exact search")
-    pruning = ("searching only the words that can be nearest (triangle-inequality candidate pruning, "
-               "same answers)" if not opts.no_prune else "searching every word for every draw")
-    return (f"exact nearest word (blocked brute force over {manifest.get('vocab_size'):,} words, {pruning}), "
-            "as the privatize job uses with --nn exact")
+    words = f"{manifest.get('vocab_size'):,}"
+    if WordCalibrator.prunes_search(name, mech.nn, not opts.no_prune):
+        return (f"exact nearest word over the {words}-word vocabulary, as the privatize job uses with --nn exact; "
+                "each word's draws search only the words that can be nearest (triangle-inequality candidate "
+                "pruning, same answers up to float32 near-ties) when those are a small share of the vocabulary, "
+                "and every word otherwise (searched_fraction in per_word.parquet)")
+    why = "--no-prune was given" if opts.no_prune else f"candidate pruning does not apply to --mechanism {name}"
+    return (f"exact nearest-word search over all {words} words for every draw ({why}), as the privatize job uses "
+            "with --nn exact")
 
 
 def _elements(options: PipelineOptions, vocab_size: int):

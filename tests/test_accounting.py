@@ -154,6 +154,27 @@ def test_report_claims_the_theorem_when_it_applies():
     expected = acc.shuffle_epsilon(0.005, 10 ** 6, 1e-6).epsilon
     assert report["shuffle"]["claimed"] and report["shuffle"]["epsilon"] == pytest.approx(expected)
     assert f"{expected:.6g}" in report["shuffle"]["statement"]
+    # the claim keeps its restriction (docs/lac.md): only the words change, within the same released shape
+    statement = report["shuffle"]["statement"]
+    assert "for every record" in statement and "privatized words only" in statement
+    assert "released shape is the same" in statement and "swapped within that shape" in statement
+    per_author = acc.amplification_report(0.001, {(5,): 10 ** 6}, shuffled=True, delta=1e-6, per_author=True)
+    assert "for every author" in per_author["shuffle"]["statement"] and "record or author" not in statement
+
+
+def test_an_unbounded_epsilon0_is_not_called_a_bound():
+    """Issue 24 item 6: with epsilon_0 = inf (truncated-gumbel, SanText+ with p < 1, CusText with several groups,
+    --oov-policy keep) the local statement says no finite bound is claimed and why; it never says 'inf-LDP' or
+    derives it from the vocabulary diameter."""
+    report = acc.amplification_report(math.inf, {(5,): 10}, shuffled=True, subsample_rate=0.5,
+                                      epsilon0_reason="custext: words of different groups have disjoint outputs")
+    local = report["local"]["statement"]
+    assert local.startswith("no finite pure local-DP bound is claimed for a released word")
+    assert "custext: words of different groups" in local
+    assert "inf-LDP" not in local and "diameter" not in local
+    assert report["shuffle"]["claimed"] is False
+    finite = acc.amplification_report(0.5, {(5,): 10}, shuffled=False)["local"]["statement"]
+    assert finite.startswith("every released word is 0.5-LDP over the vocabulary") and "at most 2.5 here" in finite
 
 
 def test_estimated_word_counts_withhold_the_shuffle_claim():

@@ -112,5 +112,22 @@ def test_statement_parameters_and_epsilon0(artifact):
     assert mech.token_epsilon0(10.0) == math.inf
     whole = CusText(artifact, 2.0, k=artifact.vocab_size)
     assert whole.groups() == 1 and whole.token_epsilon0(10.0) == 2.0
+    assert "partitioned into 1 group of 5,000 words" in whole.privacy_statement()["notion"]
     with pytest.raises(ValueError):
         CusText(artifact, 2.0, k=0)
+
+
+@pytest.mark.parametrize("k", [3, 7])
+def test_statement_states_the_real_group_sizes_when_k_does_not_divide_the_vocabulary(artifact, k):
+    """Issue 24 item 6: 5,000 words in groups of K = 3 (or 7) leave a last group of 2 (or 2): the statement
+    names the sizes the partition really has, read here from the distinct output sets themselves."""
+    mech = CusText(artifact, 2.0, k=k)
+    groups = {tuple(int(i) for i in row if i >= 0) for row in np.asarray(mech.set_ids)}
+    sizes = {}
+    for group in groups:
+        sizes[len(group)] = sizes.get(len(group), 0) + 1
+    full, last = divmod(artifact.vocab_size, k)
+    assert sizes == {k: full, last: 1} and len(groups) == mech.groups()
+    notion = mech.privacy_statement()["notion"]
+    assert f"partitioned into {full:,} groups of {k} words and 1 group of {last} words" in notion
+    assert f"{mech.groups():,} groups of {k} words" not in notion

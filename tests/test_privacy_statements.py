@@ -17,6 +17,7 @@ from textdp import accounting
 from textdp.statements import FLOATING_POINT_STATEMENT, STRUCTURE_STATEMENT, oov_statement, records_statement
 from textdp.summary import RAW_DATA_FIGURES
 from textdp.tokenize import Tokenizer
+from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
 
 
 def _privatize(tmp_path, artifact_dir, lines, *flags, name="in.txt"):
@@ -237,3 +238,35 @@ def test_docs_example_amplification_report_matches_a_run(imdb_rows, small_artifa
     for section in ("local", "shuffle", "k_threshold"):
         words = number.sub("#", report[section]["statement"])
         assert words.startswith(number.sub("#", quoted[section]["statement"].removesuffix(" ..."))), section
+
+
+def test_an_unbounded_epsilon0_names_the_mechanisms_reason_in_the_report(neighbour_artifact_dir, tmp_path):  # noqa: F811
+    """Issue 24 item 6: truncated-gumbel claims no guarantee, so its per-word epsilon_0 is inf; the real
+    job's amplification report says no finite bound is claimed, with the mechanism's own reason, instead
+    of 'every released word is inf-LDP ... from epsilon x the vocabulary diameter bound'."""
+    lines = [f"line {i} of the corpus" for i in range(20)]
+    _, summary, report, _ = _privatize(tmp_path, neighbour_artifact_dir, lines, "--epsilon=70",
+                                       "--mechanism=truncated-gumbel", "--shuffle")
+    local = report["local"]["statement"]
+    assert report["local"]["token_epsilon0"] == "inf"  # how the report writes it (docs/lac.md)
+    assert local.startswith("no finite pure local-DP bound is claimed for a released word")
+    assert summary["privacy"]["output_coverage"]["not_covered"][0] in local  # the mechanism's own reason
+    assert "inf-LDP" not in local and "diameter" not in local
+    _, _, report, _ = _privatize(tmp_path / "keep", neighbour_artifact_dir, lines, "--epsilon=5", "--shuffle",
+                                 "--oov-policy=keep")
+    assert "--oov-policy keep releases words outside the vocabulary unchanged" in report["local"]["statement"]
+
+
+def test_public_shuffle_claim_is_the_operators_sentence_with_its_restriction():
+    """Issue 24 item 6: without an author field the public summary repeats the claimed shuffle sentence of
+    the operator's report, restriction included (only words swapped within the same released shape)."""
+    from textdp.summary import public_amplification  # pylint: disable=import-outside-toplevel
+
+    stats = accounting.amplifier_stats(10 ** 6, 10 ** 6, [(((5, "layout"),), 10 ** 6)], ["text"], 0, 0, [], False,
+                                       ["text"], "__shape__")
+    section = accounting.amplification_section(stats, 0.001, shuffled=True, delta=1e-6, subsample_rate=None,
+                                               k_threshold=None, seed_used=False)
+    assert section["shuffle"]["claimed"] is True
+    public = public_amplification(section)["shuffle"]
+    assert public["claimed"] is True and public["statement"] == section["shuffle"]["statement"]
+    assert "privatized words only" in public["statement"] and "released shape is the same" in public["statement"]

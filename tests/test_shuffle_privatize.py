@@ -87,3 +87,41 @@ def test_privatize_claims_shuffle_amplification_where_the_theorem_applies(small_
     # the same corpus at a useful epsilon: the condition fails and nothing is claimed
     output = _privatize(tmp_path / "useful", small_artifact_dir, tmp_path / "same.txt", "--epsilon=10", "--shuffle")
     assert json.load(open(output + "-amplification.json", encoding="utf-8"))["shuffle"]["claimed"] is False
+
+
+def test_public_summary_has_no_figure_that_depends_on_which_author_wrote_what(small_artifact, small_artifact_dir,
+                                                                              tmp_path):
+    """Issue 24 item 4: with --user-field the author field is removed from the output, so the per-author word
+    counts cannot be read off it, and no public figure may depend on them. The same 3,000 one-word JSONL records
+    (epsilon 0.05, --shuffle --subsample 0.5 --k-threshold 2) once with every record by its own author and once
+    with two records per author: the operator's reports differ (largest author, sub-sampling formula, and the
+    shuffle claim: made for one-word authors, impossible for two-word ones), the public summaries are the same
+    apart from the time stamp, the output path and the number of records released (which sub-sampling draws)."""
+    words = [w for w in small_artifact.words[200:4900] if w.isalpha()][:3000]
+    documents, reports = [], []
+    for name, author in (("own", lambda i: f"u{i}"), ("pairs", lambda i: f"u{i // 2}")):
+        input_path = tmp_path / f"{name}.jsonl"
+        input_path.write_text("".join(json.dumps({"author": author(i), "text": w}) + "\n" for i, w in enumerate(words)),
+                              encoding="utf-8")
+        public = tmp_path / f"{name}-public.json"
+        output = _privatize(tmp_path / name, small_artifact_dir, input_path, "--epsilon=0.05", "--shuffle",
+                            "--subsample=0.5", "--user-field=author", "--k-threshold=2", f"--public-summary={public}")
+        reports.append(json.load(open(output + "-amplification.json", encoding="utf-8")))
+        document = json.load(open(public, encoding="utf-8"))
+        for key in ("created_utc", "output", "records_released"):
+            document.pop(key)
+        documents.append(document)
+    own, pairs = reports
+    assert (own["local"]["max_words_per_author"], pairs["local"]["max_words_per_author"]) == (1, 2)
+    assert own["subsample"]["textbook_epsilon"] != pairs["subsample"]["textbook_epsilon"]
+    assert own["shuffle"]["claimed"] is True and pairs["shuffle"]["claimed"] is False  # the raw data decides
+    assert documents[0] == documents[1]
+    amplification = documents[0]["amplification"]
+    assert amplification["shuffle"]["claimed"] is False and amplification["shuffle"]["epsilon"] is None
+    assert "withheld" in amplification["shuffle"]["statement"] and "withheld" in amplification["subsample"]["statement"]
+    text = json.dumps(documents[0])
+    for report in reports:  # no operator figure computed from the authors' word counts reaches the public summary
+        for figure in (report["subsample"]["textbook_epsilon"], report["local"]["author_epsilon0"],
+                       report["shuffle"]["epsilon"], report["shuffle"]["largest_group_epsilon0"]):
+            if figure is not None and figure != report["local"]["token_epsilon0"]:  # that one is public
+                assert f"{figure:.6g}" not in text and str(figure) not in text

@@ -32,7 +32,8 @@ from typing import Dict, Iterable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from textdp.statements import FLOATING_POINT_STATEMENT, seed_statement
+from textdp.statements import (FLOATING_POINT_STATEMENT, seed_statement, shuffle_claim_statement,
+                               subsample_statement)
 
 DEFAULT_DELTA = 1e-6
 # groups of authors: {word counts: authors}, or a list of (word counts, authors) pairs
@@ -298,25 +299,31 @@ def amplification_report(token_eps0: float, shape_counts: ShapeCounts, *,
                          shuffled: bool, delta: float = DEFAULT_DELTA,
                          subsample_rate: Optional[float] = None,
                          k_threshold: Optional[int] = None, per_author: bool = False,
-                         exact_word_counts: bool = True) -> dict:
+                         exact_word_counts: bool = True, epsilon0_reason: Optional[str] = None) -> dict:
     """The honest "amplification" section: local guarantee, then what each Amplifier step adds.
 
     Plain statements accompany every number; no number is claimed unless a theorem gives it for
     these parameters. ``exact_word_counts`` False (counts estimated from the released text) also
     withholds the shuffle claim: the theorem's epsilon_0 and groups depend on the exact counts.
+    ``epsilon0_reason``: why ``token_eps0`` is inf when it is (``statements.unbounded_epsilon0_reason``).
     """
     max_tokens = max((sum(shape) for shape, _ in _groups(shape_counts)), default=0)
     local_eps0 = record_epsilon0(token_eps0, max_tokens)
     unit = "author" if per_author else "record"
+    article = "an" if per_author else "a"
+    if math.isinf(token_eps0):
+        local = (f"no finite pure local-DP bound is claimed for a released word (epsilon_0 = inf: "
+                 f"{epsilon0_reason or 'no finite bound over the vocabulary'}), so none for {article} {unit} either.")
+    else:
+        local = (f"every released word is {token_eps0:.6g}-LDP over the vocabulary (pure local DP: the mechanism's "
+                 f"bound for two words as far apart as the vocabulary's diameter bound); {article} {unit} of l words "
+                 f"is l x that (at most {local_eps0:.6g} here).")
     report = {
         "local": {
             "token_epsilon0": token_eps0,
             f"max_words_per_{unit}": int(max_tokens),
             f"{unit}_epsilon0": local_eps0,
-            "statement": (f"every released word is {token_eps0:.6g}-LDP over the vocabulary (pure local DP, "
-                          f"from epsilon x the vocabulary diameter bound); {'an' if per_author else 'a'} {unit} "
-                          "of l words is l x that "
-                          f"(at most {local_eps0:.6g} here). Word counts and layout are released as they are."),
+            "statement": local + " Word counts and layout are released as they are.",
         },
     }
     if shuffled:
@@ -329,8 +336,7 @@ def amplification_report(token_eps0: float, shape_counts: ShapeCounts, *,
                 "of privatized words per record, which this run did not record.")
             shuffle["epsilon"] = None
         elif shuffle["claimed"]:
-            shuffle["statement"] = (f"shuffling amplifies the guarantee to ({shuffle['epsilon']:.6g}, {delta:g})-DP "
-                                    f"for every {unit} ({shuffle['theorem']}).")
+            shuffle["statement"] = shuffle_claim_statement(shuffle["epsilon"], delta, shuffle["theorem"], unit)
         else:
             shuffle["statement"] = (
                 f"no amplification claimed: the theorem needs epsilon_0 <= ln(n / (16 ln(4/delta))) and a "
@@ -346,13 +352,7 @@ def amplification_report(token_eps0: float, shape_counts: ShapeCounts, *,
             "rate": subsample_rate,
             "textbook_epsilon": formula,
             "claimed": False,
-            "statement": (
-                f"records were kept independently with probability {subsample_rate:g}. The bound "
-                f"ln(1 + q(e^eps - 1)) = {formula:.6g} (Li, Qardaji, Su 2012, Thm. 1) needs a mechanism that is "
-                "eps-DP when one record is added or removed, with an output that hides whether a record was "
-                "sampled; a released locally privatized record shows that it was sampled and eps_0 is a "
-                "guarantee for replacing a record's words, not for removing it. No amplification is claimed "
-                "for sub-sampling: it reduces how much is released."),
+            "statement": subsample_statement(subsample_rate, formula),
         }
     if k_threshold is not None:
         report["k_threshold"] = {
@@ -403,7 +403,8 @@ def amplifier_stats(records_in: int, records_out: int, shapes, fields, rare_type
 
 def amplification_section(stats: dict, token_eps0: float, *, shuffled: bool, delta: float,
                           subsample_rate: Optional[float], k_threshold: Optional[int],
-                          seed_used: bool, diameter: Optional[dict] = None) -> dict:
+                          seed_used: bool, diameter: Optional[dict] = None,
+                          epsilon0_reason: Optional[str] = None) -> dict:
     """The amplification report from the Amplifier's ``stats`` (``amplifier_stats``) and epsilon_0.
 
     Every sentence in it is derived from what the stage did: the order statement from whether
@@ -413,7 +414,7 @@ def amplification_section(stats: dict, token_eps0: float, *, shuffled: bool, del
     report = amplification_report(
         token_eps0, shapes, shuffled=shuffled, delta=delta, subsample_rate=subsample_rate,
         k_threshold=k_threshold, per_author=stats["per_author"],
-        exact_word_counts=stats["word_counts"] != "estimated")
+        exact_word_counts=stats["word_counts"] != "estimated", epsilon0_reason=epsilon0_reason)
     report["local"]["word_counts"] = stats["word_counts"]
     if diameter is not None:
         report["local"]["vocabulary_diameter"] = diameter

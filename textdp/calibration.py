@@ -327,9 +327,16 @@ class WordCalibrator:
             raise ValueError("all mechanisms of one calibration must share a metric")
         self.metric = metrics.pop()
 
+    @staticmethod
+    def prunes_search(mechanism: str, nn: Optional[str], prune: bool) -> bool:
+        """Whether the draws of ``mechanism`` restrict their exact search to the words that can be nearest
+        (:class:`CandidatePrunedSearch`): Madlib's noise with ``nn='exact'`` and ``prune``; every other
+        mechanism runs its own ``privatize_ids``. Calibrate's report states exactly this."""
+        return mechanism == "madlib" and bool(prune) and nn == "exact"
+
     def _draws(self, mech, word_id: int, row: np.ndarray, rng: np.random.Generator, search_state: dict):
         ids = np.full(self.samples, word_id, dtype=np.int64)
-        if self.mechanism == "madlib" and self.prune and getattr(mech, "nn", None) == "exact":
+        if self.prunes_search(self.mechanism, getattr(mech, "nn", None), self.prune):
             if "search" not in search_state:
                 search_state["search"] = CandidatePrunedSearch(
                     self.artifact.vectors, self.artifact.sqnorms, word_id, row)

@@ -217,11 +217,20 @@ class CusText:
         return {"mechanism": self.name, "epsilon": self.epsilon, "k": self.k, "metric": self.metric,
                 "output_sets": self.groups(), "output_sets_from_table": self.build_stats["groups_from_table"]}
 
+    def group_sizes(self) -> dict:
+        """{words in a group: number of such groups}, read from the output sets (a smaller last group included)."""
+        row_sizes = np.count_nonzero(np.asarray(self.set_ids) >= 0, axis=1)
+        sizes, words = np.unique(row_sizes, return_counts=True)
+        return {int(size): int(count) // int(size) for size, count in zip(sizes, words)}
+
     def privacy_statement(self) -> dict:
-        e, k, groups = self.epsilon, self.k, self.groups()
+        e, groups = self.epsilon, self.groups()
+        sizes = sorted(self.group_sizes().items(), reverse=True)
+        partition = " and ".join(f"{count:,} group{'' if count == 1 else 's'} of {size:,} word{'' if size == 1 else 's'}"
+                                 for size, count in sizes)
         return {
             "notion": (f"epsilon-indistinguishability within customized output sets (CusText): the vocabulary is "
-                       f"partitioned into {groups:,} groups of {k} words (greedy in frequency order, "
+                       f"partitioned into {partition} (greedy in frequency order, "
                        f"{self.metric} distance); a word is replaced by a word of its own group"),
             "covered": "any two words of the same group",
             "per_token": f"for any words x, x' of the same group and any output set O: P[M(x) in O] <= exp({e:g}) * P[M(x') in O]",
@@ -231,4 +240,9 @@ class CusText:
             "per_record": (f"two records whose words are position by position in the same groups: exp({e:g} * the number of "
                            "positions where they differ); records whose words fall in different groups somewhere: none"),
             "sampling": "exact: one inverse-CDF draw over the K weights of the input's output set",
+            "coverage": ({"covered": "subset", "subset": "any two words of the same group (each word against the words "
+                                                          "of its own output set)",
+                          "reason": ("custext: words of different groups have disjoint outputs, so the released word "
+                                     "reveals the input word's group")}
+                         if groups > 1 else {"covered": "all"}),
         }

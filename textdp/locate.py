@@ -76,6 +76,18 @@ NEEDS_NEIGHBOUR_TABLE = ("tem", "santext", "santext+", "truncated-gumbel")  # th
 NEAREST_WORD_MECHANISMS = ("madlib", "mahalanobis", "vickrey")  # --nn chooses their search
 
 
+class ArtifactNeeds(tuple):
+    """The parts of an artifact a run reads (a tuple of ``ARTIFACT_PARTS``) and the mechanism that reads them,
+    so that a refusal names the mechanism of the run, not another one."""
+
+    mechanism: Optional[str] = None
+
+    def __new__(cls, parts: Iterable[str], mechanism: Optional[str] = None):
+        needs = super().__new__(cls, parts)
+        needs.mechanism = mechanism
+        return needs
+
+
 def artifact_needs(mechanism: str = "madlib", nn: str = "exact") -> tuple:
     """The parts of the artifact a privatize or calibrate run with this mechanism reads.
 
@@ -86,10 +98,10 @@ def artifact_needs(mechanism: str = "madlib", nn: str = "exact") -> tuple:
     if mechanism not in ALL_MECHANISMS:
         raise ValueError(f"unknown mechanism {mechanism!r}")
     if mechanism in NEEDS_NEIGHBOUR_TABLE:
-        return ALWAYS_NEEDED + ("neighbours",)
+        return ArtifactNeeds(ALWAYS_NEEDED + ("neighbours",), mechanism)
     if mechanism in NEAREST_WORD_MECHANISMS and nn == "annoy":
-        return ALWAYS_NEEDED + ("annoy",)
-    return ALWAYS_NEEDED
+        return ArtifactNeeds(ALWAYS_NEEDED + ("annoy",), mechanism)
+    return ArtifactNeeds(ALWAYS_NEEDED, mechanism)
 
 
 def verify_artifact(location: Optional[str], needs: Iterable[str] = ALWAYS_NEEDED,
@@ -114,12 +126,12 @@ def verify_artifact(location: Optional[str], needs: Iterable[str] = ALWAYS_NEEDE
         raise ValueError(f"unknown artifact part(s) {unknown} (expected some of {', '.join(ARTIFACT_PARTS)})")
     if gcs.is_gcs_url(location):
         manifest = gcs.read_remote_manifest(location)
-        files = _needed_files(manifest, wanted, location)
+        files = _needed_files(manifest, wanted, location, getattr(needs, "mechanism", None))
         gcs.check_remote_files(location, files)
         return manifest
     directory = _local_directory(location, progress)
     manifest = read_directory_manifest(directory)
-    files = _needed_files(manifest, wanted, location or directory)
+    files = _needed_files(manifest, wanted, location or directory, getattr(needs, "mechanism", None))
     stamps = stamp_dir()
     for name, entry in files.items():
         verify_file(os.path.join(directory, name), entry, stamps)
@@ -127,8 +139,9 @@ def verify_artifact(location: Optional[str], needs: Iterable[str] = ALWAYS_NEEDE
     return manifest
 
 
-def _needed_files(manifest: dict, parts: tuple, where: str) -> Dict[str, dict]:
-    """File name -> manifest entry for every file of ``parts``; refuses a part the artifact lacks."""
+def _needed_files(manifest: dict, parts: tuple, where: str, mechanism: Optional[str] = None) -> Dict[str, dict]:
+    """File name -> manifest entry for every file of ``parts``; refuses a part the artifact lacks, naming the
+    ``mechanism`` that needs it when known (``ArtifactNeeds``)."""
     names = [manifest["vocab"], manifest["vectors"]]
     if "annoy" in parts:
         info = manifest.get("annoy")
@@ -140,7 +153,9 @@ def _needed_files(manifest: dict, parts: tuple, where: str) -> Dict[str, dict]:
         info = manifest.get(NEIGHBOURS_SECTION)
         if not isinstance(info, dict) or not info.get("ids_file") or not info.get("distances_file"):
             command = f"textdp neighbours --artifact {where}"
-            raise ArtifactError(f"--mechanism tem needs a neighbour table and the artifact {where} has none; run "
+            who = (f"--mechanism {mechanism} (it samples from each word's K nearest words)" if mechanism
+                   else "this run")
+            raise ArtifactError(f"{who} needs a neighbour table and the artifact {where} has none; run "
                                 f"`{command}` first (docs/tem.md)")
         names += [info["ids_file"], info["distances_file"]]
     files = {}

@@ -117,4 +117,5 @@ class Madlib:
                 f"the released word is the {'exact' if self.nn == 'exact' else 'Annoy-approximate'} nearest "
                 "vocabulary word to the noisy vector: post-processing of a fixed index built from the embedding "
                 "alone, so it does not weaken the guarantee"),
+            "coverage": {"covered": "all"},
         }

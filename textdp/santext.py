@@ -170,6 +170,7 @@ class SanText:
                 "covered": "every vocabulary word",
                 "sampling": ("exact sampling of P(y|x) ~ exp(-epsilon d(x, y) / 2) over the whole vocabulary from the "
                              "K-nearest table (rejection sampling)"),
+                "coverage": {"covered": "all"},
             }
         count, n, p = self.sensitive_count(), self.vocab_size, self.p
         if self.sensitive_fraction is not None:
@@ -191,4 +192,8 @@ class SanText:
                            "for each position where a sensitive word is compared with a non-sensitive one"),
             "sampling": ("exact sampling of the exponential mechanism restricted to the sensitive words from the "
                          "K-nearest table (rejection sampling)"),
+            "coverage": ({"covered": "subset", "subset": f"the sensitive words ({which}), always sanitized",
+                          "reason": (f"santext+: a non-sensitive word is released unchanged with probability {1 - p:g}, "
+                                     "which reveals it")}
+                         if p < 1 else {"covered": "all"}),
         }

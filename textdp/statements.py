@@ -104,3 +104,70 @@ FLOATING_POINT_STATEMENT = (
 
 def seed_statement(seed_used: bool) -> str:
     return SEED_STATEMENT if seed_used else "No seed was used: noise came from operating-system entropy."
+
+
+COVERAGE_LEVELS = ("all", "subset", "none")
+UNDECLARED_COVERAGE = {"covered": "none", "reason": "the mechanism does not declare what its guarantee covers "
+                                                     "(its privacy_statement() has no 'coverage'), so nothing is claimed"}
+
+
+def coverage_statement(mechanism_coverage: Optional[dict], oov_policy: str, unknown_tokens: Optional[int],
+                       seed_used: bool) -> dict:
+    """What the guarantee covers in this output: the mechanism's own declaration (the ``coverage`` of its
+    ``privacy_statement()``: all words, a stated subset, or none, with the reason), narrowed by the OOV policy
+    and the seed.
+
+    Returns ``{"covered": "all"|"subset"|"none", "subset": ... (only for "subset"), "not_covered": [reasons]}``.
+    ``unknown_tokens`` is a raw-input figure (operator's summary only); None means "any input".
+    """
+    declared = mechanism_coverage if isinstance(mechanism_coverage, dict) else UNDECLARED_COVERAGE
+    level = declared.get("covered")
+    if level not in COVERAGE_LEVELS:
+        declared, level = UNDECLARED_COVERAGE, "none"
+    subset = declared.get("subset") if level == "subset" else None
+    reasons = [declared["reason"]] if level != "all" and declared.get("reason") else []
+    if oov_policy == "keep" and (unknown_tokens is None or unknown_tokens > 0):
+        count = "may be" if unknown_tokens is None else f"were ({unknown_tokens} in this run)"
+        reasons.append(f"words outside the vocabulary {count} released unchanged (--oov-policy keep)")
+        if level == "all":
+            level, subset = "subset", "words in the vocabulary"
+        elif level == "subset":
+            subset = f"{subset}; and only words in the vocabulary"
+    if seed_used:
+        reasons.append("a fixed --seed was used: anyone who knows it can reproduce the noise")
+        level, subset = "none", None
+    coverage = {"covered": level}
+    if subset is not None:
+        coverage["subset"] = subset
+    coverage["not_covered"] = reasons
+    return coverage
+
+
+def shuffle_claim_statement(epsilon: float, delta: float, theorem: str, unit: str) -> str:
+    """The claimed shuffle amplification, with the restriction under which it holds (docs/lac.md): neighbouring
+    inputs differ only in the privatized words of one record or author, and each one hides only among those whose
+    released shape is the same."""
+    return (f"shuffling amplifies the guarantee to ({epsilon:.6g}, {delta:g})-DP for every {unit} ({theorem}), "
+            f"against a change of that {unit}'s privatized words only: each {unit} hides among the {unit}s whose "
+            "released shape is the same (word counts, layout and unprivatized fields, which are released as they are "
+            "and not protected), and words are only ever swapped within that shape.")
+
+
+def subsample_statement(rate: float, textbook_epsilon: Optional[float], withheld: Optional[str] = None) -> str:
+    """Why Poisson sub-sampling is not claimed. ``textbook_epsilon`` None: the figure is withheld (``withheld``
+    says why, e.g. it comes from per-author word counts that the output does not show)."""
+    figure = (f"ln(1 + q(e^eps - 1)) = {textbook_epsilon:.6g}" if textbook_epsilon is not None else
+              f"ln(1 + q(e^eps - 1)) (its value is withheld here: {withheld})")
+    return (f"records were kept independently with probability {rate:g}. The bound {figure} (Li, Qardaji, Su 2012, "
+            "Thm. 1) needs a mechanism that is eps-DP when one record is added or removed, with an output that hides "
+            "whether a record was sampled; a released locally privatized record shows that it was sampled and eps_0 "
+            "is a guarantee for replacing a record's words, not for removing it. No amplification is claimed for "
+            "sub-sampling: it reduces how much is released.")
+
+
+def unbounded_epsilon0_reason(oov_policy: str, mechanism_coverage: Optional[dict]) -> str:
+    """Why a run's per-word epsilon_0 is inf: --oov-policy keep, else the mechanism's own declaration."""
+    if oov_policy == "keep":
+        return "--oov-policy keep releases words outside the vocabulary unchanged"
+    reason = (mechanism_coverage or {}).get("reason") if isinstance(mechanism_coverage, dict) else None
+    return reason or "the mechanism claims no finite bound over the whole vocabulary"

@@ -11,7 +11,8 @@ that reconcile, error rates), so the operator's summary keeps them, says so at i
 (``publishable: false``) and lists them in ``raw_data_figures``. The public summary holds only what
 the guarantee covers or what anyone can read off the output itself: the mechanism and its
 parameters, the artifact, the statements, the number of records released, and the amplification
-claims (without the author counts behind them).
+claims (without the author counts behind them; with an author field, without any figure computed
+from per-author word counts: see ``public_amplification``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import time
 from typing import Dict, Optional, Sequence
 
 from textdp import __version__
-from textdp.statements import (FLOATING_POINT_STATEMENT, STRUCTURE_STATEMENT, errors_statement, oov_statement,
-                               records_statement, seed_statement)
+from textdp.statements import (FLOATING_POINT_STATEMENT, STRUCTURE_STATEMENT, coverage_statement, errors_statement,
+                               oov_statement, records_statement, seed_statement, shuffle_claim_statement,
+                               subsample_statement)
 
 FAILED_PREFIX = "failed:"
 
@@ -47,7 +49,11 @@ def privacy_section(mechanism_statement: dict, oov_policy: str, unk_token: str, 
     """The privacy statements that hold for this run's output.
 
     ``unknown_tokens`` (a raw-input figure) is given for the operator's summary only; the public
-    summary passes None and ``covered_by_guarantee`` then says what holds for any input.
+    summary passes None and ``output_coverage`` then says what holds for any input. ``coverage`` is the
+    mechanism's own declaration (all, a stated subset, none), copied like its other sentences;
+    ``output_coverage`` is that declaration narrowed by the OOV policy and the seed
+    (``textdp.statements.coverage_statement``); ``covered_by_guarantee`` is true only when it covers
+    everything.
     """
     statement = dict(mechanism_statement)
     statement["unknown_words"] = oov_statement(oov_policy, unk_token, unknown_tokens)
@@ -56,12 +62,9 @@ def privacy_section(mechanism_statement: dict, oov_policy: str, unk_token: str, 
     statement["failed_records"] = errors_statement()
     statement["seed"] = seed_statement(seed_used)
     statement["numerical_precision"] = FLOATING_POINT_STATEMENT
-    if oov_policy != "keep":
-        statement["covered_by_guarantee"] = not seed_used
-    elif unknown_tokens is None:
-        statement["covered_by_guarantee"] = "not for words outside the vocabulary (--oov-policy keep)"
-    else:
-        statement["covered_by_guarantee"] = unknown_tokens == 0 and not seed_used
+    statement["output_coverage"] = coverage_statement(mechanism_statement.get("coverage"), oov_policy,
+                                                      unknown_tokens, seed_used)
+    statement["covered_by_guarantee"] = statement["output_coverage"]["covered"] == "all"
     return statement
 
 
@@ -136,25 +139,49 @@ def build_summary(counts: Dict[str, int], *, input_pattern: str, output: str, er
     return summary
 
 
+AUTHOR_FIGURES_WITHHELD = (
+    "these figures come from how many words each author wrote (with --user-field), and the author field is "
+    "removed from the output, so they cannot be read off the output: they are figures of the raw input, kept in "
+    "the operator's amplification report")
+
+
 def public_amplification(section: dict) -> dict:
-    """The claims of an amplification section without the author and group counts behind them."""
+    """The claims of an amplification section with only figures the output shows or the parameters give.
+
+    Without an author field every record is its own author: the shuffle's groups and epsilon_0, and the
+    sub-sampling formula's largest record, come from the released records' word counts and layouts. With
+    one (``--user-field``, the section's ``max_words_per_author``) they come from each author's word count,
+    which the output does not show (the author field is removed): the public summary then withholds the
+    shuffle claim and the sub-sampling figure, saying why (``AUTHOR_FIGURES_WITHHELD``), so that no public
+    figure depends on how records are assigned to authors.
+    """
+    per_author = "max_words_per_author" in section["local"]
+    unit = "author" if per_author else "record"
     public = {"local": {key: section["local"][key] for key in ("token_epsilon0", "vocabulary_diameter")
                         if key in section["local"]}}
     if "shuffle" in section:
         shuffle = section["shuffle"]
-        claimed = bool(shuffle["claimed"])
+        claimed = bool(shuffle["claimed"]) and not per_author
         public["shuffle"] = {
             "theorem": shuffle["theorem"], "delta": shuffle["delta"], "claimed": claimed,
             "epsilon": shuffle["epsilon"] if claimed else None,
-            "statement": (f"shuffling amplifies the guarantee to ({shuffle['epsilon']:.6g}, {shuffle['delta']:g})-DP "
-                          f"for every record or author ({shuffle['theorem']})." if claimed else
+            "statement": (shuffle_claim_statement(shuffle["epsilon"], shuffle["delta"], shuffle["theorem"], unit)
+                          if claimed else
+                          "no amplification claimed in this summary: whether the theorem applies to every group of "
+                          "authors whose released shape is the same, and its epsilon, are withheld: "
+                          f"{AUTHOR_FIGURES_WITHHELD}. The guarantee to publish is the local one."
+                          if per_author else
                           "no amplification claimed: the theorem's condition does not hold for every group of "
-                          "records (or authors) whose released shape is the same; the guarantee is the local one."),
+                          "records whose released shape is the same; the guarantee is the local one."),
         }
-    for step in ("subsample", "k_threshold"):
-        if step in section:
-            public[step] = {key: section[step][key] for key in ("rate", "k", "claimed", "statement")
-                            if key in section[step]}
+    if "subsample" in section:
+        subsample = section["subsample"]
+        public["subsample"] = {
+            "rate": subsample["rate"], "claimed": subsample["claimed"],
+            "statement": (subsample_statement(subsample["rate"], None, AUTHOR_FIGURES_WITHHELD) if per_author
+                          else subsample["statement"])}
+    if "k_threshold" in section:
+        public["k_threshold"] = {key: section["k_threshold"][key] for key in ("k", "claimed", "statement")}
     public["fields"] = {key: section["fields"][key] for key in ("removed", "remaining", "released_unprivatized",
                                                                 "statement")}
     public["order"] = section["order"]

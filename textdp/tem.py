@@ -412,4 +412,5 @@ class TEM:
             "utility": (f"with probability >= 1 - beta a released word is within gamma of the input (Thm. 4.2, beta={self.beta:g})"
                         if self.beta is not None else "gamma was given explicitly"),
             "sampling": "exact sampling of the closed-form output distribution from the K-nearest table (rejection sampling)",
+            "coverage": {"covered": "all"},
         }

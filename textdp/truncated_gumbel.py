@@ -250,6 +250,9 @@ class TruncatedGumbel:
                           f"truncated to <= {self.vocab_size - 1}; each distance plus Gumbel(0, {self.scale:.4g}) noise "
                           f"truncated to [-{self.max_distance:.4g}, {self.max_distance:.4g}]; the smallest noisy distance "
                           f"wins (epsilon {self.epsilon:g} only sets the scale, {self.scale_source})"),
+            "coverage": {"covered": "none",
+                         "reason": ("truncated-gumbel: no guarantee is claimed (the BRR paper's theorem could not be "
+                                    "checked in this build)")},
         }
 
 

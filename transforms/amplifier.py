@@ -24,6 +24,7 @@ from typing import Optional, Sequence, Tuple
 import apache_beam as beam
 
 from textdp import accounting
+from textdp.statements import unbounded_epsilon0_reason
 from transforms.shuffle import DEFAULT_BYTES_PER_SHARD, DEFAULT_RECORDS_PER_SHARD, ShuffleAmplifier
 
 
@@ -86,7 +87,8 @@ class AmplificationSection(beam.DoFn):
         section = accounting.amplification_section(
             stats, token_eps0, shuffled=amp.shuffle, delta=amp.delta, subsample_rate=amp.subsample,
             k_threshold=amp.k_threshold, seed_used=self.perturb_config.seed is not None,
-            diameter=diameter.to_dict())
+            diameter=diameter.to_dict(), epsilon0_reason=unbounded_epsilon0_reason(
+                self.perturb_config.oov_policy, holder.mechanism.privacy_statement().get("coverage")))
         if self.path:
             from transforms.io import write_json  # pylint: disable=import-outside-toplevel
 
