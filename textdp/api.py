@@ -17,12 +17,25 @@ Bad input. ``privatize`` takes a list (or any sequence) of strings; a single str
 bytes, a number, one larger than ``max_text_bytes``) raises ``TextdpError`` naming its position and
 why, never its content; with ``errors="none"`` such an element becomes None in the output instead.
 An empty or blank string has no word to protect and is returned as it is. ``privatize_series``
-leaves missing values (None, NaN, pandas.NA) missing and applies the same rules to the rest.
+leaves missing values (None, NaN, pandas.NA) missing and applies the same rules to the rest. A
+mapping (a dict: iterating it would privatize its keys), a DataFrame (its column names), and
+anything that is not iterable are refused with ``TextdpError`` naming the kind. Every error the API
+raises on purpose is a ``TextdpError`` (bad mechanism parameters are ``ParameterError``, also a
+``ValueError``).
+
+Threads and processes. A ``Privatizer`` is thread-safe: calls from several threads run one at a
+time (a lock; the exact search already uses every core inside one call). It can be pickled, so
+``beam.Map(privatizer.privatize)`` and ``multiprocessing`` work: the pickle holds the constructor's
+arguments only (never texts, never the generator's state), and unpickling opens the artifact again
+and draws a fresh generator from OS entropy, so copies never share noise.
 """
 
 from __future__ import annotations
 
+import numbers
 import os
+import threading
+from collections.abc import Iterable, Mapping
 from typing import List, Optional, Sequence
 
 import numpy as np
@@ -64,28 +77,44 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
     def __init__(self, epsilon: float, mechanism: str = "madlib", artifact: Optional[str] = None,
                  oov_policy: str = "random", unk_token: str = "<unk>", max_text_bytes: Optional[int] = None,
                  threads: Optional[int] = None, batch_tokens: int = API_BATCH_TOKENS, **mechanism_params):
+        self._arguments = dict(epsilon=epsilon, mechanism=mechanism, artifact=artifact, oov_policy=oov_policy,
+                               unk_token=unk_token, max_text_bytes=max_text_bytes, threads=threads,
+                               batch_tokens=batch_tokens, **mechanism_params)  # what a pickle holds
         if mechanism not in ALL_MECHANISMS:
             raise TextdpError(f"mechanism must be one of {', '.join(ALL_MECHANISMS)}")
         check_mechanism(mechanism, epsilon, None, **mechanism_params)  # epsilon's range, the mechanism's own checks
         if oov_policy not in OOV_POLICIES:
             raise TextdpError(f"oov_policy must be one of {', '.join(OOV_POLICIES)}")
+        if not isinstance(unk_token, str) or not unk_token:
+            raise TextdpError("unk_token must be a non-empty string")
+        for name, value in (("max_text_bytes", max_text_bytes), ("threads", threads)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+                                      or value < 1):
+                raise TextdpError(f"{name} must be None or an integer >= 1")
+        if isinstance(batch_tokens, bool) or not isinstance(batch_tokens, numbers.Integral) or batch_tokens < 1:
+            raise TextdpError("batch_tokens must be an integer >= 1")
         verify_artifact(artifact, needs=artifact_needs(mechanism, mechanism_params.get("nn", "exact")))
         self.artifact = SharedVocabularyArtifact(resolve_artifact(artifact))
         self.mechanism = make_mechanism(mechanism, self.artifact, float(epsilon), **mechanism_params)
         self.oov_policy = oov_policy
         self.unk_token = unk_token
-        self.max_text_bytes = max_text_bytes
+        self.max_text_bytes = None if max_text_bytes is None else int(max_text_bytes)
         self.threads = int(threads) if threads else (os.cpu_count() or 1)
-        if isinstance(batch_tokens, bool) or not isinstance(batch_tokens, int) or batch_tokens < 1:
-            raise TextdpError("batch_tokens must be an integer >= 1")
-        self.batch_tokens = batch_tokens
+        self.batch_tokens = int(batch_tokens)
         nearest = getattr(self.mechanism, "nearest", None)
         if hasattr(nearest, "threads"):  # the exact search ranks vocabulary ranges in parallel threads
             nearest.threads = self.threads
         self._text = TextPrivatizer(self.mechanism, self.artifact.words, self.artifact.word_to_id, oov_policy,
                                     unk_token)
         self._rng = np.random.default_rng()  # OS entropy
+        self._lock = threading.Lock()  # one call at a time: the tokenizer's memo and the generator are not shared
         self.last_stats: dict = {}
+
+    def __getstate__(self) -> dict:
+        return dict(self._arguments)
+
+    def __setstate__(self, arguments: dict) -> None:
+        self.__init__(**arguments)  # opens the artifact again; a fresh generator from OS entropy
 
     # --- privatizing -------------------------------------------------------------------------------
     def privatize(self, texts: Sequence[str], seed: Optional[int] = None, errors: str = "raise") -> List[Optional[str]]:
@@ -97,11 +126,20 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
         """
         if isinstance(texts, (str, bytes)):
             raise TextdpError("privatize takes a list of strings; for one text use privatize([text])[0]")
+        if isinstance(texts, Mapping) or hasattr(texts, "columns"):
+            raise TextdpError(f"privatize takes a list of strings, not a {type(texts).__name__} (iterating it would "
+                              "privatize its keys or column names): pass list(d.values()) or use privatize_series")
+        if not isinstance(texts, Iterable):
+            raise TextdpError(f"privatize takes a list of strings, not {type(texts).__name__}")
         if errors not in ERROR_POLICIES:
             raise TextdpError(f"errors must be one of {', '.join(ERROR_POLICIES)}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
             raise TextdpError("seed must be an integer >= 0")
-        texts = list(texts)
+        seed = None if seed is None else int(seed)
+        with self._lock:
+            return self._privatize(list(texts), seed, errors)
+
+    def _privatize(self, texts: List[str], seed: Optional[int], errors: str) -> List[Optional[str]]:
         usable, out = [], [None] * len(texts)
         failed = 0
         for index, text in enumerate(texts):
