@@ -47,7 +47,7 @@ import numpy as np
 from textdp.casing import CAPITALIZED, LOWER, UPPER, apply_case, case_pattern, is_clitic
 from textdp.token_batch import Tokenized, TokenizedBatch
 from textdp.word_memo import WordMemo, different_spans, ranges, word_keys
-from textdp.word_split import WORD_PATTERN, cut_words
+from textdp.word_split import WORD_PATTERN, cut_words, normal_form
 
 UNKNOWN_ID = -1
 
@@ -81,6 +81,14 @@ def _split_words(codes: np.ndarray, lengths: np.ndarray) -> List[str]:
 
 
 _ONE_LETTER_CLITICS = tuple(map(ord, "sdm"))  # 's 'd 'm
+
+
+def _encodable(key: str) -> bool:
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _per_span(flags: np.ndarray, firsts: np.ndarray, count: int) -> np.ndarray:
@@ -287,17 +295,26 @@ class Tokenizer:
         return -1 - np.asarray(entries, dtype=np.int64)
 
     def _ids(self, words: List[str]) -> np.ndarray:
-        """Vocabulary ids of surface words (looked up lowercased, ``’`` read as ``'``)."""
-        keys = [word.lower().replace("\u2019", "'") for word in words]
+        """Vocabulary ids of surface words (looked up by their ``normal_form``, lowercased, ``’`` read as ``'``)."""
+        keys = [normal_form(word).lower().replace("\u2019", "'") for word in words]
+        keys = [key if key.isascii() or _encodable(key) else "" for key in keys]  # a lone surrogate: unknown
         get_many = getattr(self.word_to_id, "get_many", None)
         if get_many is not None:
-            return get_many(keys)
-        return np.fromiter((self.word_to_id.get(key, UNKNOWN_ID) for key in keys), dtype=np.int64, count=len(keys))
+            ids = get_many(keys)
+        else:
+            ids = np.fromiter((self.word_to_id.get(key, UNKNOWN_ID) for key in keys), dtype=np.int64, count=len(keys))
+        if "" in keys:  # a word of only format characters: unknown, whatever the vocabulary holds
+            ids[[k for k, key in enumerate(keys) if not key]] = UNKNOWN_ID
+        return ids
 
     def _describe(self, words: List[str]) -> tuple:
-        """(ids, case patterns, echo flags) of surface words; echo: ``apply_case(words[id], case) == word``."""
+        """(ids, case patterns, echo flags) of surface words; echo: ``apply_case(words[id], case) == word``.
+
+        The id and the case pattern come from the word's ``normal_form`` (``Ⓙⓞⓗⓝ`` is ``john``,
+        Capitalized); echo compares with the surface itself, so a disguised word is never echoed:
+        its release is spelled from the vocabulary, not copied from the input."""
         ids = self._ids(words)
-        cases = np.fromiter(map(case_pattern, words), dtype=np.int64, count=len(words))
+        cases = np.fromiter((case_pattern(normal_form(word)) for word in words), dtype=np.int64, count=len(words))
         echoes = np.zeros(len(words), dtype=np.int64)
         known = np.flatnonzero(ids != UNKNOWN_ID)
         if self.words is not None and len(known):
