@@ -1,18 +1,30 @@
 """Reversible word tokenization: split text into words to privatize and the structure around them.
 
 A text is cut into alternating *structure* and *word* pieces; joining the pieces gives back the
-text exactly. Only words are privatized; structure (whitespace, punctuation, symbols, emoji) is
-copied to the output unchanged. The rules, chosen for GloVe-style vocabularies:
+text exactly. Only words are privatized; structure is copied to the output unchanged. Every Unicode
+code point has a defined treatment (textdp.word_split states it class by class); in short:
 
 * A word is a run of letters and/or digits, with inner apostrophes or hyphens (``don't``,
   ``well-known``) and, between digits, inner ``.`` or ``,`` (``3.5``, ``1,000``). **Numbers are
   words**: they are looked up and privatized like any other word, because a number (an age, a
-  date, an order id) can identify a person just as a name can.
-* Everything else is structure and is released as it is: whitespace, line breaks and pure
-  punctuation, even when the vocabulary has an entry for it (GloVe has ``,`` ``.`` ``(``). So the
-  output reveals the record's layout: its length in words and where its punctuation is. The
-  summary states this.
-* Lookup is on the lowercased word (GloVe 6B is lowercase; ``’`` is read as ``'``). The released
+  date, an order id) can identify a person just as a name can. Letter-like symbols and
+  compatibility forms (``ⓙⓞⓗⓝ``, ``⒥``, ``🄹``, fullwidth ``ＪＯＨＮ``, ligatures) are letters;
+  combining marks and invisible format characters (ZWSP, ZWJ, soft hyphen, bidi controls, tag
+  characters) belong to the word they stand in.
+* Any other symbol (emoji, Braille, regional indicators, dingbats, private use, unassigned code
+  points, lone surrogates) is word material too: a run of them is a word of its own (``great😀``
+  is ``great`` + ``😀``), which the vocabulary usually lacks, so the OOV policy decides its release
+  and it is counted as an unknown word.
+* Structure is only whitespace, controls, punctuation and the math/currency/modifier symbols that
+  hold no letter in disguise, even when the vocabulary has an entry for them (GloVe has ``,`` ``.``
+  ``(``). So the output reveals the record's layout: its length in words and where its punctuation
+  is. The summary states this.
+* A word is looked up and cased by its ``normal_form``: itself if ASCII, else its NFKC form without
+  format characters (``ⓙⓞⓗⓝ`` and ``jo\u200bhn`` are looked up as ``john``, NFD ``cafe\u0301`` as
+  ``café``). A word is copied from the input only when it is its released vocabulary word
+  letter for letter (the echo flag compares with the surface), so a disguised word is always
+  spelled from the vocabulary.
+* Lookup is on the lowercased normal form (GloVe 6B is lowercase; ``’`` is read as ``'``). The released
   word takes the input word's case pattern: lower, Capitalized or UPPER (mixed case such as
   ``iPhone`` counts as lower, ``McDonald`` as Capitalized).
 * A word that is not in the vocabulary but has joiners is split the way the vocabulary was:
