@@ -119,6 +119,14 @@ def classify(codes: np.ndarray) -> np.ndarray:
 _STRUCTURE, _LETTERS, _SYMBOLS = 0, 1, 2  # word kinds per code point
 
 
+def _joined(flags: np.ndarray, letters: np.ndarray) -> np.ndarray:
+    """True at the joiners between two letter-like code points (digits for ``.``/``,``): inner ones only."""
+    digit = (flags & _DIGIT).astype(bool)
+    middle = flags[1:-1]
+    return (((middle & _JOINS_WORDS) != 0) & letters[:-2] & letters[2:]) \
+        | (((middle & _JOINS_DIGITS) != 0) & digit[:-2] & digit[2:])
+
+
 def word_kinds(flags: np.ndarray) -> np.ndarray:
     """Per code point: 0 structure, 1 in a letter-like word, 2 in a symbol word (int8).
 
@@ -126,10 +134,10 @@ def word_kinds(flags: np.ndarray) -> np.ndarray:
     are letter-like between two letter-like code points (digits for ``.``/``,``).
     """
     kinds = (flags & _WORD).astype(np.int8)
-    special = flags & (_SYMBOL | _EXTEND)
-    if special.any():
-        kinds[(special & _SYMBOL) != 0] = _SYMBOLS
-        extend = np.flatnonzero(special & _EXTEND)
+    special = np.flatnonzero(flags >= _SYMBOL)  # symbols and extenders: few in most text
+    if len(special):
+        kinds[special[(flags[special] & _SYMBOL) != 0]] = _SYMBOLS
+        extend = special[(flags[special] & _EXTEND) != 0]
         if len(extend):
             source = np.arange(len(flags))
             source[extend] = 0
@@ -138,17 +146,22 @@ def word_kinds(flags: np.ndarray) -> np.ndarray:
             before[(before == _STRUCTURE) | (source[extend] == extend)] = _LETTERS
             kinds[extend] = before
     if len(flags) > 2:
-        letters = kinds == _LETTERS
-        digit = (flags & _DIGIT).astype(bool)
-        middle = flags[1:-1]
-        joined = (((middle & _JOINS_WORDS) != 0) & letters[:-2] & letters[2:]) \
-            | (((middle & _JOINS_DIGITS) != 0) & digit[:-2] & digit[2:])
-        kinds[1:-1][joined] = _LETTERS
+        kinds[1:-1] |= _joined(flags, kinds == _LETTERS)  # a joiner is structure (0) on its own
     return kinds
+
+
+def _plain_word_mask(flags: np.ndarray) -> np.ndarray:
+    """``word_mask`` of code points none of which is a symbol or an extender (most text): booleans suffice."""
+    inside = (flags & _WORD).astype(bool)
+    if len(flags) > 2:
+        inside[1:-1] |= _joined(flags, inside.copy())
+    return inside
 
 
 def word_mask(flags: np.ndarray) -> np.ndarray:
     """True for every code point that belongs to a word (the vector form of WORD_PATTERN)."""
+    if not (flags >= _SYMBOL).any():
+        return _plain_word_mask(flags)
     return word_kinds(flags) != _STRUCTURE
 
 
@@ -176,13 +189,21 @@ def cut_words(texts: Sequence[str]) -> WordCut:
     codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
     text_ends = np.cumsum(lengths + 1) - 1
     text_starts = text_ends - lengths
-    kinds = np.zeros(len(codes) + 2, dtype=np.int8)
-    kinds[1:-1] = word_kinds(classify(codes))
-    changes = kinds[1:] != kinds[:-1]  # at i: between code points i - 1 and i
-    starts = np.flatnonzero(changes & (kinds[1:] != _STRUCTURE))
-    ends = np.flatnonzero(changes & (kinds[:-1] != _STRUCTURE))  # a letter word may end where a symbol word starts
+    flags = classify(codes)
+    if not (flags >= _SYMBOL).any():  # no symbol, no extender: words never touch, edges alternate
+        inside = np.zeros(len(codes) + 2, dtype=bool)
+        inside[1:-1] = in_word = _plain_word_mask(flags)
+        edges = np.flatnonzero(inside[1:] != inside[:-1])  # at i: between code points i - 1 and i
+        starts, ends = edges[0::2], edges[1::2]
+    else:
+        kinds = np.zeros(len(codes) + 2, dtype=np.int8)
+        kinds[1:-1] = word_kinds(flags)
+        edges = np.flatnonzero(kinds[1:] != kinds[:-1])
+        starts = edges[kinds[1:][edges] != _STRUCTURE]
+        ends = edges[kinds[:-1][edges] != _STRUCTURE]  # a letter word may end where a symbol word starts
+        in_word = kinds[1:-1] != _STRUCTURE
     counts = np.diff(np.concatenate(([0], np.searchsorted(starts, text_ends))))
-    return WordCut(text, codes, text_starts, text_ends, starts, ends, counts, kinds[1:-1] != _STRUCTURE)
+    return WordCut(text, codes, text_starts, text_ends, starts, ends, counts, in_word)
 
 
 def split_pieces(texts: Sequence[str]) -> List[List[str]]:
