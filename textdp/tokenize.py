@@ -43,8 +43,10 @@ pattern, split) and remembered in a bounded memo looked up for the whole batch a
 (textdp.word_memo), and layout digests and released texts are built for the whole batch. Python
 runs per word only for the few words that need it (not seen before and not ASCII, changed words
 when few change); new ASCII words, the ones to split included, are resolved with numpy. The
-output is byte for byte that of the original word-at-a-time implementation, which
-tests/test_fast_text_path.py keeps as a frozen reference and compares on IMDb reviews.
+output is byte for byte that of the original word-at-a-time implementation (its word rule and
+lookup brought to issue 24's), which tests/test_fast_text_path.py keeps as a frozen reference and
+compares on IMDb reviews. Non-ASCII words take the Python path (``_codes``), so ``normal_form`` and
+its NFKC run once per distinct non-ASCII word, never for ASCII text.
 """
 
 from __future__ import annotations
@@ -306,9 +308,10 @@ class Tokenizer:
         entries = self._splits.add(sizes, part_start, part_end - part_start, ids, cases, glued, echoes)
         return -1 - np.asarray(entries, dtype=np.int64)
 
-    def _ids(self, words: List[str]) -> np.ndarray:
+    def _ids(self, words: List[str], normals: Optional[List[str]] = None) -> np.ndarray:
         """Vocabulary ids of surface words (looked up by their ``normal_form``, lowercased, ``’`` read as ``'``)."""
-        keys = [normal_form(word).lower().replace("\u2019", "'") for word in words]
+        normals = list(map(normal_form, words)) if normals is None else normals
+        keys = [normal.lower().replace("\u2019", "'") for normal in normals]
         keys = [key if key.isascii() or _encodable(key) else "" for key in keys]  # a lone surrogate: unknown
         get_many = getattr(self.word_to_id, "get_many", None)
         if get_many is not None:
@@ -325,8 +328,9 @@ class Tokenizer:
         The id and the case pattern come from the word's ``normal_form`` (``Ⓙⓞⓗⓝ`` is ``john``,
         Capitalized); echo compares with the surface itself, so a disguised word is never echoed:
         its release is spelled from the vocabulary, not copied from the input."""
-        ids = self._ids(words)
-        cases = np.fromiter((case_pattern(normal_form(word)) for word in words), dtype=np.int64, count=len(words))
+        normals = list(map(normal_form, words))
+        ids = self._ids(words, normals)
+        cases = np.fromiter(map(case_pattern, normals), dtype=np.int64, count=len(words))
         echoes = np.zeros(len(words), dtype=np.int64)
         known = np.flatnonzero(ids != UNKNOWN_ID)
         if self.words is not None and len(known):

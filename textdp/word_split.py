@@ -225,8 +225,8 @@ def normal_form(word: str) -> str:
     without format characters (Cf, removed first) and without the structure NFKC may add (the
     parentheses of ``⒥``, spaces); joiners stay. ``ⓙⓞⓗⓝ`` -> ``john``, ``Ⓙⓞⓗⓝ`` -> ``John``,
     ``cafe\u0301`` -> ``café``, ``jo\u200bhn`` -> ``john``, a word of only format characters -> ``""``."""
-    if word.isascii():
-        return word
+    if word.isascii() or (word.isprintable() and unicodedata.is_normalized("NFKC", word)):
+        return word  # no format character (Cf is not printable), and a word holds no structure but joiners
     visible = "".join(c for c in word if unicodedata.category(c) != "Cf")
     normal = unicodedata.normalize("NFKC", visible)
     if normal.isascii() and normal.isalnum():
