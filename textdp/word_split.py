@@ -44,6 +44,7 @@ that one numpy pass classifies every code point of the batch.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -247,6 +248,7 @@ def _class_of(flag: int, codes: np.ndarray, flags: np.ndarray) -> str:
                    for a, b in zip(codes[firsts].tolist(), codes[lasts].tolist()))
 
 
+@functools.lru_cache(maxsize=1)
 def _word_regex() -> str:
     codes = np.arange(0x110000, dtype=np.uint32)
     flags = classify(codes)  # ~0.5 s: once per process, on first use
@@ -259,14 +261,23 @@ def _word_regex() -> str:
 class _LazyPattern:
     """A compiled regex built on first use (building it classifies all 1.1M code points)."""
 
-    def __init__(self, make):
-        self._make, self._compiled = make, None
+    def __init__(self, name, make):
+        self._name, self._make, self._compiled = name, make, None
 
-    def __getattr__(self, name):
+    def __getattr__(self, name):  # only for what the instance lacks: the regex's methods and attributes
+        if name.startswith("__") or "_make" not in self.__dict__:  # copy/pickle probing a bare instance
+            raise AttributeError(name)
         if self._compiled is None:
             self._compiled = re.compile(self._make())
         return getattr(self._compiled, name)
 
+    def __reduce__(self):  # pickled by name: one pattern per process
+        return _pattern_named, (self._name,)
 
-WORD_PATTERN = _LazyPattern(_word_regex)
-WORD_CAPTURE = _LazyPattern(lambda: f"({_word_regex()})")  # split() keeps the words: structure, word, ...
+
+WORD_PATTERN = _LazyPattern("WORD_PATTERN", _word_regex)
+WORD_CAPTURE = _LazyPattern("WORD_CAPTURE", lambda: f"({_word_regex()})")  # split() keeps words: structure, word, ...
+
+
+def _pattern_named(name: str) -> _LazyPattern:
+    return globals()[name]
