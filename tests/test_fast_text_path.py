@@ -176,7 +176,7 @@ class FrozenReferenceTokenizer:
         glued.append(is_glued)
 
     def _add_split(self, pieces, slots, ids, glued, word):
-        normal = word.lower().replace("\u2019", "'")
+        normal = reference_normal_form(word).lower().replace("\u2019", "'")  # its normal form: disguised words cut alike (issue 24)
         cut = None
         if normal.endswith("n't") and len(normal) > 3:
             cut = len(normal) - 3

@@ -121,6 +121,22 @@ def test_marks_stay_with_their_base_character(default_artifact):
         assert Tokenizer(vocab, None).tokenize(f" {surface} ").words == [surface]  # مَكْتَب, שָׁלוֹם
 
 
+def test_a_disguised_text_has_the_layout_of_its_plain_text(small_artifact):
+    """The shuffle stage's shapes (word count, layout digest: structure, case patterns, clitic cuts)
+    come from the normal form: a disguise changes none of them, and no shape holds the text."""
+    pairs = [("\u24bf\u24de\u24d7\u24dd lives here.", "John lives here."),
+             ("\u24d3\u24de\u24dd'\u24e3 go, \u24be\u24e3'\u24e2 ok", "don't go, It's ok"),
+             ("\uff2a\uff2f\uff28\uff2e!", "JOHN!"), ("jo\u200bhn \u24a5\u24aa\u24a3\u24a9", "john john")]
+    for policy in ("random", "unk"):
+        core = privatizer(small_artifact, policy)
+        shapes = []
+        core.privatize([text for pair in pairs for text in pair], np.random.default_rng(0), shapes)
+        assert shapes[0::2] == shapes[1::2], policy
+        assert all(len(digest) == 32 and digest.isalnum() for _, digest in shapes)
+    tokenized = Tokenizer(small_artifact.word_to_id).tokenize(pairs[1][0])
+    assert tokenized.glued == [False, True, False, False, True, False]  # do + n't, it + 's
+
+
 def test_symbols_next_to_letters_are_separate_words(vocab):
     tokenized = Tokenizer(vocab, None).tokenize("great\U0001F600! \U0001F600film")
     assert tokenized.words == ["great", "\U0001F600", "\U0001F600", "film"]

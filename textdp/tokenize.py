@@ -352,10 +352,11 @@ class Tokenizer:
     def _split(self, words: List[str]) -> List[int]:
         """Unknown words with joiners: a clitic split if the vocabulary has the word before the
         clitic (``don't`` -> ``do`` + ``n't``), else a split at every joiner (``foo-bar`` -> ``foo``
-        ``-`` ``bar``). Adds each to the split table; returns their entries."""
+        ``-`` ``bar``). The clitic is found in the word's normal form when that has the word's length
+        (``ⓓⓞⓝ'ⓣ`` is cut as ``don't``). Adds each to the split table; returns their entries."""
         cuts = []
         for word in words:
-            normal = word.lower().replace("\u2019", "'")
+            normal = normal_form(word).lower().replace("\u2019", "'")  # its normal form: disguised words cut alike (issue 24)
             cut = None
             if normal.endswith("n't") and len(normal) > 3:
                 cut = len(normal) - 3
