@@ -335,8 +335,10 @@ def compare_batch(tokenizer, reference, texts, vocabulary):
     assert batch.words == [word for old in expected for word in old.words]
     identity = batch.render(batch.words)
     # rendering the input words gives the texts back, unless a word's case pattern (of its NFKC form,
-    # issue 24) re-cases the word itself (the titlecase digraph "\u01c5" is Capitalized: "\u01c4")
-    keeps_case = [all(apply_case(w, c) == w for w, c in zip(old.words, old.cases)) for old in expected]
+    # issue 24) re-cases the word itself (the titlecase digraph "\u01c5" is Capitalized: "\u01c4"), or a
+    # clitic cut in the normal form leaves a glued part that is no clitic as it stands ("\u24dd't" of "\u24d3\u24de\u24dd't")
+    keeps_case = [all(apply_case(w, c) == w and (not g or frozen_is_clitic(w))
+                      for w, c, g in zip(old.words, old.cases, old.glued)) for old in expected]
     assert all(keeps_case[index] for index, text in enumerate(texts) if text.isascii())
     assert [one for one, keeps in zip(identity, keeps_case) if keeps] == [t for t, k in zip(texts, keeps_case) if k]
     assert identity == [old.render(old.words) for old in expected]  # ... exactly as before
@@ -358,6 +360,9 @@ def compare_partial_release(batch, expected, replaced, rng):
     a few replaced, a few fixed markers; by splicing and by assembling code points alike."""
     count = len(replaced)
     original = rng.random(count) < 0.9
+    # the privatizer releases a glued slot as its input word only when that is a clitic as it stands
+    # (echo: it spells its vocabulary clitic); a disguised clitic ("\u24dd't", issue 24) is spelled anew
+    original &= [not g or frozen_is_clitic(w) for w, g in zip(batch.words, batch.glued.tolist())]
     fixed = {k: "<UNK>" for k in np.flatnonzero(~original & (rng.random(count) < 0.3)).tolist()}
     verbatim = (rng.random(count) < 0.1) | original
     verbatim[list(fixed)] = True
