@@ -176,7 +176,7 @@ class FrozenReferenceTokenizer:
         glued.append(is_glued)
 
     def _add_split(self, pieces, slots, ids, glued, word):
-        normal = reference_normal_form(word).lower().replace("\u2019", "'")  # its normal form: disguised words cut alike (issue 24)
+        normal = reference_normal_form(word).lower().replace("\u2019", "'")  # issue 24: in the normal form
         cut = None
         if normal.endswith("n't") and len(normal) > 3:
             cut = len(normal) - 3
@@ -283,9 +283,11 @@ ADVERSARIAL = [
     "x" * 10000, "word " * 2000, "Supercalifragilisticexpialidocious" * 30, "\u2028line\u2029para",
     "It's a DON'T-miss: 10/10, 3.5 stars; the 1,000th viewer's pick\u2026 (\u201cwow\u201d).",
     # issue 24: letters in disguise, marks, format characters, symbols next to letters
-    "\u24d9\u24de\u24d7\u24dd \u24bf\u24de\u24d7\u24dd \u24a5\u24aa \U0001F139\U0001F179\U0001F159 \uff2a\uff4f\uff48\uff4e \ufb01lm",
+    "\u24d9\u24de\u24d7\u24dd \u24bf\u24de\u24d7\u24dd \u24a5\u24aa \U0001F139\U0001F179\U0001F159 "
+    "\uff2a\uff4f\uff48\uff4e \ufb01lm",
     "\U0001F1FA\U0001F1F8 \u281a\u2815\u2813\u281d \U000E0041\U000E0042 jo\u200bhn \u200b\u200d \u00ad co\u00adoperate",
-    "cafe\u0301 CAFE\u0301 \u0928\u092e\u0938\u094d\u0924\u0947 \u0645\u064e\u0643\u0652\u062a\u064e\u0628 \u05e9\u05b8\u05c1\u05dc\u05d5\u05b9\u05dd",
+    "cafe\u0301 CAFE\u0301 \u0928\u092e\u0938\u094d\u0924\u0947 "
+    "\u0645\u064e\u0643\u0652\u062a\u064e\u0628 \u05e9\u05b8\u05c1\u05dc\u05d5\u05b9\u05dd",
     "great\U0001F600! \U0001F44D\U0001F3FD ok \u2122 \u20a8 \ufdfc 1\ufe0f\u20e3 \ue000 \U0010FFFD \u0378 \u2764\ufe0f",
     "do\u200bn't it\u2019\u200ds \u24d3\u24de\u24dd't a-\u0301b \U0001F600-\u0301 \u0301\u0302 x\u202ey\u202c",
 ]
@@ -336,7 +338,8 @@ def compare_batch(tokenizer, reference, texts, vocabulary):
     identity = batch.render(batch.words)
     # rendering the input words gives the texts back, unless a word's case pattern (of its NFKC form,
     # issue 24) re-cases the word itself (the titlecase digraph "\u01c5" is Capitalized: "\u01c4"), or a
-    # clitic cut in the normal form leaves a glued part that is no clitic as it stands ("\u24dd't" of "\u24d3\u24de\u24dd't")
+    # clitic cut in the normal form leaves a glued part that is no clitic as it stands
+    # ("\u24dd't" of "\u24d3\u24de\u24dd't")
     keeps_case = [all(apply_case(w, c) == w and (not g or frozen_is_clitic(w))
                       for w, c, g in zip(old.words, old.cases, old.glued)) for old in expected]
     assert all(keeps_case[index] for index, text in enumerate(texts) if text.isascii())

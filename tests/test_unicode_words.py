@@ -151,7 +151,8 @@ def privatizer(artifact, policy, epsilon=IDENTITY):
 def test_a_disguised_word_is_spelled_from_the_vocabulary_never_copied(small_artifact):
     """At epsilon 1e6 every known word is released as itself: a plain word is copied from the input
     (echo), a disguised one is written from the vocabulary in its case pattern."""
-    text = "\u24bf\u24de\u24d7\u24dd \u24e2\u24dc\u24d8\u24e3\u24d7 lives here, jo\u200bhn \u24bf\u24c4\u24bd\u24c3 John"
+    text = ("\u24bf\u24de\u24d7\u24dd \u24e2\u24dc\u24d8\u24e3\u24d7 lives here, "
+            "jo\u200bhn \u24bf\u24c4\u24bd\u24c3 John")
     for policy in ("random", "unk", "keep"):
         released, stats = privatizer(small_artifact, policy).privatize([text], np.random.default_rng(0))
         assert released == ["John smith lives here, john JOHN John"], policy
@@ -165,7 +166,8 @@ def test_unknown_symbol_words_are_counted_and_follow_the_oov_policy(small_artifa
     assert stats == {"tokens": 7, "changed_tokens": 5, "unknown_tokens": 5}
     random, stats = privatizer(small_artifact, "random", 5.0).privatize([text], np.random.default_rng(0))
     assert stats["tokens"] == 7 and stats["unknown_tokens"] == 5
-    assert random[0].isascii()  # only vocabulary words (ASCII) and the input's ASCII structure
+    # vocabulary words (ASCII but for a few punctuation and currency entries: "\u2014", "\xa3") and ASCII structure
+    assert all(c.isascii() or is_structure(c) for c in random[0]) and not any(raw in random[0] for raw in RAW)
     kept, _ = privatizer(small_artifact, "keep").privatize([text], np.random.default_rng(0))
     assert kept == [text]  # 'keep' passes unknown words through: the summary says they are not covered
 
@@ -244,7 +246,8 @@ def test_every_released_character_outside_the_structure_set_comes_from_a_vocabul
     for segment in segments(released[0]):
         assert made_of(segment.lower(), fragments, longest), (ascii(text), ascii(released[0]))
     assert all(is_structure(c) for c in released[0] if not c.isascii())
-    assert not any(one in released[0] for one, (kind, _) in zip(text_parts, parts) if kind in ("disguised", "unknown"))
+    hidden = [one for one, (kind, _) in zip(text_parts, parts) if kind in ("disguised", "unknown")]
+    assert not any(one in released[0] for one in hidden)
     # counts: every element is one word, the free text as many as it has on its own
     alone = [core.privatize([one], np.random.default_rng(0))[1] for one in free]
     assert stats["tokens"] == fixed_tokens + sum(s["tokens"] for s in alone)
@@ -282,5 +285,6 @@ def test_the_python_api_never_releases_the_disguise(small_artifact_dir):
     assert p.privatize([DISGUISED]) == ["John smith lives here <unk> <unk> <unk> <unk>"]
     assert p.last_stats["tokens"] == 8 and p.last_stats["unknown_tokens"] == 4
     noisy = textdp.Privatizer(epsilon=5.0, artifact=small_artifact_dir)
-    assert all(line.isascii() for line in noisy.privatize([DISGUISED] * 3))  # random OOV policy: vocabulary words
-    assert noisy.last_stats["tokens"] == 24 and noisy.last_stats["unknown_tokens"] == 12  # and ASCII structure only
+    for line in noisy.privatize([DISGUISED] * 3):  # random OOV policy: vocabulary words and ASCII structure only
+        assert all(c.isascii() or is_structure(c) for c in line) and not any(raw in line for raw in RAW)
+    assert noisy.last_stats["tokens"] == 24 and noisy.last_stats["unknown_tokens"] == 12

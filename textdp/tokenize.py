@@ -356,7 +356,7 @@ class Tokenizer:
         (``ⓓⓞⓝ'ⓣ`` is cut as ``don't``). Adds each to the split table; returns their entries."""
         cuts = []
         for word in words:
-            normal = normal_form(word).lower().replace("\u2019", "'")  # its normal form: disguised words cut alike (issue 24)
+            normal = normal_form(word).lower().replace("\u2019", "'")  # disguised words are cut alike (issue 24)
             cut = None
             if normal.endswith("n't") and len(normal) > 3:
                 cut = len(normal) - 3

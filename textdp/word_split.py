@@ -102,7 +102,7 @@ def _bmp_table() -> np.ndarray:
     return table
 
 
-_TABLE = _bmp_table()  # 64 KB, built in ~60 ms at import
+_TABLE = _bmp_table()  # 64 KB, built in ~20 ms at import (the ~15k code points that are not alnum one by one)
 
 
 def classify(codes: np.ndarray) -> np.ndarray:
