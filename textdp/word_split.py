@@ -113,8 +113,13 @@ def classify(codes: np.ndarray) -> np.ndarray:
     astral = codes >= _BMP
     flags = _TABLE[np.where(astral, 0, codes)]
     positions = np.flatnonzero(astral)
-    flags[positions] = [code_point_flags(chr(code)) for code in codes[positions].tolist()]
+    flags[positions] = list(map(_astral_flags, codes[positions].tolist()))
     return flags
+
+
+@functools.lru_cache(maxsize=1 << 12)  # emoji repeat: remember the last few thousand
+def _astral_flags(code: int) -> int:
+    return code_point_flags(chr(code))
 
 
 _STRUCTURE, _LETTERS, _SYMBOLS = 0, 1, 2  # word kinds per code point
@@ -251,7 +256,7 @@ def _class_of(flag: int, codes: np.ndarray, flags: np.ndarray) -> str:
 @functools.lru_cache(maxsize=1)
 def _word_regex() -> str:
     codes = np.arange(0x110000, dtype=np.uint32)
-    flags = classify(codes)  # ~0.5 s: once per process, on first use
+    flags = np.concatenate((_TABLE, [code_point_flags(chr(code)) for code in range(_BMP, 0x110000)]))  # ~0.5 s
     letter = _class_of(_WORD | _EXTEND, codes, flags)
     symbol, extend = _class_of(_SYMBOL, codes, flags), _class_of(_EXTEND, codes, flags)
     joiner = r"(?:['\u2019\-]|(?<=\d)[.,](?=\d))"
