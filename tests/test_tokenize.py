@@ -77,8 +77,8 @@ def test_hyphenated_words_are_looked_up_whole_then_split(small_artifact):
 def test_unknown_words_get_unknown_id_and_unicode_letters_are_words():
     tokenizer = Tokenizer({"café": 0})
     tokenized = tokenizer.tokenize("Café naïve_x \U0001F600 zzzq")
-    assert tokenized.words == ["Café", "naïve", "x", "zzzq"]  # "_" and the emoji are structure
-    assert tokenized.ids.tolist() == [0, UNKNOWN_ID, UNKNOWN_ID, UNKNOWN_ID]
+    assert tokenized.words == ["Café", "naïve", "x", "\U0001F600", "zzzq"]  # "_" is structure, the emoji a word
+    assert tokenized.ids.tolist() == [0, UNKNOWN_ID, UNKNOWN_ID, UNKNOWN_ID, UNKNOWN_ID]
     assert tokenized.ids.dtype == np.int64
 
 

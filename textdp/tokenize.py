@@ -1,18 +1,30 @@
 """Reversible word tokenization: split text into words to privatize and the structure around them.
 
 A text is cut into alternating *structure* and *word* pieces; joining the pieces gives back the
-text exactly. Only words are privatized; structure (whitespace, punctuation, symbols, emoji) is
-copied to the output unchanged. The rules, chosen for GloVe-style vocabularies:
+text exactly. Only words are privatized; structure is copied to the output unchanged. Every Unicode
+code point has a defined treatment (textdp.word_split states it class by class); in short:
 
 * A word is a run of letters and/or digits, with inner apostrophes or hyphens (``don't``,
   ``well-known``) and, between digits, inner ``.`` or ``,`` (``3.5``, ``1,000``). **Numbers are
   words**: they are looked up and privatized like any other word, because a number (an age, a
-  date, an order id) can identify a person just as a name can.
-* Everything else is structure and is released as it is: whitespace, line breaks and pure
-  punctuation, even when the vocabulary has an entry for it (GloVe has ``,`` ``.`` ``(``). So the
-  output reveals the record's layout: its length in words and where its punctuation is. The
-  summary states this.
-* Lookup is on the lowercased word (GloVe 6B is lowercase; ``’`` is read as ``'``). The released
+  date, an order id) can identify a person just as a name can. Letter-like symbols and
+  compatibility forms (``ⓙⓞⓗⓝ``, ``⒥``, ``🄹``, fullwidth ``ＪＯＨＮ``, ligatures) are letters;
+  combining marks and invisible format characters (ZWSP, ZWJ, soft hyphen, bidi controls, tag
+  characters) belong to the word they stand in.
+* Any other symbol (emoji, Braille, regional indicators, dingbats, private use, unassigned code
+  points, lone surrogates) is word material too: a run of them is a word of its own (``great😀``
+  is ``great`` + ``😀``), which the vocabulary usually lacks, so the OOV policy decides its release
+  and it is counted as an unknown word.
+* Structure is only whitespace, controls, punctuation and the math/currency/modifier symbols that
+  hold no letter in disguise, even when the vocabulary has an entry for them (GloVe has ``,`` ``.``
+  ``(``). So the output reveals the record's layout: its length in words and where its punctuation
+  is. The summary states this.
+* A word is looked up and cased by its ``normal_form``: itself if ASCII, else its NFKC form without
+  format characters (``ⓙⓞⓗⓝ`` and ``jo\u200bhn`` are looked up as ``john``, NFD ``cafe\u0301`` as
+  ``café``). A word is copied from the input only when it is its released vocabulary word
+  letter for letter (the echo flag compares with the surface), so a disguised word is always
+  spelled from the vocabulary.
+* Lookup is on the lowercased normal form (GloVe 6B is lowercase; ``’`` is read as ``'``). The released
   word takes the input word's case pattern: lower, Capitalized or UPPER (mixed case such as
   ``iPhone`` counts as lower, ``McDonald`` as Capitalized).
 * A word that is not in the vocabulary but has joiners is split the way the vocabulary was:
@@ -31,8 +43,10 @@ pattern, split) and remembered in a bounded memo looked up for the whole batch a
 (textdp.word_memo), and layout digests and released texts are built for the whole batch. Python
 runs per word only for the few words that need it (not seen before and not ASCII, changed words
 when few change); new ASCII words, the ones to split included, are resolved with numpy. The
-output is byte for byte that of the original word-at-a-time implementation, which
-tests/test_fast_text_path.py keeps as a frozen reference and compares on IMDb reviews.
+output is byte for byte that of the original word-at-a-time implementation (its word rule and
+lookup brought to issue 24's), which tests/test_fast_text_path.py keeps as a frozen reference and
+compares on IMDb reviews. Non-ASCII words take the Python path (``_codes``), so ``normal_form`` and
+its NFKC run once per distinct non-ASCII word, never for ASCII text.
 """
 
 from __future__ import annotations
@@ -47,7 +61,7 @@ import numpy as np
 from textdp.casing import CAPITALIZED, LOWER, UPPER, apply_case, case_pattern, is_clitic
 from textdp.token_batch import Tokenized, TokenizedBatch
 from textdp.word_memo import WordMemo, different_spans, ranges, word_keys
-from textdp.word_split import WORD_PATTERN, cut_words
+from textdp.word_split import WORD_PATTERN, cut_words, normal_form
 
 UNKNOWN_ID = -1
 
@@ -81,6 +95,14 @@ def _split_words(codes: np.ndarray, lengths: np.ndarray) -> List[str]:
 
 
 _ONE_LETTER_CLITICS = tuple(map(ord, "sdm"))  # 's 'd 'm
+
+
+def _encodable(key: str) -> bool:
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _per_span(flags: np.ndarray, firsts: np.ndarray, count: int) -> np.ndarray:
@@ -286,18 +308,29 @@ class Tokenizer:
         entries = self._splits.add(sizes, part_start, part_end - part_start, ids, cases, glued, echoes)
         return -1 - np.asarray(entries, dtype=np.int64)
 
-    def _ids(self, words: List[str]) -> np.ndarray:
-        """Vocabulary ids of surface words (looked up lowercased, ``’`` read as ``'``)."""
-        keys = [word.lower().replace("\u2019", "'") for word in words]
+    def _ids(self, words: List[str], normals: Optional[List[str]] = None) -> np.ndarray:
+        """Vocabulary ids of surface words (looked up by their ``normal_form``, lowercased, ``’`` read as ``'``)."""
+        normals = list(map(normal_form, words)) if normals is None else normals
+        keys = [normal.lower().replace("\u2019", "'") for normal in normals]
+        keys = [key if key.isascii() or _encodable(key) else "" for key in keys]  # a lone surrogate: unknown
         get_many = getattr(self.word_to_id, "get_many", None)
         if get_many is not None:
-            return get_many(keys)
-        return np.fromiter((self.word_to_id.get(key, UNKNOWN_ID) for key in keys), dtype=np.int64, count=len(keys))
+            ids = get_many(keys)
+        else:
+            ids = np.fromiter((self.word_to_id.get(key, UNKNOWN_ID) for key in keys), dtype=np.int64, count=len(keys))
+        if "" in keys:  # a word of only format characters: unknown, whatever the vocabulary holds
+            ids[[k for k, key in enumerate(keys) if not key]] = UNKNOWN_ID
+        return ids
 
     def _describe(self, words: List[str]) -> tuple:
-        """(ids, case patterns, echo flags) of surface words; echo: ``apply_case(words[id], case) == word``."""
-        ids = self._ids(words)
-        cases = np.fromiter(map(case_pattern, words), dtype=np.int64, count=len(words))
+        """(ids, case patterns, echo flags) of surface words; echo: ``apply_case(words[id], case) == word``.
+
+        The id and the case pattern come from the word's ``normal_form`` (``Ⓙⓞⓗⓝ`` is ``john``,
+        Capitalized); echo compares with the surface itself, so a disguised word is never echoed:
+        its release is spelled from the vocabulary, not copied from the input."""
+        normals = list(map(normal_form, words))
+        ids = self._ids(words, normals)
+        cases = np.fromiter(map(case_pattern, normals), dtype=np.int64, count=len(words))
         echoes = np.zeros(len(words), dtype=np.int64)
         known = np.flatnonzero(ids != UNKNOWN_ID)
         if self.words is not None and len(known):
@@ -319,10 +352,11 @@ class Tokenizer:
     def _split(self, words: List[str]) -> List[int]:
         """Unknown words with joiners: a clitic split if the vocabulary has the word before the
         clitic (``don't`` -> ``do`` + ``n't``), else a split at every joiner (``foo-bar`` -> ``foo``
-        ``-`` ``bar``). Adds each to the split table; returns their entries."""
+        ``-`` ``bar``). The clitic is found in the word's normal form when that has the word's length
+        (``ⓓⓞⓝ'ⓣ`` is cut as ``don't``). Adds each to the split table; returns their entries."""
         cuts = []
         for word in words:
-            normal = word.lower().replace("\u2019", "'")
+            normal = normal_form(word).lower().replace("\u2019", "'")  # disguised words are cut alike (issue 24)
             cut = None
             if normal.endswith("n't") and len(normal) > 3:
                 cut = len(normal) - 3
