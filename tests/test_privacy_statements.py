@@ -145,6 +145,23 @@ def test_structure_statement_describes_how_joined_words_are_released():
     assert "punctuation, symbols" not in STRUCTURE_STATEMENT  # the old, too-broad sentence
 
 
+def test_structure_statement_names_exactly_what_the_tokenizer_releases_as_structure():
+    """Issue 24: the sentence follows the tokenizer's Unicode rule (textdp/word_split.py): what it calls
+    structure is structure, and what it calls a word (disguised letters, emoji, Braille) is a word."""
+    from textdp.word_split import split_pieces
+
+    cases = {"structure": ["\t", "\x01", ",", "\u00bf", "+", "\u2211", "$", "\u20ac", "^", "\u00b4"],
+             "word": ["\u24d9\u24de", "\U0001F600", "\u2801\u2803", "\U0001F1EB\U0001F1F7", "\ue000", "jo\u200bhn"]}
+    for kind, samples in cases.items():
+        for sample in samples:
+            pieces = split_pieces([f"a {sample} b"])[0]
+            assert (sample in pieces[1::2]) == (kind == "word"), (kind, sample, pieces)
+    for phrase in ("control characters", "punctuation", "math, currency and modifier symbols (Unicode Sm, Sc, Sk)",
+                   "looked up by their NFKC form", "emoji, Braille, regional indicators",
+                   "privatized like any word outside the vocabulary"):
+        assert phrase in STRUCTURE_STATEMENT, phrase
+
+
 def test_both_reports_state_the_seed_and_the_floating_point_caveat(small_artifact_dir, tmp_path):
     """Finding 8: a --seed run is not private and says so in the summary AND the amplification report;
     both carry the floating-point caveat; an unseeded run says where its noise came from."""

@@ -40,10 +40,15 @@ def oov_statement(policy: str, unk_token: str, unknown_tokens: Optional[int] = N
 
 
 STRUCTURE_STATEMENT = (
-    "Only the identity of each word is protected. Released as they are: whitespace, line breaks, and the "
-    "punctuation and symbols between words; each record's number of words, their positions and each word's "
-    "case pattern (lower, Capitalized, UPPER). Numbers count as words and are privatized. A word is a run of "
-    "letters or digits, possibly joined by inner apostrophes or hyphens (and '.' or ',' between digits). A "
+    "Only the identity of each word is protected. Released as they are: whitespace, line breaks and other "
+    "control characters, punctuation, and the math, currency and modifier symbols (Unicode Sm, Sc, Sk) between "
+    "words; each record's number of words, their positions and each word's case pattern (lower, Capitalized, "
+    "UPPER). Numbers count as words and are privatized. A word is a run of letters or digits, possibly joined "
+    "by inner apostrophes or hyphens (and '.' or ',' between digits); letters in disguise (circled, "
+    "parenthesized, squared, fullwidth) are looked up by their NFKC form and released as vocabulary words, and "
+    "combining marks and invisible format characters belong to the word they are in. A run of other symbols "
+    "(emoji, Braille, regional indicators, private-use or unassigned characters) is a word of its own, "
+    "privatized like any word outside the vocabulary. A "
     "joined word that the vocabulary has (e.g. 'well-known' in GloVe) is one word and is replaced "
     "whole, so its joiner may disappear from the output; one the vocabulary lacks is split into its parts "
     "(\"don't\" -> 'do' + \"n't\", 'foo-bar' -> 'foo' '-' 'bar'), and the joiners between the parts are "

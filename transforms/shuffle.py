@@ -33,9 +33,9 @@ any raw text. A shape is everything released about a record besides its privatiz
 word count, the layout (known only from the privatizer's ``shape_field``: without it the counts are
 estimated and nothing is claimed) and the fields left unprivatized.
 
-Tokenization of the released text for the k-threshold and the word counts is a minimal reversible
-one defined here (runs of letters/digits with inner apostrophes or hyphens, lowercased), to be
-unified with ``textdp.tokenize``.
+The k-threshold and the word counts find the released text's words with the privatizer's own word
+rule (``textdp.tokenize.WORD_PATTERN``, every Unicode class as textdp.word_split states it),
+lowercased.
 """
 
 from __future__ import annotations
