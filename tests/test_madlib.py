@@ -172,7 +172,7 @@ def test_privacy_statement_and_parameters(small_artifact):
     statement = mech.privacy_statement()
     assert "exp(10 * d(w, w'))" in statement["per_token"]
     assert "post-processing" in statement["nearest_neighbour"]
-    with pytest.raises(ValueError, match="unknown nearest-neighbour method"):
+    with pytest.raises(ValueError, match="nn must be 'exact' or 'annoy', got 'hnsw'"):
         Madlib(small_artifact, epsilon=1, nn="hnsw")
 
 
