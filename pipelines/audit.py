@@ -39,6 +39,7 @@ from textdp import gcs
 from textdp.errors import TextdpError
 from textdp.locate import artifact_needs, verify_artifact
 from textdp.outputs import OutputGuard
+from textdp.text_privatizer import check_oov
 from transforms.audit_common import AuditConfig
 from transforms.audit_outputs import (INVERSION_TABLE, LINKAGE_TABLE, SELF_CHECK_TABLE, SUMMARY_FILE, WriteAuditOutputs,
                                       inversion_schema, linkage_schema, self_check_schema)
@@ -122,13 +123,17 @@ def prepare_run(options: PipelineOptions) -> Prepared:
     gcs.preflight([out.output], writes=True)
     mech.validate_mechanism(options.view_as(EpsilonGridOptions).epsilon_grid())
     options.view_as(SeedOptions).validate_seed()
+    check_oov(options.view_as(OovOptions).oov_policy, options.view_as(OovOptions).unk_token)
     epsilons = options.view_as(EpsilonGridOptions).epsilon_grid()
     checks = _checks(opts)
-    for value, flag, low in ((opts.pairs, "--pairs", 0), (opts.draws, "--draws", 2), (opts.records, "--records", 1),
-                             (opts.inversion_tokens, "--inversion-tokens", 1), (opts.prior_words, "--prior-words", 1),
-                             (opts.mc_draws, "--mc-draws", 1), (opts.linkage_window, "--linkage-window", 1)):
-        if value < low:
-            raise TextdpError(f"{flag} must be >= {low}")
+    # upper ends: beyond them one worker's arrays (draws per word, records, windows) no longer fit in memory
+    for value, flag, low, high in ((opts.pairs, "--pairs", 0, 10**5), (opts.draws, "--draws", 2, 10**7),
+                                   (opts.records, "--records", 1, 10**7),
+                                   (opts.inversion_tokens, "--inversion-tokens", 1, 10**8),
+                                   (opts.prior_words, "--prior-words", 1, 10**7), (opts.mc_draws, "--mc-draws", 1, 10**8),
+                                   (opts.linkage_window, "--linkage-window", 1, 10**4)):
+        if not low <= value <= high:
+            raise TextdpError(f"{flag} must be between {low:,} and {high:,} (got {value:,})")
     if not 0 < opts.false_alarm_rate < 1:
         raise TextdpError("--false-alarm-rate must be in (0, 1)")
     sizes = _ints(opts.linkage_sizes, "--linkage-sizes")
@@ -291,6 +296,10 @@ def report_lines(output: str) -> List[str]:
         raise TextdpError(f"--corpus yielded no record to attack ({corpus.get('records_read', 0):,} read, "
                           f"{unreadable:,} unreadable, no word in the others): the inversion and linkage results in {output} are "
                           "empty; check --corpus, --corpus-format and --corpus-text-field")
+    if "linkage" in summary.get("checks", ()) and not (summary.get("linkage") or {}).get("per_epsilon"):
+        raise TextdpError(f"linkage compared nothing: no record of --corpus has at least "
+                          f"{corpus.get('linkage_window_words') if corpus else '--linkage-window'} words (give a smaller "
+                          f"--linkage-window); the other results are in {output}")
     lines = []
     if summary.get("self_check"):
         lines.append(summary["self_check"]["message"])

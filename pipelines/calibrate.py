@@ -17,6 +17,7 @@ the words) is printed at the end and is in the report. Beam's own flags (``--run
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from typing import List, Optional
@@ -39,6 +40,7 @@ from transforms.io import matched_paths
 from transforms.calibration import (SUMMARY_FILE, TABLE_FILE, TABLE_PREFIX, CalibrateWords, CalibrationConfig,
                                     WriteCalibrationOutputs, parquet_schema)
 
+MAX_SAMPLES = 100_000  # the paper draws 1,000; 100,000 x 300 dimensions is 240 MB of noise per word
 OUTPUT_FILES = (TABLE_FILE, SUMMARY_FILE, "report.html", "hist_n_w.png", "hist_s_w.png", "means_vs_epsilon.png",
                 "knn_distances.png")
 
@@ -59,8 +61,12 @@ def validate(options: PipelineOptions) -> dict:
         raise TextdpError("give either --words (a sample) or --word-list (your words), not both")
     if opts.words is not None and opts.words < 1:
         raise TextdpError("--words must be >= 1")
-    if opts.samples < 1:
-        raise TextdpError("--samples must be >= 1")
+    if not 1 <= opts.samples <= MAX_SAMPLES:  # a worker holds samples x dimension noise values per word
+        raise TextdpError(f"--samples must be between 1 and {MAX_SAMPLES:,} (got {opts.samples:,})")
+    if not (math.isfinite(opts.max_nw) and opts.max_nw <= 1):
+        raise TextdpError("--max-nw must be a probability in [0, 1] (or negative to drop the target)")
+    if not math.isfinite(opts.min_sw):
+        raise TextdpError("--min-sw must be a finite number of distinct outputs (or negative to drop the target)")
     if not 0 < opts.coverage <= 1:
         raise TextdpError("--coverage must be in (0, 1]")
     if opts.max_nw < 0 and opts.min_sw < 0:

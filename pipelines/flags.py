@@ -30,6 +30,7 @@ from transforms.worker import WorkerConfig
 
 FORMATS = ("text", "jsonl", "parquet")
 DEFAULT_MAX_RECORD_BYTES = 1_000_000
+MAX_RECORD_BYTES = 1 << 30  # the readers hold a record in memory; beyond 1 GiB their line buffer overflows
 DEFAULT_BATCH_RECORDS = 1024
 VACUOUS_EPSILON = 100.0
 DEFAULT_EPSILONS = "1,2,5,10,20"
@@ -209,7 +210,7 @@ class PrivatizeOptions(PipelineOptions):
             help="a record larger than this many bytes goes to the error output (reason too_large), not privatized: for "
                  "text and JSONL the bytes of its line as read (after decompression, without the line ending; "
                  "for JSONL the whole line, every field), for Parquet the UTF-8 bytes of its text fields "
-                 f"together; default {DEFAULT_MAX_RECORD_BYTES}")
+                 f"together; default {DEFAULT_MAX_RECORD_BYTES}, at most {MAX_RECORD_BYTES} (1 GiB)")
         parser.add_argument(
             "--keep-failed-text", "--keep_failed_text", dest="keep_failed_text", action="store_true", default=False,
             help="also write the text of failed records into the error output (which must then be protected "

@@ -22,7 +22,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.flags import (VACUOUS_EPSILON, AmplifierOptions, ArtifactOptions, MechanismOptions,
+from pipelines.flags import (MAX_RECORD_BYTES, VACUOUS_EPSILON, AmplifierOptions, ArtifactOptions, MechanismOptions,
                              OovOptions, OutputOptions, PrivatizeOptions, SeedOptions, WorkerResourceOptions)
 from pipelines.jobs import Plan, run_job
 from textdp import gcs
@@ -30,6 +30,7 @@ from textdp.errors import TextdpError
 from textdp.locate import artifact_needs, verify_artifact
 from textdp.outputs import OutputGuard, missing_fields
 from textdp.summary import FAILED_PREFIX
+from textdp.text_privatizer import check_oov
 from transforms.amplifier import Amplify
 from transforms.io import (FIELD_SAMPLE_RECORDS, OUTPUT_SUFFIX, ReadRecords, WriteErrors, WriteRecords,
                            first_record_fields, infer_format, matched_paths, parquet_schema)
@@ -86,8 +87,9 @@ def check(options: PipelineOptions) -> Checked:
         raise TextdpError("--epsilon is required (a finite number > 0)")
     mech.validate_mechanism((opts.epsilon,))  # the one epsilon range and the mechanism's own checks
     options.view_as(SeedOptions).validate_seed()
-    if opts.max_record_bytes < 1 or (opts.batch_tokens is not None and opts.batch_tokens < 1):
-        raise TextdpError("--max-record-bytes and --batch-tokens must be >= 1")
+    check_oov(options.view_as(OovOptions).oov_policy, options.view_as(OovOptions).unk_token)
+    if not 1 <= opts.max_record_bytes <= MAX_RECORD_BYTES or (opts.batch_tokens is not None and opts.batch_tokens < 1):
+        raise TextdpError(f"--max-record-bytes must be between 1 and {MAX_RECORD_BYTES:,} and --batch-tokens >= 1")
     data_format = opts.format or infer_format(opts.input)
     if data_format is None:
         raise TextdpError(f"cannot infer the format of {opts.input!r} from its extension; give --format "
@@ -98,6 +100,10 @@ def check(options: PipelineOptions) -> Checked:
     amplifier = options.view_as(AmplifierOptions).amplifier_config()
     if data_format == "text" and amplifier.user_field:
         raise TextdpError("--user-field needs JSONL or Parquet input (plain-text lines have no author field)")
+    if data_format == "text" and amplifier.drop_fields:
+        raise TextdpError("--drop-fields needs JSONL or Parquet input (plain-text lines have no fields to drop)")
+    if any(not name.strip() for name in (opts.text_field or [])) or (data_format != "text" and not text_fields):
+        raise TextdpError("--text-field must name a field (it is empty)")
     if set(amplifier.drop_fields) & set(text_fields) or amplifier.user_field in text_fields:
         raise TextdpError("a text field cannot also be the author field or a dropped field")
     artifact = options.view_as(ArtifactOptions).artifact
@@ -113,7 +119,7 @@ def check(options: PipelineOptions) -> Checked:
     paths = output_paths(out.output, data_format)
     guard = _check_outputs(options, paths, data_format, inputs)  # before any input is opened: refuses unreadable ones
     schema = parquet_schema(opts.input, text_fields) if data_format == "parquet" else None  # refuses mismatches
-    _check_fields(amplifier, data_format, schema, inputs)
+    _check_fields(amplifier, data_format, schema, inputs, text_fields)
     warnings = []
     if opts.epsilon > VACUOUS_EPSILON:
         warnings.append(f"epsilon {opts.epsilon:g} is above {VACUOUS_EPSILON:g}: the bound exp(epsilon * d) exceeds "
@@ -151,10 +157,14 @@ def _check_outputs(options: PipelineOptions, paths: dict, data_format: str, inpu
     return guard
 
 
-def _check_fields(amplifier, data_format: str, schema, inputs: List[str]) -> None:
-    """--drop-fields / --user-field names that no record has are refused (a typo would release the field)."""
+def _check_fields(amplifier, data_format: str, schema, inputs: List[str], text_fields=()) -> None:
+    """Field names that no record has are refused: a --drop-fields / --user-field typo would release the
+    field, a --text-field typo would send every record to the error output. JSONL: refused when none of
+    the first objects has the field (a field some records lack is the run's to report, per record)."""
     names = [("--user-field", amplifier.user_field)] if amplifier.user_field else []
     names += [("--drop-fields", name) for name in amplifier.drop_fields]
+    if data_format == "jsonl":
+        names += [("--text-field", name) for name in text_fields]  # Parquet: checked with the schema
     if not names or data_format == "text":
         return
     if data_format == "parquet":
@@ -287,6 +297,7 @@ def prepare(options: PipelineOptions) -> Plan:
         if amplify:
             lines.append(f"amplification: {paths['amplification']}")
         headline = _headline(paths["summary"])
+        _refuse_empty_release(paths)
         return lines + ([headline] if headline else []) + [f"WARNING: {w}" for w in checked.warnings]
 
     parents = tuple(dict.fromkeys(FileSystems.split(path)[0] if "://" in path
@@ -294,6 +305,20 @@ def prepare(options: PipelineOptions) -> Plan:
                                   for path in (output, opts.diagnostics_output) if path))
     return Plan(build=lambda progress_dir: build_pipeline(options, progress_dir, checked), report=report,
                 temp_parents=parents, progress=("records", total, "tokens"), guard=checked.guard)
+
+
+def _refuse_empty_release(paths: dict) -> None:
+    """A run that read records and released none did not succeed (every record failed, or the input was
+    not what the flags say): TextdpError, so that run_job exits 1 with one line, never 0."""
+    try:
+        with FileSystems.open(paths["summary"]) as handle:
+            records = json.loads(handle.read().decode("utf-8"))["records"]
+    except Exception:  # pylint: disable=broad-except  (a summary this machine cannot read: nothing to judge)
+        return
+    if records["out"] == 0 and records["failed"] > 0:
+        reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(records["failed_by_reason"].items()))
+        raise TextdpError(f"no record was privatized: {records['failed']} of {records['in']} failed ({reasons}); "
+                          f"the error records are at {paths['errors']}, the counts in {paths['summary']}")
 
 
 def _headline(summary_path: str) -> Optional[str]:

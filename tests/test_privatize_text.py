@@ -149,7 +149,7 @@ def test_factory_names_and_unknown_mechanism(small_artifact):
     assert make_mechanism("madlib", small_artifact, 2.0).parameters()["epsilon"] == 2.0
     with pytest.raises(TextdpError, match="unknown mechanism"):
         make_mechanism("laplace", small_artifact, 2.0)
-    with pytest.raises(ValueError, match="OOV policy"):
+    with pytest.raises(ValueError, match="oov_policy must be one of random, unk, keep"):
         privatizer(small_artifact, policy="drop")
 
 

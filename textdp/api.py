@@ -43,11 +43,11 @@ from threadpoolctl import threadpool_limits
 
 from textdp.compact_vocab import SharedVocabularyArtifact
 from textdp.errors import TextdpError
-from textdp.locate import artifact_needs, resolve_artifact, verify_artifact
+from textdp.locate import artifact_location, artifact_needs, resolve_artifact, verify_artifact
 from textdp.mechanisms import ALL_MECHANISMS, MAX_EPSILON, check_mechanism, make_mechanism  # noqa: F401
 from textdp.records import EMPTY, check_record
 from textdp.summary import privacy_section
-from textdp.text_privatizer import OOV_POLICIES, TextPrivatizer
+from textdp.text_privatizer import TextPrivatizer, check_oov
 
 ERROR_POLICIES = ("raise", "none")
 # Words per mechanism call in the API, for every mechanism (the pipeline uses 4,096 for the
@@ -80,13 +80,11 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
         self._arguments = dict(epsilon=epsilon, mechanism=mechanism, artifact=artifact, oov_policy=oov_policy,
                                unk_token=unk_token, max_text_bytes=max_text_bytes, threads=threads,
                                batch_tokens=batch_tokens, **mechanism_params)  # what a pickle holds
+        artifact = artifact_location(artifact)
         if mechanism not in ALL_MECHANISMS:
             raise TextdpError(f"mechanism must be one of {', '.join(ALL_MECHANISMS)}")
         check_mechanism(mechanism, epsilon, None, **mechanism_params)  # epsilon's range, the mechanism's own checks
-        if oov_policy not in OOV_POLICIES:
-            raise TextdpError(f"oov_policy must be one of {', '.join(OOV_POLICIES)}")
-        if not isinstance(unk_token, str) or not unk_token:
-            raise TextdpError("unk_token must be a non-empty string")
+        check_oov(oov_policy, unk_token)
         for name, value in (("max_text_bytes", max_text_bytes), ("threads", threads)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
                                       or value < 1):

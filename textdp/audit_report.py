@@ -204,7 +204,7 @@ def _self_check_html(check: dict) -> str:
 
 def _inversion_html(inv: dict) -> str:
     if not inv:
-        return "<p>Not run (give --corpus).</p>"
+        return "<p>Not run (not in --checks, or no --corpus given).</p>"
     head = ("<tr><th>epsilon</th><th class='l'>input words</th><th>tokens</th><th>attacker top-1</th>"
             "<th>attacker top-10</th><th>released word</th><th>prior top-1</th><th>prior top-10</th>"
             "<th>word in the prior</th></tr>")
@@ -229,7 +229,10 @@ def _inversion_html(inv: dict) -> str:
 
 def _linkage_html(link: dict) -> str:
     if not link:
-        return "<p>Not run (give --corpus).</p>"
+        return "<p>Not run (not in --checks, or no --corpus given).</p>"
+    if not link["per_epsilon"]:
+        return (f"<p>Nothing was compared: no record of --corpus has at least {link['window_words']} words "
+                "(--linkage-window).</p>")
     body = []
     for eps, entry in link["per_epsilon"].items():
         for size, e in entry.items():

@@ -25,7 +25,7 @@ from typing import Dict, Iterable, Optional
 import numpy as np
 
 from textdp import gcs
-from textdp.errors import ArtifactError
+from textdp.errors import ArtifactError, TextdpError
 from textdp.neighbours import SECTION as NEIGHBOURS_SECTION
 from textdp.store import (MANIFEST, Artifact, Progress, ensure_default_artifact, read_directory_manifest,
                           stamp_dir, stderr_progress)
@@ -191,3 +191,13 @@ def _check_array_shapes(directory: str, manifest: dict, parts: tuple) -> None:
         if tuple(found_shape) != shape or found_dtype != np.dtype(dtype) or fortran_order:
             raise ArtifactError(f"{path}: expected a row-major {np.dtype(dtype).name} array of shape {shape}, "
                                 f"found {found_dtype} {tuple(found_shape)}{' column-major' if fortran_order else ''}")
+
+
+def artifact_location(value) -> Optional[str]:
+    """An ``artifact`` argument of the Python entry points as a string: None (the default artifact), a
+    path (str or os.PathLike, e.g. pathlib.Path) or a gs:// URL; anything else is a TextdpError."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if value is not None and not isinstance(value, str):
+        raise TextdpError(f"artifact must be a path or gs:// URL (str or os.PathLike), not {type(value).__name__}")
+    return value

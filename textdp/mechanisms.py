@@ -72,8 +72,9 @@ _ALIASES = {"lambda": "lam"}
 MIN_EPSILON = 1e-30
 MAX_EPSILON = 1e6
 EPSILON_RANGE_HELP = (f"a finite number in [{MIN_EPSILON:g}, {MAX_EPSILON:g}]: below {MIN_EPSILON:g} the noise of the "
-                      "nearest-word mechanisms overflows the float32 search, above "
-                      f"{MAX_EPSILON:g} the noise is far below any distance between words (the output is the input)")
+                      "nearest-word mechanisms overflows the float32 search; a larger epsilon than "
+                      f"{MAX_EPSILON:g} changes nothing, since already from about 100 on the noise is far below the "
+                      "distance between words and nearly every word is released unchanged (the run warns)")
 
 
 def check_number(value, what: str, low=None, high=None, low_open: bool = False, high_open: bool = False,
@@ -98,11 +99,15 @@ def check_number(value, what: str, low=None, high=None, low_open: bool = False, 
 
 def check_epsilon(epsilon, what: str = "epsilon") -> float:
     """The one epsilon rule: a finite number (not a boolean) in [MIN_EPSILON, MAX_EPSILON]."""
-    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or type(epsilon).__name__ == "bool_" \
-            or not (math.isfinite(float(epsilon)) and MIN_EPSILON <= float(epsilon) <= MAX_EPSILON):
-        shown = repr(epsilon) if isinstance(epsilon, (bool, numbers.Real)) else f"a {type(epsilon).__name__}"
-        raise ParameterError(f"{what} must be {EPSILON_RANGE_HELP}; got {shown}")
-    return float(epsilon)
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or type(epsilon).__name__ == "bool_":
+        raise ParameterError(f"{what} must be a number (int or float), got a {type(epsilon).__name__}")
+    try:
+        value = float(epsilon)
+    except OverflowError:  # an int beyond float range (10**400)
+        value = math.inf
+    if not (math.isfinite(value) and MIN_EPSILON <= value <= MAX_EPSILON):
+        raise ParameterError(f"{what} must be {EPSILON_RANGE_HELP}; got {value:g}")
+    return value
 
 
 class ManifestFacts:

@@ -19,6 +19,22 @@ NOT_A_STRING = "not_a_string"
 EMPTY = "empty"
 TOO_LARGE = "too_large"
 NOT_A_TEXT = "not_a_text"
+NOT_A_PAIR = "not_a_pair"  # transforms.Privatize(keyed=True): an element that is not a (key, record) pair
+
+
+class NotAPair:
+    """Stands for an element of keyed input that is not a ``(key, record)`` pair (``as_pair``)."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+
+def as_pair(element) -> tuple:
+    """``element`` if it is a ``(key, record)`` tuple or list of two, else ``(None, NotAPair(kind))``, so that
+    it becomes an error record instead of failing the job (or being unpacked: a 2-character string)."""
+    if isinstance(element, (tuple, list)) and len(element) == 2:
+        return tuple(element)
+    return None, NotAPair(kind_of(element))
 
 
 def kind_of(value) -> str:
@@ -46,6 +62,8 @@ def check_record(record, text_fields: Sequence[str], max_text_bytes: Optional[in
     ``text_fields`` empty: the record must be a string. Otherwise it must be a dict whose text fields
     are strings, not all blank. ``max_text_bytes``: the UTF-8 size of its texts, together, at most.
     """
+    if isinstance(record, NotAPair):
+        return NOT_A_PAIR, f"keyed input needs (key, record) pairs; the element is {record.kind}"
     if not text_fields:
         if not isinstance(record, str):
             return NOT_A_TEXT, f"the record is {kind_of(record)}, not a string"

@@ -39,12 +39,24 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from textdp.errors import ParameterError
 from textdp.tokenize import UNKNOWN_ID, TokenizedBatch, Tokenizer
 
 OOV_POLICIES = ("random", "unk", "keep")
 DEFAULT_BATCH_TOKENS = 4096  # words per call for mechanisms that search the vocabulary for every word
 LARGE_BATCH_TOKENS = 65_536  # words per call for the others (sampled from tables: cheap per word)
 SEARCH_MECHANISMS = ("madlib", "mahalanobis", "vickrey")
+
+
+def check_oov(policy, unk_token) -> None:
+    """The out-of-vocabulary settings every entry point accepts (CLI, textdp.Privatizer, transforms.Privatize,
+    and the workers): a known policy, and a marker that is a non-empty string without whitespace (an empty
+    marker would erase the word, one with a space would add words: either changes the released layout that
+    the structure statement describes). ParameterError (a TextdpError and a ValueError), one line."""
+    if policy not in OOV_POLICIES:
+        raise ParameterError(f"oov_policy must be one of {', '.join(OOV_POLICIES)}, got {policy!r}")
+    if not isinstance(unk_token, str) or not unk_token or any(char.isspace() for char in unk_token):
+        raise ParameterError("unk_token must be a non-empty string without whitespace")
 
 
 def default_batch_tokens(mechanism: str) -> int:
@@ -68,8 +80,7 @@ class TextPrivatizer:
 
     def __init__(self, mechanism, words: Sequence[str], word_to_id: Dict[str, int],
                  oov_policy: str = "random", unk_token: str = "<unk>"):
-        if oov_policy not in OOV_POLICIES:
-            raise ValueError(f"unknown OOV policy {oov_policy!r}; expected one of {', '.join(OOV_POLICIES)}")
+        check_oov(oov_policy, unk_token)
         self.mechanism = mechanism
         self.words = words
         self.tokenizer = Tokenizer(word_to_id, words)

@@ -29,8 +29,10 @@ from typing import NamedTuple, Optional, Sequence
 import apache_beam as beam
 from apache_beam.utils import shared
 
+from textdp.locate import artifact_location
+from textdp.records import as_pair
 from textdp.mechanisms import check_mechanism, mechanism_parameters
-from textdp.text_privatizer import OOV_POLICIES, default_batch_tokens
+from textdp.text_privatizer import check_oov, default_batch_tokens
 from transforms.perturb import PerturbConfig, PerturbTokens
 from transforms.worker import WorkerConfig
 
@@ -98,8 +100,7 @@ class Privatize(beam.PTransform):
                  diagnostics: bool = False, worker: Optional[WorkerConfig] = None, redistribute: bool = False,
                  label: Optional[str] = None, **mechanism_params):
         super().__init__(label)
-        if oov_policy not in OOV_POLICIES:
-            raise ValueError(f"oov_policy must be one of {', '.join(OOV_POLICIES)}")
+        check_oov(oov_policy, unk_token)
         if batch_tokens is None:
             batch_tokens = default_batch_tokens(mechanism)
         if batch_tokens < 1:
@@ -112,7 +113,7 @@ class Privatize(beam.PTransform):
             raise ValueError(f"{', '.join(unknown)}: not parameters of mechanism {mechanism!r} "
                              f"(its parameters: {', '.join(accepted) or 'none'})")
         check_mechanism(mechanism, epsilon, None, **mechanism_params)  # epsilon's range, the mechanism's own checks
-        self.config = PerturbConfig(artifact=artifact, mechanism=mechanism, epsilon=float(epsilon),
+        self.config = PerturbConfig(artifact=artifact_location(artifact), mechanism=mechanism, epsilon=float(epsilon),
                                     params=PerturbConfig.mechanism_params(**mechanism_params), oov_policy=oov_policy,
                                     unk_token=unk_token, seed=seed, text_fields=tuple(text_fields),
                                     shape_field=shape_field, max_text_bytes=max_text_bytes)
@@ -128,6 +129,8 @@ class Privatize(beam.PTransform):
         worker = self.worker or WorkerConfig.for_options(records.pipeline.options)
         if not keyed:
             records = records | "Key" >> beam.Map(lambda record: (None, record))
+        else:  # anything but a (key, record) pair becomes an error record, never a failed job
+            records = records | "Pairs" >> beam.Map(as_pair)
         batches = (records
                    | "Batch" >> beam.BatchElements(
                        min_batch_size=self.batch_tokens, max_batch_size=self.batch_tokens,

@@ -1,0 +1,135 @@
+"""Variants found by a second hostile-user round (issue 25, "a fresh round finds nothing new"): each has
+a defined outcome, a one-line refusal before the run (exit 2) or one line at exit 1, never exit 0 for a
+run that released nothing. Real runs on the local runner and the 300-word GloVe artifact."""
+
+import decimal
+import json
+import os
+import pathlib
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.util import assert_that, equal_to
+
+import textdp
+from pipelines.cli import main as cli_main
+from textdp.mechanisms import EPSILON_RANGE_HELP
+from transforms import Privatize
+
+RUNNER = ["--runner", "FnApiRunner"]
+
+
+def _run(capsys, args):
+    code = cli_main(args + RUNNER)
+    captured = capsys.readouterr()
+    return code, captured.err
+
+
+def _privatize(tmp_path, tiny_artifact_dir, *args):
+    return ["privatize", "--epsilon", "10", "--artifact", tiny_artifact_dir, "--output", str(tmp_path / "o" / "x"),
+            *args]
+
+
+def test_a_run_that_released_nothing_exits_1_in_one_line(tiny_artifact_dir, tmp_path, capsys):
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n\n  \n")
+    code, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(blank)))
+    assert code == 1 and "no record was privatized: 3 of 3 failed (empty 3)" in err
+    assert len(err.strip().splitlines()) == 1
+    summary = json.load(open(tmp_path / "o" / "x-summary.json"))
+    assert summary["records"]["out"] == 0 and summary["records"]["failed"] == 3  # the counts are still written
+
+
+def test_text_field_typos_and_empty_names_are_refused_before_the_run(tiny_artifact_dir, tmp_path, capsys):
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"text": "a secret line", "id": 1}\n{"text": "the good movie", "id": 2}\n')
+    code, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data), "--text-field", "TEXT"))
+    assert code == 2 and "did you mean 'text'?" in err and "secret" not in err
+    for empty in ("", ",", " "):
+        code, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data), "--text-field", empty))
+        assert code == 2 and "--text-field must name a field" in err
+    assert not (tmp_path / "o").exists() or os.listdir(tmp_path / "o") == []
+
+
+def test_drop_fields_on_plain_text_is_refused(tiny_artifact_dir, tmp_path, capsys):
+    data = tmp_path / "in.txt"
+    data.write_text("hello world\n")
+    code, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data), "--shuffle",
+                                        "--drop-fields", "id"))
+    assert code == 2 and "--drop-fields needs JSONL or Parquet input" in err
+
+
+@pytest.mark.parametrize("token", ["", "a b", "\t"])
+def test_unk_token_is_refused_alike_by_the_cli_the_api_and_the_transform(tiny_artifact_dir, tmp_path, capsys, token):
+    data = tmp_path / "in.txt"
+    data.write_text("hello qqqzzzx\n")
+    code, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data), "--oov-policy", "unk",
+                                        "--unk-token", token))
+    assert code == 2 and "unk_token must be a non-empty string without whitespace" in err
+    for build in (textdp.Privatizer, Privatize):
+        with pytest.raises(textdp.TextdpError, match="unk_token must be"):
+            build(epsilon=5, artifact=tiny_artifact_dir, oov_policy="unk", unk_token=token)
+
+
+def test_api_epsilon_beyond_float_and_path_artifacts(tiny_artifact_dir):
+    for build in (textdp.Privatizer, Privatize):
+        with pytest.raises(textdp.TextdpError, match="got inf"):
+            build(epsilon=10 ** 400, artifact=tiny_artifact_dir)
+        with pytest.raises(textdp.TextdpError, match="must be a number .int or float., got a Decimal"):
+            build(epsilon=decimal.Decimal("10"), artifact=tiny_artifact_dir)
+        with pytest.raises(textdp.TextdpError, match="artifact must be a path"):
+            build(epsilon=5, artifact=tiny_artifact_dir.encode())
+    by_path = textdp.Privatizer(epsilon=5, artifact=pathlib.Path(tiny_artifact_dir))
+    assert by_path.privatize(["the movie"], seed=1) == textdp.Privatizer(
+        epsilon=5, artifact=tiny_artifact_dir).privatize(["the movie"], seed=1)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--max-nw", "nan"], "--max-nw must be a probability"), (["--max-nw", "2"], "--max-nw must be a probability"),
+    (["--min-sw", "nan"], "--min-sw must be a finite number"), (["--samples", "1000000000000"], "--samples must be between"),
+])
+def test_calibrate_targets_and_samples_are_refused_before_the_run(tiny_artifact_dir, tmp_path, capsys, flags, message):
+    code, err = _run(capsys, ["calibrate", "--artifact", tiny_artifact_dir, "--epsilons", "5", "--words", "3",
+                              "--output", str(tmp_path / "c")] + flags)
+    assert code == 2 and message in err
+
+
+@pytest.mark.parametrize("flag", ["--draws", "--linkage-window", "--records", "--mc-draws"])
+def test_audit_sizes_beyond_memory_are_refused_before_the_run(tiny_artifact_dir, tmp_path, capsys, flag):
+    code, err = _run(capsys, ["audit", "--artifact", tiny_artifact_dir, "--epsilons", "5",
+                              "--output", str(tmp_path / "a"), f"{flag}=9223372036854775807"])
+    assert code == 2 and f"{flag} must be between" in err
+
+
+def test_huge_max_record_bytes_is_refused_before_the_run(tiny_artifact_dir, tmp_path, capsys):
+    data = tmp_path / "in.txt"
+    data.write_text("hello world\n")
+    code, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data),
+                                        "--max-record-bytes", "9223372036854775806"))
+    assert code == 2 and "--max-record-bytes must be between 1 and" in err
+
+
+def test_audit_linkage_that_compares_nothing_is_not_a_success(tiny_artifact_dir, tmp_path, capsys):
+    corpus = tmp_path / "short.txt"
+    corpus.write_text("the good movie\n" * 200)  # 3 words per record, window 20
+    code, err = _run(capsys, ["audit", "--artifact", tiny_artifact_dir, "--epsilons", "5", "--checks", "linkage",
+                              "--corpus", str(corpus), "--records", "50", "--output", str(tmp_path / "a")])
+    assert code == 1 and "linkage compared nothing: no record of --corpus has at least 20 words" in err
+    report = open(tmp_path / "a" / "report.html", encoding="utf-8").read()
+    assert "Nothing was compared" in report and "give --corpus" not in report
+
+
+def test_keyed_elements_that_are_not_pairs_become_error_records(tiny_artifact_dir):
+    elements = ["SECRETNOTPAIR", "SE", None, ("k", "the good movie"), ["j", "a movie"]]
+    with beam.Pipeline(runner="FnApiRunner") as pipeline:
+        result = pipeline | beam.Create(elements) | Privatize(epsilon=10, artifact=tiny_artifact_dir, keyed=True,
+                                                              seed=1)
+        reasons = result.errors | beam.Map(lambda e: (e["reason"], "SECRET" in json.dumps(e)))
+        assert_that(reasons, equal_to([("not_a_pair", False)] * 3), label="errors")
+        assert_that(result.released | beam.combiners.Count.Globally(), equal_to([2]), label="released")
+
+
+def test_the_epsilon_range_does_not_claim_noise_up_to_its_top():
+    """F19: between ~100 and 1e6 nearly every word is released unchanged; the range's help says so."""
+    assert "already from about 100 on" in EPSILON_RANGE_HELP and "nearly every word is released unchanged" \
+        in EPSILON_RANGE_HELP
