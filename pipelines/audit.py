@@ -44,7 +44,7 @@ from transforms.audit_common import AuditConfig
 from transforms.audit_outputs import (INVERSION_TABLE, LINKAGE_TABLE, SELF_CHECK_TABLE, SUMMARY_FILE, WriteAuditOutputs,
                                       inversion_schema, linkage_schema, self_check_schema)
 from transforms.audit_stages import Attacks, SelfCheckStage
-from transforms.io import infer_format, matched_paths
+from transforms.io import infer_format, matched_paths, read_text_file
 
 OUTPUT_FILES = (f"{SELF_CHECK_TABLE}.parquet", f"{INVERSION_TABLE}.parquet", f"{LINKAGE_TABLE}.parquet", SUMMARY_FILE,
                 "report.html", "self_check.png", "inversion.png", "linkage.png")
@@ -76,8 +76,7 @@ def _ints(text: str, flag: str) -> tuple:
 
 def read_pair_list(path: str) -> List[tuple]:
     """(line, word, word) for every non-empty line (two words separated by whitespace or a comma)."""
-    with FileSystems.open(path) as handle:
-        text = handle.read().decode("utf-8")
+    text = read_text_file("--pair-list", path)
     pairs = []
     for number, line in enumerate(text.split("\n"), start=1):
         parts = [p for p in re.split(r"[\s,]+", line.strip()) if p]
@@ -149,8 +148,6 @@ def prepare_run(options: PipelineOptions) -> Prepared:
         _format(opts.prior_corpus, opts.corpus_format or corpus_format, "--prior-corpus")
     user_pairs = []
     if opts.pair_list:
-        if not FileSystems.exists(opts.pair_list):
-            raise TextdpError(f"--pair-list {opts.pair_list!r} does not exist")
         user_pairs = read_pair_list(opts.pair_list)
     manifest = verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
     mech.validate_mechanism(options.view_as(EpsilonGridOptions).epsilon_grid(), artifact, manifest)

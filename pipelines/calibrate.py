@@ -36,7 +36,7 @@ from textdp import gcs
 from textdp.errors import TextdpError
 from textdp.locate import artifact_needs, verify_artifact
 from textdp.outputs import OutputGuard
-from transforms.io import matched_paths
+from transforms.io import matched_paths, read_text_file
 from transforms.calibration import (SUMMARY_FILE, TABLE_FILE, TABLE_PREFIX, CalibrateWords, CalibrationConfig,
                                     WriteCalibrationOutputs, parquet_schema)
 
@@ -96,15 +96,7 @@ def read_word_list(path: str) -> List[tuple]:
     """(word, line number) for every non-empty line; a file that is not UTF-8 is refused by line and
     offset, never by quoting its bytes. Words are looked up as privatize looks them up (the tokenizer's
     rule, in the workers: ``JOHN`` is the vocabulary's ``john``)."""
-    with FileSystems.open(path) as handle:
-        raw = handle.read()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1)
-        raise TextdpError(f"--word-list {path!r} is not UTF-8: an invalid byte on line {line} (byte {column} of "
-                          "the line)") from None
+    text = read_text_file("--word-list", path)
     return [(line.strip(), i) for i, line in enumerate(text.split("\n"), start=1) if line.strip()]
 
 

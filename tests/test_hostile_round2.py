@@ -133,3 +133,22 @@ def test_the_epsilon_range_does_not_claim_noise_up_to_its_top():
     """F19: between ~100 and 1e6 nearly every word is released unchanged; the range's help says so."""
     assert "already from about 100 on" in EPSILON_RANGE_HELP and "nearly every word is released unchanged" \
         in EPSILON_RANGE_HELP
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "not-utf8"])
+def test_pair_list_and_word_list_files_are_checked_before_they_are_opened(tiny_artifact_dir, tmp_path, capsys, kind):
+    path = tmp_path / "list.txt"
+    if kind == "fifo":
+        os.mkfifo(path)  # opening it would block until a writer appears: it must not be opened
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.write_bytes(b"movie good\n\xff\xfe zz\n")
+    expected = {"fifo": "is not a regular file", "directory": "is a directory",
+                "not-utf8": "is not UTF-8: an invalid byte on line 2 (byte 0 of the line)"}[kind]
+    for job, flag, extra in (("audit", "--pair-list", ["--pairs", "1", "--draws", "100"]),
+                             ("calibrate", "--word-list", [])):
+        code, err = _run(capsys, [job, "--artifact", tiny_artifact_dir, "--epsilons", "5", flag, str(path),
+                                  "--output", str(tmp_path / job)] + extra)
+        assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, err
+        assert "0xff" not in err and "Traceback" not in err

@@ -545,3 +545,24 @@ def write_json(path: str, document: dict) -> None:
     data = (json.dumps(strict_json(document), indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
     with FileSystems.create(path, mime_type="application/json") as handle:
         handle.write(data)
+
+
+def read_text_file(flag: str, path: str) -> str:
+    """A small UTF-8 text file given by a flag (calibrate's --word-list, audit's --pair-list), read whole
+    before the run: a directory, pipe or unreadable file is refused without opening it, and bytes that
+    are not UTF-8 are refused by line and byte offset, never quoted (TextdpError, one line)."""
+    from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+    from textdp.outputs import refuse_unreadable  # pylint: disable=import-outside-toplevel
+
+    if not FileSystems.exists(path):
+        raise TextdpError(f"{flag} {path!r} does not exist")
+    refuse_unreadable(flag, [path])
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        raw = handle.read()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1)
+        raise TextdpError(f"{flag} {path!r} is not UTF-8: an invalid byte on line {line} (byte {column} of "
+                          "the line)") from None
