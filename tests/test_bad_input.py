@@ -516,7 +516,7 @@ def test_error_details_name_json_kinds_never_python_types(tmp_path, small_artifa
         11: ("unsupported_number", "a number too large for 64-bit floating point (over about 1.8e308): it "
                                    "cannot be written back as it was"),
         12: ("duplicate_key", "an object has the same key twice (only one value could be kept)"),
-        13: ("malformed_json", f"Expecting ',' delimiter at character {len(CANARY) + 13} of the line"),
+        13: ("malformed_json", f"Expecting ',' delimiter, at character {len(CANARY) + 13} of the line"),
     }
     assert not any(PYTHON_TYPE_NAMES.search(detail) for _, detail in details.values())
     released = sorted(read_lines(f"{output}-*-of-*.jsonl"))

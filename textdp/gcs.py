@@ -501,5 +501,5 @@ def preflight(urls, *, writes: bool, timeout: float = PREFLIGHT_TIMEOUT_S) -> No
                               "credentials and the bucket's permissions") from None
         except (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError,
                 TimeoutError) as exc:
-            raise TextdpError(f"gs://{bucket}: Cloud Storage did not answer within {timeout:g} s "
-                              f"({type(exc).__name__}); check the network, proxy and credentials") from None
+            raise TextdpError(f"gs://{bucket}: Cloud Storage could not be reached ({type(exc).__name__}; no answer "
+                              f"within {timeout:g} s counts as none); check the network, proxy and credentials") from None

@@ -160,7 +160,7 @@ def parse_json_line(text: str):
     try:
         return json.loads(text, parse_float=_finite_float, object_pairs_hook=_unique_keys), None
     except json.JSONDecodeError as exc:  # its message is a fixed phrase ("Expecting value"), never content
-        return None, (MALFORMED_JSON, f"{exc.msg} at character {exc.colno} of the line")
+        return None, (MALFORMED_JSON, f"{exc.msg}, at character {exc.colno} of the line")
     except _DuplicateKey:
         return None, (DUPLICATE_KEY, "an object has the same key twice (only one value could be kept)")
     except _NonFiniteNumber:
