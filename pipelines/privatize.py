@@ -27,9 +27,9 @@ from pipelines.flags import (VACUOUS_EPSILON, AmplifierOptions, ArtifactOptions,
 from pipelines.jobs import Plan, run_job
 from textdp import gcs
 from textdp.errors import TextdpError
-from textdp.locate import artifact_needs, verify_artifact
+from textdp.locate import artifact_needs, resolve_artifact, verify_artifact
 from textdp.outputs import OutputGuard, missing_fields
-from textdp.summary import FAILED_PREFIX
+from textdp.summary import FAILED_PREFIX, is_public_summary
 from transforms.amplifier import Amplify
 from transforms.io import (FIELD_SAMPLE_RECORDS, OUTPUT_SUFFIX, ReadRecords, WriteErrors, WriteRecords,
                            first_record_fields, infer_format, matched_paths, parquet_schema)
@@ -131,24 +131,38 @@ def _check_outputs(options: PipelineOptions, paths: dict, data_format: str, inpu
     other, the input files and what exists; ``guard.earlier`` lists the files --overwrite removes."""
     opts, out = options.view_as(PrivatizeOptions), options.view_as(OutputOptions)
     guard = OutputGuard("privatize", out.overwrite, FileSystems.exists, _matches)
-    guard.read("--input", inputs)
+    guard.read("--input", inputs, pattern=opts.input)
+    artifact = options.view_as(ArtifactOptions).artifact
+    if not gcs.is_gcs_url(artifact):  # its files are inputs too: no output may be one of them (F6)
+        guard.read_directory("--artifact", resolve_artifact(artifact))
     suffix = OUTPUT_SUFFIX[data_format]
     prefix = guard.prefix("--output", out.output)
     shard = f"-{FIVE_DIGITS}-of-{FIVE_DIGITS}"
     guard.sharded("--output", "the records", prefix, shard, suffix, SHARD_SAMPLES, (f"{prefix}-*-of-*{suffix}",),
                   label=out.output)
+    for other in sorted(set(OUTPUT_SUFFIX.values()) - {suffix}):  # an earlier run in another format: its shards
+        guard.sharded("--output", f"an earlier run's {other} records", prefix, shard, other, (), label=out.output)
     guard.sharded("--output", "the error records", prefix, f"-errors-{FIVE_DIGITS}", ".jsonl", ("-errors-00000",),
                   (f"{prefix}-errors-*.jsonl",), label=out.output)
     guard.file("--output", "the operator summary", paths["summary"], label=out.output)
     guard.file("--output", "the amplification report", paths["amplification"], label=out.output)
     if opts.public_summary:
-        guard.file("--public-summary", "the public summary", opts.public_summary, lock=True)
+        guard.file("--public-summary", "the public summary", opts.public_summary, lock=True,
+                   replaceable=_is_public_summary, replaceable_what='an earlier public summary ("publishable": true)')
     if opts.diagnostics_output:
         diagnostics = guard.prefix("--diagnostics-output", opts.diagnostics_output)
         guard.sharded("--diagnostics-output", "the diagnostics", diagnostics, shard, ".jsonl", SHARD_SAMPLES,
                       (f"{diagnostics}-*-of-*.jsonl",))
     guard.check()
     return guard
+
+
+def _is_public_summary(path: str) -> bool:
+    try:
+        with FileSystems.open(path) as handle:
+            return is_public_summary(handle.read(1 << 24))
+    except Exception:  # pylint: disable=broad-except
+        return False
 
 
 def _check_fields(amplifier, data_format: str, schema, inputs: List[str]) -> None:
@@ -202,8 +216,8 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
                    checked: Optional[Checked] = None) -> beam.Pipeline:
     """The privatize pipeline for ``options``, not yet run (tests and templates inspect or run it)."""
     checked = checked or check(options)
-    if checked.earlier_files:  # --overwrite: the earlier run's files go before this run writes
-        FileSystems.delete(checked.earlier_files)
+    if checked.earlier_files:  # --overwrite: the earlier run's files go before this run writes (run_job: under the lock)
+        checked.guard.remove_earlier(FileSystems.delete)
         checked.earlier_files = []
     opts = options.view_as(PrivatizeOptions)
     mech = options.view_as(MechanismOptions)

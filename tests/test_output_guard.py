@@ -101,9 +101,19 @@ def test_item1_public_summary_never_replaces_records_input_operator_summary_or_a
     _refused(capsys, base + [f"--input={source}", f"--output={o}/y", f"--public-summary={o}/x-00000-of-00001.txt"],
              f"--public-summary {o}/x-00000-of-00001.txt already exists")
     assert _files(tmp_path) == before
-    assert cli_main(["privatize", f"--input={source}", f"--output={o}/y", f"--public-summary={tmp_path}/notes.json",
+    # --overwrite replaces only an earlier PUBLIC summary (F6b): the notes stay, so does an operator summary
+    _refused(capsys, base + [f"--input={source}", f"--output={o}/y", f"--public-summary={tmp_path}/notes.json",
+                             "--overwrite"], f"--public-summary {tmp_path}/notes.json exists and is not an earlier "
+             "public summary", "choose another --public-summary")
+    _refused(capsys, base + [f"--input={source}", f"--output={o}/y", f"--public-summary={o}/x-summary.json",
+                             "--overwrite"], "is not an earlier public summary")
+    assert _files(tmp_path) == before
+    assert cli_main(["privatize", f"--input={source}", f"--output={o}/y", f"--public-summary={tmp_path}/pub.json"]
+                    + base + RUNNER) == 0
+    assert cli_main(["privatize", f"--input={source}", f"--output={o}/y", f"--public-summary={tmp_path}/pub.json",
                      "--overwrite"] + base + RUNNER) == 0
-    assert isinstance(json.loads((tmp_path / "notes.json").read_text(encoding="utf-8")), dict)  # the public summary
+    assert json.loads((tmp_path / "pub.json").read_text(encoding="utf-8"))["publishable"] is True
+    assert (tmp_path / "notes.json").read_text(encoding="utf-8") == "my notes\n"
     assert len(_records(f"{o}/x")) == len(_records(f"{o}/y")) == 3
 
 
