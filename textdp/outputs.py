@@ -317,7 +317,7 @@ class OutputGuard:
             for what, names in others:
                 present = [f"{directory}/{n}" for n in names if self._exists(f"{directory}/{n}")]
                 if present:
-                    raise TextdpError(f"{flag} {label} holds {what} (e.g. {present[0]}), whose files a {self.job} "
+                    raise TextdpError(f"{flag} {label} holds {what} (e.g. {present[0]}), whose files this {self.job} "
                                       f"run would not replace (--overwrite replaces only the files of an earlier "
                                       f"{self.job}); choose another {flag}")
 
