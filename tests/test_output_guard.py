@@ -523,8 +523,6 @@ def test_f15_a_lock_of_a_dead_process_on_this_host_is_removed_and_said_so(tmp_pa
     lock.write_text(f"textdp privatize, pid 1 on {socket.gethostname()}, since 2026-01-01T00:00:00Z\n",
                     encoding="utf-8")
     before = _files(tmp_path)
-    _refused(capsys, base + [f"--input={source}", f"--output={tmp_path}/o/y"], "lock file", job="privatize") \
-        if False else None
     _refused(capsys, base + [f"--input={source}", f"--output={tmp_path}/o/x", "--overwrite"],
              f"lock file {lock}", "pid 1 on")
     assert _files(tmp_path) == before
