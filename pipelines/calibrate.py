@@ -82,7 +82,7 @@ def output_guard(options: PipelineOptions) -> OutputGuard:
     guard = OutputGuard("calibrate", out.overwrite, FileSystems.exists, matched_paths)
     guard.directory("--output", out.output, OUTPUT_FILES, earlier="an earlier calibration",
                     others=directory_job_files("calibrate"))
-    guard.read("--word-list", [word_list] if word_list else [])
+    guard.read("--word-list", [word_list] if word_list else [], pattern=word_list or "")
     artifact = options.view_as(ArtifactOptions).artifact
     if not gcs.is_gcs_url(artifact):  # the artifact's files are inputs: no output may be one of them
         guard.read_directory("--artifact", resolve_artifact(artifact))

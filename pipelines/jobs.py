@@ -134,7 +134,8 @@ def help_parser(name: str) -> argparse.ArgumentParser:
         prog=f"textdp {name}", description=(module.__doc__ or job.description).split("\n\n")[0].replace("``", ""),
         epilog="Beam's own flags (--runner, --direct_num_workers, --direct_running_mode, --project, --region, "
                "--temp_location, ...) are accepted too; any other argument is refused. Exit codes: 0 done, "
-               "1 failed while running, 2 refused before starting, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).")
+               "1 failed while running, 2 refused before starting, 130 interrupted (Ctrl-C), 143 terminated "
+               "(SIGTERM).")
     for cls in option_classes(job):
         cls._add_argparse_args(parser)  # pylint: disable=protected-access
     for action in parser._actions:  # pylint: disable=protected-access
@@ -351,6 +352,8 @@ def _progress(name: str, plan: Plan, directory: Optional[str]):
 def run_job(name: str, argv: Optional[Sequence[str]] = None) -> int:
     """Run job ``name`` with command-line ``argv``; returns the exit code (see the module docstring)."""
     interrupted: list = []
+    if not JOBS[name].beam:  # a single-process job (build-index) handles its own signals
+        return _run_job(name, argv, interrupted)
     with _noting_interrupts(interrupted):
         return _run_job(name, argv, interrupted)
 

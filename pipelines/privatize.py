@@ -216,7 +216,7 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
                    checked: Optional[Checked] = None) -> beam.Pipeline:
     """The privatize pipeline for ``options``, not yet run (tests and templates inspect or run it)."""
     checked = checked or check(options)
-    if checked.earlier_files:  # --overwrite: the earlier run's files go before this run writes (run_job: under the lock)
+    if checked.earlier_files:  # --overwrite: the earlier run's files go first (run_job removes them under the lock)
         checked.guard.remove_earlier(FileSystems.delete)
         checked.earlier_files = []
     opts = options.view_as(PrivatizeOptions)
