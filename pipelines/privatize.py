@@ -27,9 +27,9 @@ from pipelines.flags import (VACUOUS_EPSILON, AmplifierOptions, ArtifactOptions,
 from pipelines.jobs import Plan, run_job
 from textdp import gcs
 from textdp.errors import TextdpError
-from textdp.locate import artifact_needs, resolve_artifact, verify_artifact
+from textdp.locate import artifact_needs, verify_artifact
 from textdp.outputs import OutputGuard, missing_fields
-from textdp.summary import FAILED_PREFIX, is_public_summary
+from textdp.summary import FAILED_PREFIX
 from transforms.amplifier import Amplify
 from transforms.io import (FIELD_SAMPLE_RECORDS, OUTPUT_SUFFIX, ReadRecords, WriteErrors, WriteRecords,
                            first_record_fields, infer_format, matched_paths, parquet_schema)
@@ -134,6 +134,8 @@ def _check_outputs(options: PipelineOptions, paths: dict, data_format: str, inpu
     guard.read("--input", inputs, pattern=opts.input)
     artifact = options.view_as(ArtifactOptions).artifact
     if not gcs.is_gcs_url(artifact):  # its files are inputs too: no output may be one of them (F6)
+        from textdp.locate import resolve_artifact  # pylint: disable=import-outside-toplevel
+
         guard.read_directory("--artifact", resolve_artifact(artifact))
     suffix = OUTPUT_SUFFIX[data_format]
     prefix = guard.prefix("--output", out.output)
@@ -158,6 +160,8 @@ def _check_outputs(options: PipelineOptions, paths: dict, data_format: str, inpu
 
 
 def _is_public_summary(path: str) -> bool:
+    from textdp.summary import is_public_summary  # pylint: disable=import-outside-toplevel
+
     try:
         with FileSystems.open(path) as handle:
             return is_public_summary(handle.read(1 << 24))
