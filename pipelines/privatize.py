@@ -149,6 +149,15 @@ def _check_outputs(options: PipelineOptions, paths: dict, data_format: str, inpu
     guard.file("--output", "the operator summary", paths["summary"], label=out.output)
     guard.file("--output", "the amplification report", paths["amplification"], label=out.output)
     if opts.public_summary:
+        from textdp.summary import is_public_summary  # pylint: disable=import-outside-toplevel
+
+        def _is_public_summary(path: str) -> bool:  # --overwrite replaces only an earlier public summary
+            try:
+                with FileSystems.open(path) as handle:
+                    return is_public_summary(handle.read(1 << 24))
+            except Exception:  # pylint: disable=broad-except
+                return False
+
         guard.file("--public-summary", "the public summary", opts.public_summary, lock=True,
                    replaceable=_is_public_summary, replaceable_what='an earlier public summary ("publishable": true)')
     if opts.diagnostics_output:
@@ -157,16 +166,6 @@ def _check_outputs(options: PipelineOptions, paths: dict, data_format: str, inpu
                       (f"{diagnostics}-*-of-*.jsonl",))
     guard.check()
     return guard
-
-
-def _is_public_summary(path: str) -> bool:
-    from textdp.summary import is_public_summary  # pylint: disable=import-outside-toplevel
-
-    try:
-        with FileSystems.open(path) as handle:
-            return is_public_summary(handle.read(1 << 24))
-    except Exception:  # pylint: disable=broad-except
-        return False
 
 
 def _check_fields(amplifier, data_format: str, schema, inputs: List[str]) -> None:
