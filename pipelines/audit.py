@@ -32,12 +32,12 @@ from apache_beam.utils import shared
 from pipelines.flags import (AUDIT_CHECKS, DEFAULT_AUDIT_CHECKS, DEFAULT_MAX_RECORD_BYTES, ArtifactOptions,
                              AuditOptions, EpsilonGridOptions, MechanismOptions, OovOptions, OutputOptions,
                              SeedOptions, WorkerResourceOptions)
-from pipelines.jobs import Plan, run_job
+from pipelines.jobs import Plan, directory_job_files, run_job
 from textdp.audit_pairs import BANDS, base_word_count, base_words, bound_text
 from textdp.audit_selfcheck import planned_tests
 from textdp import gcs
 from textdp.errors import TextdpError
-from textdp.locate import artifact_needs, verify_artifact
+from textdp.locate import artifact_needs, resolve_artifact, verify_artifact
 from textdp.outputs import OutputGuard
 from textdp.text_privatizer import check_oov
 from transforms.audit_common import AuditConfig
@@ -151,10 +151,7 @@ def prepare_run(options: PipelineOptions) -> Prepared:
         user_pairs = read_pair_list(opts.pair_list)
     manifest = verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
     mech.validate_mechanism(options.view_as(EpsilonGridOptions).epsilon_grid(), artifact, manifest)
-    guard = output_guard(options)
-    earlier = guard.earlier
-    if earlier:
-        FileSystems.delete(earlier)
+    output_guard(options)  # refusals only: run_job removes an earlier audit's files under the lock (--overwrite)
     vocab_size = int(manifest["vocab_size"])
     oov_policy = options.view_as(OovOptions).oov_policy
 
@@ -219,10 +216,14 @@ def output_guard(options: PipelineOptions) -> OutputGuard:
     """The run's outputs checked by the one output guard (textdp/outputs.py); run_job locks them with it."""
     opts, out = options.view_as(AuditOptions), options.view_as(OutputOptions)
     guard = OutputGuard("audit", out.overwrite, FileSystems.exists, matched_paths)
-    guard.directory("--output", out.output, OUTPUT_FILES, earlier="an earlier audit")
+    guard.directory("--output", out.output, OUTPUT_FILES, earlier="an earlier audit",
+                    others=directory_job_files("audit"))
     for flag, pattern in (("--corpus", opts.corpus), ("--prior-corpus", opts.prior_corpus),
                           ("--pair-list", opts.pair_list)):
-        guard.read(flag, matched_paths(pattern) if pattern else [])
+        guard.read(flag, matched_paths(pattern) if pattern else [], pattern=pattern or "")
+    artifact = options.view_as(ArtifactOptions).artifact
+    if not gcs.is_gcs_url(artifact):  # the artifact's files are inputs: no output may be one of them
+        guard.read_directory("--artifact", resolve_artifact(artifact))
     guard.check()
     return guard
 

@@ -30,11 +30,11 @@ from apache_beam.utils import shared
 
 from pipelines.flags import (DEFAULT_WORDS, ArtifactOptions, CalibrateOptions, EpsilonGridOptions, MechanismOptions,
                              OutputOptions, SeedOptions, WorkerResourceOptions)
-from pipelines.jobs import Plan, run_job
+from pipelines.jobs import Plan, directory_job_files, run_job
 from textdp.calibration import stratified_word_sample
 from textdp import gcs
 from textdp.errors import TextdpError
-from textdp.locate import artifact_needs, verify_artifact
+from textdp.locate import artifact_needs, resolve_artifact, verify_artifact
 from textdp.outputs import OutputGuard
 from transforms.io import matched_paths, read_text_file
 from transforms.calibration import (SUMMARY_FILE, TABLE_FILE, TABLE_PREFIX, CalibrateWords, CalibrationConfig,
@@ -86,8 +86,12 @@ def output_guard(options: PipelineOptions) -> OutputGuard:
     """The run's outputs checked by the one output guard (textdp/outputs.py); run_job locks them with it."""
     out, word_list = options.view_as(OutputOptions), options.view_as(CalibrateOptions).word_list
     guard = OutputGuard("calibrate", out.overwrite, FileSystems.exists, matched_paths)
-    guard.directory("--output", out.output, OUTPUT_FILES, earlier="an earlier calibration")
-    guard.read("--word-list", [word_list] if word_list else [])
+    guard.directory("--output", out.output, OUTPUT_FILES, earlier="an earlier calibration",
+                    others=directory_job_files("calibrate"))
+    guard.read("--word-list", [word_list] if word_list else [], pattern=word_list or "")
+    artifact = options.view_as(ArtifactOptions).artifact
+    if not gcs.is_gcs_url(artifact):  # the artifact's files are inputs: no output may be one of them
+        guard.read_directory("--artifact", resolve_artifact(artifact))
     guard.check()
     return guard
 

@@ -15,10 +15,13 @@ command (``pipelines/cli.py``) and the template tools (``templates/jobs.py``) bo
    try to download a runner binary), with progress for local runs and Beam's own log noise hidden
    unless ``--verbose``;
 4. the end: the job's report lines, or exactly one line ``textdp <job>: error: ...`` on stderr, the
-   run's temporary ``beam-temp-*`` directories removed after a failure or Ctrl-C.
+   run's temporary ``beam-temp-*`` directories removed after a failure, Ctrl-C or SIGTERM (what
+   ``timeout``, systemd, ``docker stop`` and schedulers send: handled like Ctrl-C, one line), and the
+   run's output locks released however it ends.
 
 Exit codes, the same for every job: 0 done; 2 refused before anything ran (bad flags, bad
-artifact, bad input or output); 1 failed while running; 130 interrupted (Ctrl-C).
+artifact, bad input or output); 1 failed while running; 130 interrupted (Ctrl-C); 143 terminated
+(SIGTERM).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 LOCAL_RUNNERS = ("DirectRunner", "FnApiRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
 
 
@@ -96,6 +99,18 @@ JOBS: Dict[str, Job] = {job.name: job for job in (
 )}
 
 
+def directory_job_files(other_than: str) -> List[Tuple[str, Tuple[str, ...]]]:
+    """("the files of a <job> run", its OUTPUT_FILES) for every job other than ``other_than`` whose --output is
+    a directory of named files: a directory holding them is not this job's to replace (textdp/outputs.py)."""
+    found = []
+    for job in JOBS.values():
+        if job.name != other_than and job.beam and "output" in job.required:
+            files = getattr(importlib.import_module(job.module), "OUTPUT_FILES", None)
+            if files:
+                found.append((f"the files of a {job.name} run", tuple(files)))
+    return found
+
+
 class JobRefused(Exception):
     """Raised before anything ran: the one-line message is the whole story (exit 2)."""
 
@@ -119,7 +134,8 @@ def help_parser(name: str) -> argparse.ArgumentParser:
         prog=f"textdp {name}", description=(module.__doc__ or job.description).split("\n\n")[0].replace("``", ""),
         epilog="Beam's own flags (--runner, --direct_num_workers, --direct_running_mode, --project, --region, "
                "--temp_location, ...) are accepted too; any other argument is refused. Exit codes: 0 done, "
-               "1 failed while running, 2 refused before starting, 130 interrupted.")
+               "1 failed while running, 2 refused before starting, 130 interrupted (Ctrl-C), 143 terminated "
+               "(SIGTERM).")
     for cls in option_classes(job):
         cls._add_argparse_args(parser)  # pylint: disable=protected-access
     for action in parser._actions:  # pylint: disable=protected-access
@@ -252,7 +268,8 @@ def _temp_folders(parents: Sequence[str]) -> set:
         except Exception:  # pylint: disable=broad-except
             continue
         if "://" not in parent and os.path.isdir(parent):
-            found |= {os.path.join(parent, name) for name in os.listdir(parent) if name.startswith("beam-temp-")}
+            found |= {os.path.join(parent, name) for name in os.listdir(parent)
+                      if name.startswith(("beam-temp-", ".textdp-tmp-"))}  # the shuffle writer's too
     return found
 
 
@@ -286,8 +303,9 @@ def _one_line(exc: BaseException) -> str:
 
 @contextlib.contextmanager
 def _noting_interrupts(noted: list):
-    """Ctrl-C as usual (KeyboardInterrupt), but noted first: a local runner running the DoFn in this
-    process reports it as its own error ("RuntimeError: KeyboardInterrupt [while running ...]")."""
+    """Ctrl-C and SIGTERM as a KeyboardInterrupt, but noted first: a local runner running the DoFn in this
+    process reports it as its own error ("RuntimeError: KeyboardInterrupt [while running ...]"), and the
+    exit code says which signal it was (130 or 143)."""
     import signal  # pylint: disable=import-outside-toplevel
     import threading  # pylint: disable=import-outside-toplevel
 
@@ -297,13 +315,23 @@ def _noting_interrupts(noted: list):
 
     def handler(signum, frame):
         noted.append(signum)
-        signal.default_int_handler(signum, frame)
+        signal.default_int_handler(signal.SIGINT, frame)
 
-    previous = signal.signal(signal.SIGINT, handler)
+    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def _interruption(name: str, noted: list, what: str) -> int:
+    """The one line and the exit code of a run stopped by Ctrl-C (130) or SIGTERM (143)."""
+    import signal  # pylint: disable=import-outside-toplevel
+
+    terminated = signal.SIGTERM in noted
+    print(f"textdp {name}: {'terminated (SIGTERM)' if terminated else 'interrupted'}{what}", file=sys.stderr)
+    return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
 
 
 @contextlib.contextmanager
@@ -323,6 +351,14 @@ def _progress(name: str, plan: Plan, directory: Optional[str]):
 
 def run_job(name: str, argv: Optional[Sequence[str]] = None) -> int:
     """Run job ``name`` with command-line ``argv``; returns the exit code (see the module docstring)."""
+    interrupted: list = []
+    if not JOBS[name].beam:  # a single-process job (build-index) handles its own signals
+        return _run_job(name, argv, interrupted)
+    with _noting_interrupts(interrupted):
+        return _run_job(name, argv, interrupted)
+
+
+def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     job = JOBS[name]
     if "-h" in argv or "--help" in argv:
@@ -334,15 +370,20 @@ def run_job(name: str, argv: Optional[Sequence[str]] = None) -> int:
     verbose = "--verbose" in argv
     _quiet_beam(verbose)
     say = lambda message: print(f"textdp {name}: error: {message}", file=sys.stderr)  # noqa: E731
+    plan, progress_dir = None, None
     try:
         options = parse_job_options(name, argv)
         _with_local_runner(options)
         plan = module.prepare(options)
+        before = _temp_folders(plan.temp_parents)  # other runs' temporary folders are never touched
         if plan.guard is not None:  # <output>.lock for every output, held until the run ends (textdp/outputs.py)
             plan.guard.acquire()
+            for note in plan.guard.notes:
+                print(f"textdp {name}: {note}", file=sys.stderr)
     except KeyboardInterrupt:  # e.g. while the default artifact builds (its staging folder is removed)
-        print(f"textdp {name}: interrupted before the run started; nothing was written", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        if plan is not None and plan.guard is not None:
+            plan.guard.release()
+        return _interruption(name, interrupted, " before the run started; nothing was written")
     except (JobRefused, ValueError, LookupError) as exc:
         say(_one_line(exc))
         return EXIT_REFUSED
@@ -353,21 +394,21 @@ def run_job(name: str, argv: Optional[Sequence[str]] = None) -> int:
             raise
         say(str(exc))
         return EXIT_REFUSED
-    before = _temp_folders(plan.temp_parents)
-    progress_dir = None
-    if is_local(options):  # TEXTDP_PROGRESS_DIR: a directory of one's own to watch (benchmarks); emptied after
-        base = os.environ.get("TEXTDP_PROGRESS_DIR")
-        progress_dir = tempfile.mkdtemp(prefix="textdp-progress-", dir=base or None)
-    interrupted = []
     try:
-        with _progress(name, plan, progress_dir), _noting_interrupts(interrupted):
+        if is_local(options):  # TEXTDP_PROGRESS_DIR: a directory of one's own to watch (benchmarks); emptied after
+            base = os.environ.get("TEXTDP_PROGRESS_DIR")
+            progress_dir = tempfile.mkdtemp(prefix="textdp-progress-", dir=base or None)
+        if plan.guard is not None:  # --overwrite: the earlier run's files, removed now that the locks are held
+            from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
+
+            plan.guard.remove_earlier(FileSystems.delete)
+        with _progress(name, plan, progress_dir):
             pipeline = plan.build(progress_dir)
             pipeline.run().wait_until_finish()
     except BaseException as exc:  # pylint: disable=broad-except
         _remove_temp_folders(_temp_folders(plan.temp_parents) - before)
         if interrupted or isinstance(exc, KeyboardInterrupt):  # a local runner may wrap it in its own error
-            print(f"textdp {name}: interrupted; the run's temporary files were removed", file=sys.stderr)
-            return EXIT_INTERRUPTED
+            return _interruption(name, interrupted, "; the run's temporary files were removed")
         if not isinstance(exc, Exception):
             raise
         if verbose:

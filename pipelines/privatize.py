@@ -137,18 +137,35 @@ def _check_outputs(options: PipelineOptions, paths: dict, data_format: str, inpu
     other, the input files and what exists; ``guard.earlier`` lists the files --overwrite removes."""
     opts, out = options.view_as(PrivatizeOptions), options.view_as(OutputOptions)
     guard = OutputGuard("privatize", out.overwrite, FileSystems.exists, _matches)
-    guard.read("--input", inputs)
+    guard.read("--input", inputs, pattern=opts.input)
+    artifact = options.view_as(ArtifactOptions).artifact
+    if not gcs.is_gcs_url(artifact):  # its files are inputs too: no output may be one of them (F6)
+        from textdp.locate import resolve_artifact  # pylint: disable=import-outside-toplevel
+
+        guard.read_directory("--artifact", resolve_artifact(artifact))
     suffix = OUTPUT_SUFFIX[data_format]
     prefix = guard.prefix("--output", out.output)
     shard = f"-{FIVE_DIGITS}-of-{FIVE_DIGITS}"
     guard.sharded("--output", "the records", prefix, shard, suffix, SHARD_SAMPLES, (f"{prefix}-*-of-*{suffix}",),
                   label=out.output)
+    for other in sorted(set(OUTPUT_SUFFIX.values()) - {suffix}):  # an earlier run in another format: its shards
+        guard.sharded("--output", f"an earlier run's {other} records", prefix, shard, other, (), label=out.output)
     guard.sharded("--output", "the error records", prefix, f"-errors-{FIVE_DIGITS}", ".jsonl", ("-errors-00000",),
                   (f"{prefix}-errors-*.jsonl",), label=out.output)
     guard.file("--output", "the operator summary", paths["summary"], label=out.output)
     guard.file("--output", "the amplification report", paths["amplification"], label=out.output)
     if opts.public_summary:
-        guard.file("--public-summary", "the public summary", opts.public_summary, lock=True)
+        from textdp.summary import is_public_summary  # pylint: disable=import-outside-toplevel
+
+        def _is_public_summary(path: str) -> bool:  # --overwrite replaces only an earlier public summary
+            try:
+                with FileSystems.open(path) as handle:
+                    return is_public_summary(handle.read(1 << 24))
+            except Exception:  # pylint: disable=broad-except
+                return False
+
+        guard.file("--public-summary", "the public summary", opts.public_summary, lock=True,
+                   replaceable=_is_public_summary, replaceable_what='an earlier public summary ("publishable": true)')
     if opts.diagnostics_output:
         diagnostics = guard.prefix("--diagnostics-output", opts.diagnostics_output)
         guard.sharded("--diagnostics-output", "the diagnostics", diagnostics, shard, ".jsonl", SHARD_SAMPLES,
@@ -212,8 +229,8 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
                    checked: Optional[Checked] = None) -> beam.Pipeline:
     """The privatize pipeline for ``options``, not yet run (tests and templates inspect or run it)."""
     checked = checked or check(options)
-    if checked.earlier_files:  # --overwrite: the earlier run's files go before this run writes
-        FileSystems.delete(checked.earlier_files)
+    if checked.earlier_files:  # --overwrite: the earlier run's files go first (run_job removes them under the lock)
+        checked.guard.remove_earlier(FileSystems.delete)
         checked.earlier_files = []
     opts = options.view_as(PrivatizeOptions)
     mech = options.view_as(MechanismOptions)

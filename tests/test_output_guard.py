@@ -101,9 +101,19 @@ def test_item1_public_summary_never_replaces_records_input_operator_summary_or_a
     _refused(capsys, base + [f"--input={source}", f"--output={o}/y", f"--public-summary={o}/x-00000-of-00001.txt"],
              f"--public-summary {o}/x-00000-of-00001.txt already exists")
     assert _files(tmp_path) == before
-    assert cli_main(["privatize", f"--input={source}", f"--output={o}/y", f"--public-summary={tmp_path}/notes.json",
+    # --overwrite replaces only an earlier PUBLIC summary (F6b): the notes stay, so does an operator summary
+    _refused(capsys, base + [f"--input={source}", f"--output={o}/y", f"--public-summary={tmp_path}/notes.json",
+                             "--overwrite"], f"--public-summary {tmp_path}/notes.json exists and is not an earlier "
+             "public summary", "choose another --public-summary")
+    _refused(capsys, base + [f"--input={source}", f"--output={o}/y", f"--public-summary={o}/x-summary.json",
+                             "--overwrite"], "is not an earlier public summary")
+    assert _files(tmp_path) == before
+    assert cli_main(["privatize", f"--input={source}", f"--output={o}/y", f"--public-summary={tmp_path}/pub.json"]
+                    + base + RUNNER) == 0
+    assert cli_main(["privatize", f"--input={source}", f"--output={o}/y", f"--public-summary={tmp_path}/pub.json",
                      "--overwrite"] + base + RUNNER) == 0
-    assert isinstance(json.loads((tmp_path / "notes.json").read_text(encoding="utf-8")), dict)  # the public summary
+    assert json.loads((tmp_path / "pub.json").read_text(encoding="utf-8"))["publishable"] is True
+    assert (tmp_path / "notes.json").read_text(encoding="utf-8") == "my notes\n"
     assert len(_records(f"{o}/x")) == len(_records(f"{o}/y")) == 3
 
 
@@ -310,3 +320,209 @@ def test_gs_paths_get_the_glob_and_separator_refusals_and_no_lock():
     assert guard.prefix("--output", "gs://bucket/o/x") == "gs://bucket/o/x"
     guard.acquire()  # nothing local to lock: gs:// outputs are not protected against concurrent runs
     assert guard.held == ()
+
+
+# --- red-team round (F1, F6, F7, F8, F13, F14, F15, F20) ------------------------------------------------
+
+def _calibrate(tmp_path, artifact, output, *extra):
+    return ["calibrate", f"--artifact={artifact}", "--epsilons=5", "--words=3", "--samples=10",
+            f"--output={output}"] + list(extra) + RUNNER
+
+
+def test_f1_an_input_that_is_a_hard_link_of_an_output_is_refused_even_with_overwrite(tmp_path, base,
+                                                                                   tiny_artifact_dir, capsys):
+    """Same st_dev/st_ino under another name: calibrate's --word-list, privatize's --input, audit's --corpus."""
+    (tmp_path / "c2").mkdir()
+    (tmp_path / "c2" / "summary.json").write_text("the\nof\nand\n", encoding="utf-8")
+    os.link(tmp_path / "c2" / "summary.json", tmp_path / "wl.txt")
+    _lines(tmp_path / "o" / "x-00000-of-00001.txt", 3)
+    os.link(tmp_path / "o" / "x-00000-of-00001.txt", tmp_path / "in.txt")
+    (tmp_path / "aud").mkdir()
+    (tmp_path / "aud" / "report.html").write_text(json.dumps({"text": f"a good {SECRET} movie"}) + "\n",
+                                                  encoding="utf-8")
+    os.link(tmp_path / "aud" / "report.html", tmp_path / "corpus.jsonl")
+    before = _files(tmp_path)
+    _refused(capsys, [f"--artifact={tiny_artifact_dir}", "--epsilons=5", "--samples=10", f"--output={tmp_path}/c2",
+                      f"--word-list={tmp_path}/wl.txt", "--overwrite"],
+             f"--word-list {tmp_path}/wl.txt is the same file as {tmp_path}/c2/summary.json", "hard link",
+             job="calibrate")
+    _refused(capsys, base + [f"--input={tmp_path}/in.txt", f"--output={tmp_path}/o/x", "--overwrite"],
+             f"--input {tmp_path}/in.txt is the same file as {tmp_path}/o/x-00000-of-00001.txt")
+    _refused(capsys, base + [f"--input={tmp_path}/in.txt", f"--output={tmp_path}/p",
+                             f"--public-summary={tmp_path}/o/x-00000-of-00001.txt", "--overwrite"],
+             "is the same file as", "the public summary")
+    _refused(capsys, [f"--artifact={tiny_artifact_dir}", "--epsilons=5", "--checks=inversion",
+                      f"--corpus={tmp_path}/corpus.jsonl", "--corpus-format=jsonl", f"--output={tmp_path}/aud",
+                      "--overwrite"], "--corpus", "is the same file as", job="audit")
+    assert _files(tmp_path) == before
+
+
+def test_f6_no_output_may_be_a_file_of_the_artifact_even_with_overwrite(tmp_path, tiny_artifact_dir, capsys):
+    import shutil
+    art = tmp_path / "art3"
+    shutil.copytree(tiny_artifact_dir, art)
+    source = _lines(tmp_path / "in.txt", 3)
+    (tmp_path / "cal").mkdir()
+    os.link(art / "vocab.txt", tmp_path / "cal" / "report.html")  # an artifact file under a calibrate output name
+    before = _files(tmp_path)
+    common = ["--epsilon=5", f"--artifact={art}", f"--input={source}", f"--output={tmp_path}/q/o/out", "--overwrite"]
+    _refused(capsys, common + [f"--public-summary={art}/manifest.json"],
+             f"--artifact matches {os.path.realpath(art)}/manifest.json", "the public summary")
+    _refused(capsys, common + [f"--public-summary={art}/vectors.npy"], "--artifact matches")
+    os.link(art / "manifest.json", tmp_path / "pub.json")
+    _refused(capsys, common + [f"--public-summary={tmp_path}/pub.json"], "--artifact", "is the same file as")
+    os.remove(tmp_path / "pub.json")
+    _refused(capsys, [f"--artifact={art}", "--epsilons=5", "--words=3", "--samples=10", f"--output={tmp_path}/cal",
+                      "--overwrite"], "--artifact", "is the same file as", f"{tmp_path}/cal/report.html",
+             job="calibrate")
+    assert _files(tmp_path) == before
+    # the default artifact (no --artifact) is registered the same way
+    from textdp.locate import resolve_artifact
+    default = resolve_artifact(None)
+    _refused(capsys, ["--epsilon=5", f"--input={source}", f"--output={tmp_path}/q/o/out", "--overwrite",
+                      f"--public-summary={default}/manifest.json"], "--artifact matches", "manifest.json")
+    assert os.path.isfile(f"{default}/manifest.json")
+    assert _files(tmp_path) == before
+
+
+def test_f7_an_input_pattern_that_matches_a_lock_of_the_run_is_refused(tmp_path, base, small_artifact_dir, capsys):
+    r4 = tmp_path / "r4"
+    _lines(r4 / "data", 2)
+    before = _files(tmp_path)
+    _refused(capsys, base + [f"--input={r4}/*", "--format=text", f"--output={r4}/out"],
+             f"--input {r4}/* matches {os.path.realpath(r4)}/out.lock", "lock file this run creates")
+    _refused(capsys, base + [f"--input={r4}/*", "--format=text", f"--output={r4}/out",
+                             f"--public-summary={r4}/pub.json"], "lock file this run creates")
+    _refused(capsys, [f"--artifact={small_artifact_dir}", "--epsilons=5", "--checks=inversion",
+                      f"--corpus={r4}/*", "--corpus-format=text", f"--output={r4}/a5"],
+             f"--corpus {r4}/* matches {os.path.realpath(r4)}/a5.lock", job="audit")
+    assert _files(tmp_path) == before
+    # a pattern that cannot match the lock runs, and counts only the user's records
+    assert cli_main(["privatize", f"--input={r4}/d*", "--format=text", f"--output={r4}/out"] + base + RUNNER) == 0
+    summary = json.load(open(f"{r4}/out-summary.json", encoding="utf-8"))
+    assert summary["records"]["in"] == summary["records"]["out"] == 2 and len(_records(f"{r4}/out")) == 2
+
+
+def test_f8_overwrite_removes_the_earlier_run_in_another_format_and_without_it_is_refused(tmp_path, base, capsys):
+    txt, jsonl = _lines(tmp_path / "in.txt", 3), _jsonl(tmp_path / "in.jsonl", 2)
+    out = f"{tmp_path}/r6/out"
+    assert cli_main(["privatize", f"--input={txt}", f"--output={out}"] + base + RUNNER) == 0
+    capsys.readouterr()
+    os.remove(f"{out}-summary.json")  # only the earlier run's .txt shards (and errors) left at the prefix
+    os.remove(f"{out}-errors-00000.jsonl")
+    before = _files(tmp_path)
+    _refused(capsys, base + [f"--input={jsonl}", f"--output={out}"], "already holds 1 file(s) of an earlier run",
+             f"{out}-00000-of-00001.txt", "--overwrite")
+    assert _files(tmp_path) == before
+    assert cli_main(["privatize", f"--input={jsonl}", f"--output={out}", "--overwrite"] + base + RUNNER) == 0
+    left = sorted(os.listdir(tmp_path / "r6"))
+    assert left == ["out-00000-of-00001.jsonl", "out-errors-00000.jsonl", "out-summary.json"], left
+    summary = json.load(open(f"{out}-summary.json", encoding="utf-8"))
+    assert summary["records"]["out"] == len(_records(out, ".jsonl")) == 2 and not _records(out, ".txt")
+
+
+def test_f20_calibrate_and_audit_refuse_a_directory_of_the_other_job_naming_it(tmp_path, tiny_artifact_dir,
+                                                                                capsys):
+    assert cli_main(_calibrate(tmp_path, tiny_artifact_dir, f"{tmp_path}/m")) == 0
+    capsys.readouterr()
+    before = _files(tmp_path)
+    for extra in ([], ["--overwrite"]):
+        err = _refused(capsys, [f"--artifact={tiny_artifact_dir}", "--epsilons=5", "--pairs=1", "--draws=100",
+                                f"--output={tmp_path}/m"] + extra,
+                       "holds the files of a calibrate run", f"{tmp_path}/m/", "this audit run would not replace",
+                       job="audit")
+        assert "already holds an earlier audit" not in err
+    assert _files(tmp_path) == before
+    # an earlier calibration is replaced whole by --overwrite (no file of it left that the new one did not write)
+    (tmp_path / "m" / "hist_s_w.png").write_bytes(b"stale plot")
+    assert cli_main(_calibrate(tmp_path, tiny_artifact_dir, f"{tmp_path}/m", "--overwrite")) == 0
+    assert (tmp_path / "m" / "hist_s_w.png").read_bytes() != b"stale plot"
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("name", ["out-00000-of-00001.txt", "out-errors-00000.jsonl"])
+def test_f13_f14_a_directory_at_a_shard_or_error_file_name_is_refused_before_the_run(tmp_path, base, capsys,
+                                                                                    shuffle, name):
+    source = _lines(tmp_path / "in.txt", 2)
+    (tmp_path / "p" / name / "sub").mkdir(parents=True)
+    (tmp_path / "p" / name / "precious").write_text("keep\n", encoding="utf-8")
+    (tmp_path / "p" / name / "sub" / "x").write_text("keep2\n", encoding="utf-8")
+    before = _files(tmp_path)
+    for extra in ([], ["--overwrite"]):
+        _refused(capsys, base + [f"--input={source}", f"--output={tmp_path}/p/out"] + (["--shuffle"] if shuffle
+                                                                                        else []) + extra,
+                 f"{os.path.realpath(tmp_path)}/p/{name} is a directory", "never deletes a directory")
+        assert _files(tmp_path) == before and not os.path.exists(tmp_path / "p" / "out.lock")
+
+
+def test_f13_the_shard_writer_never_deletes_what_appeared_at_a_shard_name(tmp_path):
+    """A directory that appears at a shard's name after the pre-run check: the run fails with one line, the
+    directory and its files are intact, no temporary file is left; a file there (a retried shard) is replaced."""
+    import apache_beam as beam
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from transforms.shard_writer import WriteShuffledShards
+    (tmp_path / "out-00000-of-00002.txt").mkdir()
+    (tmp_path / "out-00000-of-00002.txt" / "precious").write_text("keep\n", encoding="utf-8")
+    (tmp_path / "out-00001-of-00002.txt").write_text("an earlier attempt\n", encoding="utf-8")
+    before = _files(tmp_path)
+    with pytest.raises(Exception) as raised:
+        with beam.Pipeline(runner=FnApiRunner()) as pipeline:
+            _ = (pipeline | beam.Create([(0, 2, ["a", "b"])])
+                 | WriteShuffledShards(f"{tmp_path}/out", "text", ".txt"))
+    assert f"{tmp_path}/out-00000-of-00002.txt is a directory" in str(raised.value)
+    assert "nothing was deleted" in str(raised.value)
+    assert _files(tmp_path) == before and sorted(os.listdir(tmp_path)) == ["out-00000-of-00002.txt",
+                                                                             "out-00001-of-00002.txt"]
+    with beam.Pipeline(runner=FnApiRunner()) as pipeline:
+        _ = pipeline | beam.Create([(1, 2, ["c"])]) | WriteShuffledShards(f"{tmp_path}/out", "text", ".txt")
+    assert (tmp_path / "out-00001-of-00002.txt").read_text(encoding="utf-8") == "c\n"
+    assert (tmp_path / "out-00000-of-00002.txt" / "precious").read_text(encoding="utf-8") == "keep\n"
+
+
+def test_f15_sigterm_during_a_run_is_handled_like_ctrl_c(tmp_path, small_artifact_dir):
+    """One line, exit 143, the lock released, no beam-temp-* folder left."""
+    import signal
+    import time
+    source = tmp_path / "huge.txt"
+    source.write_text("the movie was good and the plot was fine\n" * 400000, encoding="utf-8")
+    (tmp_path / "s1").mkdir()
+    before = sorted(os.listdir(tmp_path / "s1"))
+    process = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "privatize", f"--input={source}",
+                                f"--output={tmp_path}/s1/out", "--epsilon=5", f"--artifact={small_artifact_dir}"]
+                               + RUNNER, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not glob.glob(f"{tmp_path}/s1/beam-temp-*") and time.time() < deadline and process.poll() is None:
+        time.sleep(0.2)
+    assert process.poll() is None, "the run ended before it could be terminated: make the input larger"
+    assert os.path.exists(f"{tmp_path}/s1/out.lock")
+    process.send_signal(signal.SIGTERM)
+    code = process.wait(timeout=120)
+    err = process.stderr.read().strip()
+    assert code == 143, err
+    assert err.splitlines()[-1] == ("textdp privatize: terminated (SIGTERM); the run's temporary files were "
+                                    "removed"), err
+    assert len([line for line in err.splitlines() if line.startswith("textdp privatize:")]) == 1, err
+    assert sorted(os.listdir(tmp_path / "s1")) == before  # no lock, no beam-temp-*, nothing written
+
+
+def test_f15_a_lock_of_a_dead_process_on_this_host_is_removed_and_said_so(tmp_path, base, capsys):
+    import socket
+    source = _lines(tmp_path / "in.txt", 3)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    os.makedirs(tmp_path / "o")
+    lock = tmp_path / "o" / "x.lock"
+    lock.write_text(f"textdp privatize, pid {dead.pid} on {socket.gethostname()}, since 2026-01-01T00:00:00Z\n",
+                    encoding="utf-8")
+    assert cli_main(["privatize", f"--input={source}", f"--output={tmp_path}/o/x"] + base + RUNNER) == 0
+    err = capsys.readouterr().err
+    assert (f"textdp privatize: removed the stale lock file {lock} (textdp privatize, pid {dead.pid} on "
+            f"{socket.gethostname()}") in err and "no longer runs on this host" in err, err
+    assert not lock.exists() and len(_records(f"{tmp_path}/o/x")) == 3
+    # a live holder on this host (pid 1) is not stale: refused, the lock intact
+    lock.write_text(f"textdp privatize, pid 1 on {socket.gethostname()}, since 2026-01-01T00:00:00Z\n",
+                    encoding="utf-8")
+    before = _files(tmp_path)
+    _refused(capsys, base + [f"--input={source}", f"--output={tmp_path}/o/x", "--overwrite"],
+             f"lock file {lock}", "pid 1 on")
+    assert _files(tmp_path) == before

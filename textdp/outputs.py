@@ -8,15 +8,23 @@ errors, summaries, public summary, diagnostics, reports) and every file it reads
   pattern when they delete and rename, so ``o/r[12]`` would delete the runs ``o/r1`` and ``o/r2``;
 - an output prefix that is a directory or ends with a path separator (``o/`` would write
   ``o/-00000-of-00001.txt``);
-- an output that is, or whose sink would delete, a file the run reads, compared by real path
-  (``os.path.realpath``: ``./``, absolute paths and symlinks are the same file);
+- an output that is, or whose sink would delete, a file the run reads (inputs, word lists, the
+  artifact's files), compared by real path (``os.path.realpath``: ``./``, absolute paths and symlinks
+  are the same file) and by identity (``st_dev``, ``st_ino``: a hard link is the same file);
+- an input pattern that matches a lock file this run creates (it would be read as a record);
+- a directory, or anything but a regular file, at an output's name: a run never deletes a directory;
 - two outputs of one run that are the same file or delete each other's files;
-- an output that already exists, unless ``--overwrite``; files of another run that a sink would delete.
+- an output that already exists, unless ``--overwrite``; files of another run that a sink would delete;
+  an existing file that ``--overwrite`` may not replace (``replaceable``: the public summary replaces
+  only an earlier public summary); an output directory holding another job's files (``others``).
 
 ``acquire()`` (called by ``pipelines.jobs.run_job`` just before the pipeline runs) then creates an
 exclusive lock file ``<output>.lock`` (``O_CREAT | O_EXCL``) for every local output, checks again that
 no output appeared since the check, and ``release()`` removes the locks when the run ends, however it
-ends. Two runs on one output: the second is refused, naming the lock file.
+ends. Two runs on one output: the second is refused, naming the lock file. A lock whose holder is a
+process of this host that no longer runs is stale: it is removed (atomically renamed away, then
+checked to be the file that was read) and ``notes`` says so. ``remove_earlier(delete)`` removes the
+earlier run's files (``--overwrite``) once the locks are held.
 
 gs:// paths: no real path (object names are compared as written), no lock (object stores have no
 exclusive create here); glob refusal and existence (through the ``exists``/``match`` functions the
@@ -26,11 +34,13 @@ caller passes, Beam's filesystems) apply. Nothing here imports Beam: the file-sy
 from __future__ import annotations
 
 import fnmatch
+import glob
 import os
+import re
 import socket
 import stat
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from textdp.errors import TextdpError
@@ -41,6 +51,31 @@ LOCK_SUFFIX = ".lock"
 
 def is_remote(path: str) -> bool:
     return "://" in path
+
+
+def identity(path: str) -> Optional[Tuple[int, int]]:
+    """(st_dev, st_ino) of a local file (symlinks followed): two names with one identity are one file."""
+    if is_remote(path):
+        return None
+    try:
+        result = os.stat(path)
+    except OSError:
+        return None
+    return (result.st_dev, result.st_ino)
+
+
+def pattern_matches(pattern: str, path: str) -> bool:
+    """Whether a file pattern (local, as Beam matches it: ``*`` and ``?`` never cross a ``/``, ``**`` does)
+    matches ``path``; both as real paths (the pattern's directories resolved where they exist)."""
+    if is_remote(pattern) != is_remote(path):
+        return False
+    if not is_remote(pattern):
+        pattern = _real_pattern(pattern)
+        path = real_path(path)
+    if "**" in pattern:
+        return fnmatch.fnmatchcase(path, pattern)
+    parts, names = pattern.split("/"), path.split("/")
+    return len(parts) == len(names) and all(fnmatch.fnmatchcase(n, p) for n, p in zip(names, parts))
 
 
 def real_path(path: str) -> str:
@@ -109,6 +144,9 @@ class Output:
     sink_globs: Tuple[str, ...] = ()
     single: bool = False  # one file (its pattern is its path)
     label: str = ""  # the path as the user gave it
+    # an existing file --overwrite may replace (None: any earlier file at the name), and what that is called
+    replaceable: Optional[Callable[[str], bool]] = field(default=None, compare=False)
+    replaceable_what: str = ""
 
     def catches(self, path: str) -> bool:
         """Whether this output writes or deletes ``path``."""
@@ -127,6 +165,10 @@ class OutputGuard:
         self._exists, self._match = exists, match
         self.outputs: List[Output] = []
         self.inputs: List[Tuple[str, str]] = []  # (flag, real path)
+        self.identities: Dict[Tuple[int, int], Tuple[str, str]] = {}  # (st_dev, st_ino) -> (flag, path)
+        self.input_patterns: List[Tuple[str, str]] = []  # (flag, pattern as given)
+        self.notes: List[str] = []  # what the guard did that the user should know (a stale lock removed)
+        self._others: Dict[Tuple[str, str], Tuple[str, Tuple[Tuple[str, Tuple[str, ...]], ...]]] = {}
         self.lock_targets: Dict[str, str] = {}   # lock file -> flag and path it guards
         self.earlier: List[str] = []
         self._held: List[str] = []
@@ -150,10 +192,13 @@ class OutputGuard:
         self.lock_targets.setdefault(resolved + LOCK_SUFFIX, f"{flag} {prefix}")
         return resolved
 
-    def directory(self, flag: str, path: str, files: Sequence[str] = (), earlier: str = "") -> str:
+    def directory(self, flag: str, path: str, files: Sequence[str] = (), earlier: str = "",
+                  others: Sequence[Tuple[str, Sequence[str]]] = ()) -> str:
         """Check an output directory (calibrate, audit, an artifact) and register ``files``, the names the
-        job writes in it; ``earlier``: what its files are called in a refusal ("an earlier audit").
-        Returns the directory resolved, without a trailing /."""
+        job writes in it; ``earlier``: what its files are called in a refusal ("an earlier audit");
+        ``others``: (what, files) of the other jobs that write such directories ("a calibration"): a
+        directory holding one of their own files is refused, --overwrite or not (this run would leave
+        them next to its own summary). Returns the directory resolved, without a trailing /."""
         refuse_glob_characters(flag, path)
         stripped = path.rstrip("/") or path
         if not is_remote(stripped) and os.path.exists(stripped) and not os.path.isdir(stripped):
@@ -164,6 +209,9 @@ class OutputGuard:
             self.file(flag, name, f"{resolved}/{name}", label=path)
         if earlier:
             self._earlier_names[(flag, path)] = earlier
+        if others:
+            self._others[(flag, path)] = (resolved, tuple((what, tuple(f for f in names if f not in files))
+                                                          for what, names in others))
         return resolved
 
     def sharded(self, flag: str, what: str, prefix: str, shard_template: str, suffix: str,
@@ -174,23 +222,42 @@ class OutputGuard:
                                    tuple(f"{prefix}{s}{suffix}" for s in samples), tuple(sink_globs),
                                    label=label or prefix))
 
-    def file(self, flag: str, what: str, path: str, lock: bool = False, label: str = "") -> str:
+    def file(self, flag: str, what: str, path: str, lock: bool = False, label: str = "",
+             replaceable: Optional[Callable[[str], bool]] = None, replaceable_what: str = "") -> str:
         """One output file (a summary, a report); ``lock``: it gets its own lock file (a path of its own
-        flag); ``label``: the flag's value when the file is one of a prefix's (messages group by it)."""
+        flag); ``label``: the flag's value when the file is one of a prefix's (messages group by it);
+        ``replaceable(path)``: whether an existing file there is one --overwrite may replace
+        (``replaceable_what`` names it in the refusal)."""
         refuse_glob_characters(flag, path)
         if path.endswith(("/", os.sep)) or (not is_remote(path) and os.path.isdir(path)):
             raise TextdpError(f"{flag} {path} is a directory; give a file path")
         resolved = real_path(path)
-        self.outputs.append(Output(flag, what, resolved, (resolved,), (), not label, label or path))
+        self.outputs.append(Output(flag, what, resolved, (resolved,), (), not label, label or path, replaceable,
+                                   replaceable_what))
         if lock:
             self.lock_targets.setdefault(resolved + LOCK_SUFFIX, f"{flag} {path}")
         return resolved
 
-    def read(self, flag: str, paths: Iterable[str]) -> None:
-        """Files the run reads (matched, not patterns); each must be a readable regular file."""
+    def read(self, flag: str, paths: Iterable[str], pattern: str = "") -> None:
+        """Files the run reads (matched, not patterns); each must be a readable regular file. ``pattern``:
+        the pattern they were matched from (the run matches it again: it may not match a lock of the run)."""
         paths = list(paths)
         refuse_unreadable(flag, paths)
-        self.inputs += [(flag, real_path(p)) for p in paths]
+        for path in paths:
+            self.inputs.append((flag, real_path(path)))
+            found = identity(path)
+            if found is not None:
+                self.identities.setdefault(found, (flag, path))
+        if pattern:
+            self.input_patterns.append((flag, pattern))
+
+    def read_directory(self, flag: str, directory: str) -> None:
+        """Every regular file under a local directory the run reads (an artifact); gs:// ones are not
+        written by a local run's outputs, so nothing is registered for them."""
+        if is_remote(directory) or not os.path.isdir(directory):
+            return
+        files = [os.path.join(root, name) for root, _, names in os.walk(directory) for name in names]
+        self.read(flag, [f for f in files if os.path.isfile(f)])
 
     # --- checking -----------------------------------------------------------------------------
     def check(self) -> List[str]:
@@ -200,6 +267,20 @@ class OutputGuard:
                 if out.catches(path):
                     raise TextdpError(f"{flag} matches {path}, which this run would overwrite or delete as one of "
                                       f"its outputs ({out.what}, {out.flag}); choose another {out.flag}")
+        for flag, pattern in self.input_patterns:
+            for lock, target in sorted(self.lock_targets.items()):
+                if pattern_matches(pattern, lock):
+                    raise TextdpError(f"{flag} {pattern} matches {lock}, the lock file this run creates for {target} "
+                                      f"while it runs, which would be read as a record; narrow {flag} (e.g. "
+                                      f"'*.txt') or choose another {target.split()[0]}")
+        for out in self.outputs:
+            for path in self._at_names(out):
+                found = identity(path)
+                if found is not None and found in self.identities:
+                    flag, name = self.identities[found]
+                    raise TextdpError(f"{flag} {name} is the same file as {path} (a hard link or another name of "
+                                      f"it), which this run would overwrite or delete as one of its outputs "
+                                      f"({out.what}, {out.flag}); choose another {out.flag}")
         for i, a in enumerate(self.outputs):
             for b in self.outputs[i + 1:]:
                 if any(b.catches(s) for s in a.samples) or any(a.catches(s) for s in b.samples):
@@ -209,7 +290,39 @@ class OutputGuard:
         self.earlier = self._earlier()
         return self.earlier
 
+    def _at_names(self, out: Output) -> List[str]:
+        """Everything that exists at ``out``'s names (its own pattern and what its sink deletes): local
+        directories and other non-files included (the file system's ``match`` lists files only)."""
+        found = set()
+        for pattern in (out.pattern,) + out.sink_globs:
+            if is_remote(pattern):
+                found |= set(self._match(pattern)) if not out.single else (
+                    {pattern} if self._exists(pattern) else set())
+            elif out.single:
+                found |= {pattern} if os.path.lexists(pattern) else set()
+            else:
+                found |= set(glob.glob(glob.escape(os.path.dirname(pattern)) + "/" + os.path.basename(pattern)))
+        return sorted(found)
+
+    def _refuse_non_files(self) -> None:
+        for out in self.outputs:
+            for path in self._at_names(out):
+                if is_remote(path) or (os.path.isfile(path) and not os.path.isdir(path)):
+                    continue
+                kind = "is a directory" if os.path.isdir(path) else "is not a regular file"
+                raise TextdpError(f"{out.flag} {out.label}: {path} {kind}, where this run writes {out.what}; a run "
+                                  f"never deletes a directory or replaces anything but a file of an earlier run: "
+                                  f"move it, or choose another {out.flag}")
+        for (flag, label), (directory, others) in self._others.items():
+            for what, names in others:
+                present = [f"{directory}/{n}" for n in names if self._exists(f"{directory}/{n}")]
+                if present:
+                    raise TextdpError(f"{flag} {label} holds {what} (e.g. {present[0]}), whose files this {self.job} "
+                                      f"run would not replace (--overwrite replaces only the files of an earlier "
+                                      f"{self.job}); choose another {flag}")
+
     def _earlier(self) -> List[str]:
+        self._refuse_non_files()
         own_by_flag: Dict[Tuple[str, str], List[str]] = {}
         for out in self.outputs:
             own = ([out.pattern] if self._exists(out.pattern) else []) if out.single else self._match(out.pattern)
@@ -218,6 +331,9 @@ class OutputGuard:
                 raise TextdpError(f"{out.flag} {out.label} shares its prefix with "
                                   f"{len(foreign)} file(s) of another run (e.g. {foreign[0]}), which Beam's file "
                                   f"sink would delete when it writes; choose another {out.flag}")
+            if own and self.overwrite and out.replaceable is not None and not out.replaceable(own[0]):
+                raise TextdpError(f"{out.flag} {own[0]} exists and is not {out.replaceable_what}: --overwrite "
+                                  f"replaces only that; choose another {out.flag}")
             own_by_flag.setdefault((out.flag, out.label), []).extend(own)
         singles = {(out.flag, out.label) for out in self.outputs if out.single}
         for (flag, label), own in own_by_flag.items():
@@ -257,11 +373,11 @@ class OutputGuard:
         except FileExistsError:
             if not os.path.isdir(directory):
                 raise TextdpError(f"{target} cannot be written: {directory} is a file, not a directory") from None
-            try:
-                with open(lock, encoding="utf-8") as existing:
-                    holder = existing.read(200).strip().splitlines()[0]
-            except (OSError, IndexError, UnicodeDecodeError):
-                holder = "holder unknown"
+            holder, stale = _lock_holder(lock)
+            if stale and _remove_stale_lock(lock, stale):
+                self.notes.append(f"removed the stale lock file {lock} ({holder}: that process no longer runs on "
+                                  "this host)")
+                return self._create(lock, target)
             raise TextdpError(f"{target} is being written by another textdp run (lock file {lock}: {holder}); "
                               f"if no run is writing there, the lock is stale: remove {lock} and run again") from None
         except OSError as exc:  # a file where a directory should be, a read-only directory or file system
@@ -271,6 +387,17 @@ class OutputGuard:
             out.write(f"textdp {self.job}, pid {os.getpid()} on {socket.gethostname()}, since "
                       f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
         self._held.append(lock)
+        return None
+
+    def remove_earlier(self, delete: Callable[[List[str]], None]) -> List[str]:
+        """--overwrite: remove the earlier run's files (``self.earlier``, checked again under the locks by
+        ``acquire``) that still exist, with ``delete`` (the file system's); never a directory (refused by
+        ``check``). Returns what was removed; idempotent."""
+        removed = [p for p in self.earlier if (self._exists(p) if is_remote(p) else os.path.isfile(p))]
+        if removed:
+            delete(removed)
+        self.earlier = []
+        return removed
 
     def release(self) -> None:
         """Remove the lock files this guard created (idempotent)."""
@@ -284,6 +411,51 @@ class OutputGuard:
     @property
     def held(self) -> Tuple[str, ...]:
         return tuple(self._held)
+
+
+def _lock_holder(lock: str) -> Tuple[str, Optional[Tuple[int, int, str]]]:
+    """The holder line of a lock file, and (st_dev, st_ino, content) when it names a process of this host
+    that no longer runs (a stale lock; None when alive, elsewhere or unreadable)."""
+    try:
+        with open(lock, "rb") as existing:
+            info = os.fstat(existing.fileno())
+            content = existing.read(200)
+        holder = content.decode("utf-8").strip().splitlines()[0]
+    except (OSError, IndexError, UnicodeDecodeError):
+        return "holder unknown", None
+    found = re.match(r"textdp [\w-]+, pid (\d+) on (\S+), since ", holder)
+    if not found or found.group(2) != socket.gethostname():
+        return holder, None
+    pid = int(found.group(1))
+    if pid <= 0 or pid == os.getpid():
+        return holder, None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return holder, (info.st_dev, info.st_ino, content)
+    except (OSError, OverflowError):  # alive (another user's process) or cannot tell
+        return holder, None
+    return holder, None
+
+
+def _remove_stale_lock(lock: str, stale: Tuple[int, int, str]) -> bool:
+    """Rename the stale lock away (atomic), then check that what moved is the file that was read: a run
+    that replaced the lock in between gets its lock back (link: never over a newer one). True if removed."""
+    aside = f"{lock}.stale-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        os.rename(lock, aside)
+    except OSError:
+        return False
+    info = os.stat(aside)
+    if (info.st_dev, info.st_ino) != stale[:2]:
+        try:
+            os.link(aside, lock)
+        except OSError:
+            pass
+        os.remove(aside)
+        return False
+    os.remove(aside)
+    return True
 
 
 def missing_fields(flag: str, names: Sequence[str], known: Sequence[str], where: str) -> Optional[str]:

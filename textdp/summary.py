@@ -17,6 +17,7 @@ from per-author word counts: see ``public_amplification``).
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Dict, Optional, Sequence
 
@@ -218,3 +219,13 @@ def build_public_summary(*, records_out: int, output: str, data_format: str, tex
     if amplification is not None:
         document["amplification"] = public_amplification(amplification)
     return document
+
+
+def is_public_summary(data: bytes) -> bool:
+    """Whether ``data`` is a public summary (a JSON document with ``"publishable": true``, as
+    ``public_summary`` writes): the only existing file ``--public-summary --overwrite`` replaces."""
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(document, dict) and document.get("publishable") is True

@@ -5,7 +5,10 @@ would undo (or at least not promise) the uniform permutation of ``ShuffleAmplifi
 ``(index, S, records)`` shard is written whole to ``<output>-<index>-of-<S><suffix>`` with its
 records in the order given, so a record's output file and line are exactly those the shuffle
 drew. A file is written under a temporary name in the same directory and renamed into place, so a
-retried or failed worker never leaves a half-written shard under the final name.
+retried or failed worker never leaves a half-written shard under the final name. Locally that is
+one ``os.replace``: it replaces a file (a retried shard's) atomically and never deletes anything;
+a directory that appeared at the name after the pre-run check fails the run, untouched (Beam's
+``FileSystems.delete`` would have removed it recursively).
 
 Error messages never quote a record: a Parquet record that does not fit the schema is reported by
 column name and type only.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import posixpath
 import uuid
 from typing import Optional
@@ -76,9 +80,16 @@ class WriteShard(beam.DoFn):
         data = encode_shard(records, self.data_format, self.schema)
         with FileSystems.create(temporary, mime_type="application/octet-stream") as handle:
             handle.write(data)
-        if FileSystems.exists(final):  # a retried shard: the earlier attempt's file is replaced whole
-            FileSystems.delete([final])
-        FileSystems.rename([temporary], [final])
+        if "://" not in final:  # one atomic rename over a file (a retried shard's); never a delete
+            try:
+                os.replace(temporary, final)
+            except OSError as exc:
+                os.remove(temporary)
+                kind = "a directory" if os.path.isdir(final) else f"not writable ({exc.strerror or type(exc).__name__})"
+                raise TextdpError(f"{final} is {kind}, so this shard cannot be written there (it appeared after "
+                                  "the pre-run check); nothing was deleted") from None
+        else:  # an object store: the rename (copy) replaces a retried shard's object whole
+            FileSystems.rename([temporary], [final])
         yield final
 
 
