@@ -286,7 +286,7 @@ def _remove_temp_folders(paths) -> None:
             continue
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException, ran: bool = True) -> str:
     """A failure as one line: the error's own (textdp) message, or its type and the first line of Beam's
     message, which names the failing step. Textdp never puts input text in an exception."""
     from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
@@ -298,6 +298,8 @@ def _one_line(exc: BaseException) -> str:
             return str(inner)
     message = str(exc).strip().splitlines()
     text = message[0] if message else ""
+    if not ran:  # refused while checking: nothing ran, so nothing "failed"
+        return text[:300] or type(exc).__name__
     return f"the pipeline failed: {type(exc).__name__}: {text[:300]}".rstrip(": ")
 
 
@@ -385,7 +387,7 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
             plan.guard.release()
         return _interruption(name, interrupted, " before the run started; nothing was written")
     except (JobRefused, ValueError, LookupError) as exc:
-        say(_one_line(exc))
+        say(_one_line(exc, ran=False))
         return EXIT_REFUSED
     except Exception as exc:  # pylint: disable=broad-except
         from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel

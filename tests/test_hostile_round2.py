@@ -152,3 +152,11 @@ def test_pair_list_and_word_list_files_are_checked_before_they_are_opened(tiny_a
                                   "--output", str(tmp_path / job)] + extra)
         assert code == 2 and expected in err and len(err.strip().splitlines()) == 1, err
         assert "0xff" not in err and "Traceback" not in err
+
+
+def test_a_refusal_before_the_run_does_not_say_the_pipeline_failed(tiny_artifact_dir, tmp_path, capsys):
+    data = tmp_path / "in.txt"
+    data.write_text("hello world\n")
+    code, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data), "--shuffle",
+                                        "--k-threshold", "0"))
+    assert code == 2 and err.strip() == "textdp privatize: error: --k-threshold must be >= 1"
