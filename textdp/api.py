@@ -67,8 +67,8 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
     nearest-word search (default: this machine's cores); ``batch_tokens``: about how many words go
     into one mechanism call (default 65,536; a long list is privatized in such batches, so memory
     stays bounded); any other keyword is a parameter of the
-    mechanism (``nn``, ``search_k``, ``gamma``, ``beta``, ``lam``, ``t``, ``k``, ...: see
-    ``textdp.mechanisms.make_mechanism``).
+    mechanism by its public name (``nn``, ``search_k``, ``gamma``, ``beta``, ``lam``, ``vickrey_t``, ``custext_k``,
+    ...: the ``PARAMETERS`` its class declares, the same names as the flags; see ``textdp.mechanisms``).
     The artifact is checked (manifest, sizes, checksums) before anything is loaded.
     """
 

@@ -32,77 +32,46 @@ SanText+, CusText), so that the pipeline never needs to know which one runs:
     single output set and inf otherwise (groups have disjoint outputs), truncated-gumbel inf (no
     guarantee claimed). inf means "no finite bound is claimed", never "unknown but fine".
 
-``MECHANISMS`` lists the names the pipelines offer today; ``ALL_MECHANISMS`` every name the
-factory builds (the pipelines' flags for the new ones are wired separately).
+The interface itself (names, parameter declarations, artifact needs, exact law, ...) is declared on
+each class: ``textdp.mechanism_base.Mechanism``. This module is the registry built from those
+classes, and the functions every entry point uses to check and build a mechanism by name.
 """
 
 from __future__ import annotations
 
-import importlib
-import math
-import numbers
+from typing import Dict, Tuple
 
-from textdp.errors import ParameterError, TextdpError
+from textdp.custext import CusText
+from textdp.errors import ParameterError, TextdpError  # noqa: F401  (ParameterError: re-exported)
+from textdp.madlib import Madlib
+from textdp.mahalanobis import Mahalanobis
+from textdp.mechanism_base import (EPSILON_RANGE_HELP, MAX_EPSILON, MIN_EPSILON, Mechanism,  # noqa: F401
+                                   Parameter, check_epsilon, check_number)
+from textdp.santext import SanText, SanTextPlus
+from textdp.tem import TEM
+from textdp.truncated_gumbel import TruncatedGumbel
+from textdp.vickrey import Vickrey
 
-MECHANISMS = ("madlib", "tem")  # offered by the pipelines' --mechanism today
-ALL_MECHANISMS = ("madlib", "tem", "mahalanobis", "vickrey", "truncated-gumbel", "santext", "santext+", "custext")
-
-# name -> (module, class, {keyword: default}, fixed keywords)
-_SPECS = {
-    "madlib": ("textdp.madlib", "Madlib", {"nn": "exact", "search_k": -1}, {}),
-    "tem": ("textdp.tem", "TEM", {"gamma": None, "beta": 0.001}, {}),
-    "mahalanobis": ("textdp.mahalanobis", "Mahalanobis", {"lam": 0.2, "nn": "exact", "search_k": -1}, {}),
-    "vickrey": ("textdp.vickrey", "Vickrey", {"t": 0.5, "noise": "madlib", "lam": 0.2, "nn": "exact", "search_k": -1}, {}),
-    "truncated-gumbel": ("textdp.truncated_gumbel", "TruncatedGumbel",
-                         {"scale": None, "mean_candidates": None, "max_distance": None}, {}),
-    "santext": ("textdp.santext", "SanText", {"plus": False, "sensitive_fraction": 0.9, "p": 0.3, "sensitive_ids": None}, {}),
-    "santext+": ("textdp.santext", "SanText", {"sensitive_fraction": 0.9, "p": 0.3, "sensitive_ids": None}, {"plus": True}),
-    "custext": ("textdp.custext", "CusText", {"k": 20, "metric": "euclidean"}, {}),
-}
-_ALIASES = {"lambda": "lam"}
-
-# The one epsilon range of every mechanism and entry point (CLI flags, calibrate's and audit's
-# --epsilons, textdp.Privatizer, transforms.Privatize). Lower bound: Madlib's noise has magnitude
-# ~ dimension / epsilon and the nearest-word search holds the noisy point in float32 (largest value
-# 3.4e38): at epsilon 1e-37 (50 dimensions) the cast overflows ("points must be finite"); 1e-30
-# leaves a margin of 1e6 for 300-dimensional embeddings and Mahalanobis's stretched noise (every
-# mechanism ran at 1e-30 and 1e6 on the 5k fixture, as tests/test_parameter_refusals.py does; the
-# vector mechanisms and CusText also on the 400k artifact, which has no neighbour table in this build). Upper bound: at 1e6 Madlib's noise is already far below any distance between words,
-# so a larger value would only hide that the output is the input.
-MIN_EPSILON = 1e-30
-MAX_EPSILON = 1e6
-EPSILON_RANGE_HELP = (f"a finite number in [{MIN_EPSILON:g}, {MAX_EPSILON:g}]: below {MIN_EPSILON:g} the noise of the "
-                      "nearest-word mechanisms overflows the float32 search, above "
-                      f"{MAX_EPSILON:g} the noise is far below any distance between words (the output is the input)")
+# The registry: every built-in mechanism class, in the order --help and the docs list them.
+REGISTRY: Dict[str, type] = {cls.name: cls for cls in (
+    Madlib, TEM, Mahalanobis, Vickrey, TruncatedGumbel, SanText, SanTextPlus, CusText)}
+ALL_MECHANISMS: Tuple[str, ...] = tuple(REGISTRY)
 
 
-def check_number(value, what: str, low=None, high=None, low_open: bool = False, high_open: bool = False,
-                 integer: bool = False) -> float:
-    """``value`` as a float (an int if ``integer``), or ParameterError in one line naming ``what``.
-
-    Refuses booleans, non-numbers, NaN and infinities, and values outside [low, high] (open ends
-    where said)."""
-    kind = "an integer" if integer else "a finite number"
-    wanted = numbers.Integral if integer else numbers.Real
-    if isinstance(value, bool) or not isinstance(value, wanted) or type(value).__name__ == "bool_":
-        raise ParameterError(f"{what} must be {kind}, got a {type(value).__name__}")
-    number = int(value) if integer else float(value)
-    if not integer and not math.isfinite(number):
-        raise ParameterError(f"{what} must be {kind}, got {number!r}")
-    if low is not None and (number < low or (low_open and number == low)):
-        raise ParameterError(f"{what} must be {'>' if low_open else '>='} {low:g}, got {number:g}")
-    if high is not None and (number > high or (high_open and number == high)):
-        raise ParameterError(f"{what} must be {'<' if high_open else '<='} {high:g}, got {number:g}")
-    return number
+def all_parameters() -> Dict[str, Parameter]:
+    """{public name: Parameter} over every registered mechanism (a shared parameter is declared by one
+    object; two different declarations under one name are a programming error)."""
+    out: Dict[str, Parameter] = {}
+    for cls in REGISTRY.values():
+        for param in cls.PARAMETERS:
+            if out.setdefault(param.name, param) is not param:
+                raise TypeError(f"parameter {param.name!r} is declared twice with different declarations")
+    return out
 
 
-def check_epsilon(epsilon, what: str = "epsilon") -> float:
-    """The one epsilon rule: a finite number (not a boolean) in [MIN_EPSILON, MAX_EPSILON]."""
-    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or type(epsilon).__name__ == "bool_" \
-            or not (math.isfinite(float(epsilon)) and MIN_EPSILON <= float(epsilon) <= MAX_EPSILON):
-        shown = repr(epsilon) if isinstance(epsilon, (bool, numbers.Real)) else f"a {type(epsilon).__name__}"
-        raise ParameterError(f"{what} must be {EPSILON_RANGE_HELP}; got {shown}")
-    return float(epsilon)
+def users_of(name: str) -> Tuple[str, ...]:
+    """The registered mechanisms that take parameter ``name``."""
+    return tuple(mech for mech, cls in REGISTRY.items() if any(p.name == name for p in cls.PARAMETERS))
 
 
 class ManifestFacts:
@@ -129,16 +98,10 @@ def artifact_for_checks(name: str, location, manifest: dict):
 
 
 def mechanism_class(name: str):
-    """The class of mechanism ``name`` (imported on demand)."""
-    if name not in _SPECS:
+    """The class of mechanism ``name``."""
+    if name not in REGISTRY:
         raise TextdpError(f"unknown mechanism {name!r}; expected one of {', '.join(ALL_MECHANISMS)}")
-    module_name, class_name = _SPECS[name][:2]
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise TextdpError(f"--mechanism {name} is not available in this installation ({module_name} cannot be "
-                          f"imported: {exc})") from None
-    return getattr(module, class_name)
+    return REGISTRY[name]
 
 
 def check_mechanism(name: str, epsilon, artifact=None, **params) -> dict:
@@ -149,58 +112,72 @@ def check_mechanism(name: str, epsilon, artifact=None, **params) -> dict:
 
     ``artifact``: None (checks that need no vocabulary), or a loaded artifact (vocabulary size,
     Annoy trees, the neighbour table's smallest distance: the checks that depend on them too).
-    Returns the resolved keyword parameters (see ``make_mechanism``). Raises ParameterError.
+    Returns the resolved keyword parameters by public name (see ``make_mechanism``). Raises ParameterError.
     """
-    fixed, kwargs = _resolve(name, params)
-    mechanism_class(name).check_parameters(epsilon, artifact, **fixed, **kwargs)
-    return kwargs
+    cls, public = _resolve(name, params)
+    cls.check_parameters(epsilon, artifact, **_constructor_keywords(cls, public))
+    return public
 
 
 def mechanism_parameters(name: str) -> dict:
-    """The keyword parameters (and their defaults) that mechanism ``name`` takes."""
-    if name not in _SPECS:
-        raise TextdpError(f"unknown mechanism {name!r}; expected one of {', '.join(ALL_MECHANISMS)}")
-    return dict(_SPECS[name][2])
+    """The parameters (public names) and their defaults that mechanism ``name`` takes."""
+    return mechanism_class(name).defaults()
+
+
+def accepted_keywords(name: str) -> Tuple[str, ...]:
+    """Every keyword mechanism ``name`` takes: its public parameter names and their older spellings."""
+    return tuple(key for param in mechanism_class(name).PARAMETERS for key in (param.name,) + param.aliases)
+
+
+def artifact_parts(name: str, **params) -> tuple:
+    """The artifact parts beyond vocabulary and vectors that mechanism ``name`` reads with ``params``."""
+    return mechanism_class(name).artifact_parts(**params)
 
 
 def make_mechanism(name: str, artifact, epsilon: float, **params):
-    """Build the mechanism ``name`` over a loaded artifact with its own keyword parameters.
+    """Build the mechanism ``name`` over a loaded artifact with its own parameters, by their public
+    names (``PARAMETERS`` of the class; older keyword spellings in a declaration's ``aliases`` too:
+    ``lambda``, ``t``, ``k``, ...).
 
-    Madlib: ``nn``, ``search_k``. TEM: ``gamma`` (None: Thm. 4.2 from ``beta``), ``beta``.
-    Mahalanobis: ``lam`` (or ``lambda``), ``nn``, ``search_k``. Vickrey: ``t``, ``noise``
-    (``madlib``/``mahalanobis``), ``lam``, ``nn``, ``search_k``. truncated-gumbel: ``scale``,
-    ``mean_candidates``, ``max_distance``. SanText: ``plus``, ``sensitive_fraction``, ``p``,
-    ``sensitive_ids`` (``santext+`` is SanText with ``plus=True``). CusText: ``k``, ``metric``.
-
-    A keyword of another mechanism is accepted only at its default value (callers that pass one set
+    A parameter of another mechanism is accepted only at its default value (callers that pass one set
     of flags to every mechanism keep working); any other value, or an unknown keyword, is an error.
     """
-    fixed, kwargs = _resolve(name, params)
-    return mechanism_class(name)(artifact, epsilon, **fixed, **kwargs)
+    cls, public = _resolve(name, params)
+    return cls(artifact, epsilon, **cls.FIXED, **_constructor_keywords(cls, public))
+
+
+def _constructor_keywords(cls, public: dict) -> dict:
+    return {cls.parameter(key).keyword: value for key, value in public.items()}
 
 
 def _resolve(name: str, params: dict):
-    """(fixed keywords, the keyword parameters of mechanism ``name`` among ``params``); see make_mechanism."""
-    if name not in _SPECS:
-        raise TextdpError(f"unknown mechanism {name!r}; expected one of {', '.join(ALL_MECHANISMS)}")
-    _, _, accepted, fixed = _SPECS[name]
-    known_elsewhere = {}
-    for spec in _SPECS.values():
-        for key, default in spec[2].items():
-            known_elsewhere.setdefault(key, default)
-    kwargs = {}
+    """(class, {public name: value} of mechanism ``name`` among ``params``); see make_mechanism."""
+    cls = mechanism_class(name)
+    fixed = cls.FIXED
+    elsewhere = {}
+    for other in REGISTRY.values():
+        for param in other.PARAMETERS:
+            for key in (param.name,) + param.aliases:
+                elsewhere.setdefault(key, param)
+    public = {}
     for key, value in params.items():
-        key = _ALIASES.get(key, key)
         if key in fixed:
             if value != fixed[key]:
                 raise TextdpError(f"mechanism {name!r} always has {key}={fixed[key]!r}")
             continue
-        if key in accepted:
-            kwargs[key] = value
-        elif key in known_elsewhere:
-            if value is not None and value != known_elsewhere[key]:
-                raise TextdpError(f"parameter {key!r} does not apply to mechanism {name!r} (its parameters: "
-                                  f"{', '.join(accepted) or 'none'})")
+        try:
+            param = cls.parameter(key)
+        except KeyError:
+            param = None
+        if param is not None:
+            if param.name in public and key != param.name:
+                continue  # the public name wins over an older spelling given too
+            public[param.name] = value
+        elif key in elsewhere:
+            other = elsewhere[key]
+            if value is not None and value != other.default:
+                raise TextdpError(f"parameter {other.name!r} does not apply to mechanism {name!r} (its parameters: "
+                                  f"{', '.join(p.name for p in cls.PARAMETERS) or 'none'})")
         else:
             raise TextdpError(f"unknown parameter {key!r} for mechanism {name!r}")
-    return dict(fixed), kwargs
+    return cls, public
