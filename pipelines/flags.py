@@ -20,7 +20,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from textdp import accounting
 from textdp.calibration import DEFAULT_SAMPLES
-from textdp.mechanisms import (ALL_MECHANISMS, EPSILON_RANGE_HELP, MAX_EPSILON, MIN_EPSILON,  # noqa: F401
+from textdp.mechanisms import (ALL_MECHANISMS, DEFAULT_MECHANISM, EPSILON_RANGE_HELP, MAX_EPSILON, MIN_EPSILON,  # noqa: F401
                                all_parameters, artifact_for_checks, check_epsilon, check_mechanism, mechanism_class,
                                mechanism_parameters, users_of)
 from textdp.neighbours import METRICS
@@ -73,8 +73,8 @@ class MechanismOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
         parser.add_argument(
-            "--mechanism", dest="mechanism", choices=ALL_MECHANISMS, default="madlib",
-            help="privacy mechanism (docs/mechanisms.md; default madlib): " + ", ".join(
+            "--mechanism", dest="mechanism", choices=ALL_MECHANISMS, default=DEFAULT_MECHANISM,
+            help=f"privacy mechanism (docs/mechanisms.md; default {DEFAULT_MECHANISM}): " + ", ".join(
                 mechanism_class(name).summary_line() for name in ALL_MECHANISMS))
         placed = set()
         for name in ALL_MECHANISMS:

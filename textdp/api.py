@@ -44,7 +44,8 @@ from threadpoolctl import threadpool_limits
 from textdp.compact_vocab import SharedVocabularyArtifact
 from textdp.errors import TextdpError
 from textdp.locate import artifact_needs, resolve_artifact, verify_artifact
-from textdp.mechanisms import ALL_MECHANISMS, MAX_EPSILON, check_mechanism, make_mechanism  # noqa: F401
+from textdp.mechanisms import (ALL_MECHANISMS, DEFAULT_MECHANISM, MAX_EPSILON, check_mechanism,  # noqa: F401
+                               make_mechanism)
 from textdp.records import EMPTY, check_record
 from textdp.summary import privacy_section
 from textdp.text_privatizer import OOV_POLICIES, TextPrivatizer
@@ -74,7 +75,7 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
 
     CHARS_PER_WORD = 6  # characters per word (with spaces and punctuation) of English text, for batching
 
-    def __init__(self, epsilon: float, mechanism: str = "madlib", artifact: Optional[str] = None,
+    def __init__(self, epsilon: float, mechanism: str = DEFAULT_MECHANISM, artifact: Optional[str] = None,
                  oov_policy: str = "random", unk_token: str = "<unk>", max_text_bytes: Optional[int] = None,
                  threads: Optional[int] = None, batch_tokens: int = API_BATCH_TOKENS, **mechanism_params):
         self._arguments = dict(epsilon=epsilon, mechanism=mechanism, artifact=artifact, oov_policy=oov_policy,

@@ -56,6 +56,7 @@ from textdp.vickrey import Vickrey
 REGISTRY: Dict[str, type] = {cls.name: cls for cls in (
     Madlib, TEM, Mahalanobis, Vickrey, TruncatedGumbel, SanText, SanTextPlus, CusText)}
 ALL_MECHANISMS: Tuple[str, ...] = tuple(REGISTRY)
+DEFAULT_MECHANISM = Madlib.name  # what every entry point runs when no mechanism is named
 
 
 def all_parameters() -> Dict[str, Parameter]:

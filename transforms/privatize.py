@@ -29,7 +29,7 @@ from typing import NamedTuple, Optional, Sequence
 import apache_beam as beam
 from apache_beam.utils import shared
 
-from textdp.mechanisms import accepted_keywords, check_mechanism, mechanism_parameters
+from textdp.mechanisms import DEFAULT_MECHANISM, accepted_keywords, check_mechanism, mechanism_parameters
 from textdp.text_privatizer import OOV_POLICIES, default_batch_tokens
 from transforms.perturb import PerturbConfig, PerturbTokens
 from transforms.worker import WorkerConfig
@@ -91,7 +91,7 @@ class Privatize(beam.PTransform):
     batches instead of records moves one element per ~``batch_tokens`` words through the shuffle.
     """
 
-    def __init__(self, epsilon: float, mechanism: str = "madlib", artifact: Optional[str] = None,
+    def __init__(self, epsilon: float, mechanism: str = DEFAULT_MECHANISM, artifact: Optional[str] = None,
                  text_fields: Sequence[str] = (), oov_policy: str = "random", unk_token: str = "<unk>",
                  seed: Optional[int] = None, max_text_bytes: Optional[int] = None,
                  batch_tokens: Optional[int] = None, shape_field: Optional[str] = None, keyed: bool = False,
