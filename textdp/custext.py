@@ -46,12 +46,12 @@ from textdp.mechanism_base import Mechanism, Parameter
 from textdp.neighbours import METRICS
 
 CUSTEXT_K = Parameter(
-    "custext_k", int, 20, label="custext k", argument="k", aliases=("k",),
+    "custext_k", int, 20, label="custext k", argument="k", aliases=("k",), example=8,
     help="size K of each word's output set, 2 to the vocabulary's size (1 releases every word unchanged; a "
          "vocabulary size of 1 modulo K would leave one word alone); default 20")
 CUSTEXT_METRIC = Parameter(
     "custext_metric", str, "euclidean", choices=METRICS, label="custext metric", argument="metric",
-    aliases=("metric",), help="the distance that builds the output sets; default euclidean")
+    aliases=("metric",), example="angular", help="the distance that builds the output sets; default euclidean")
 
 RERANK_MARGIN = 16
 _CACHE: dict = {}

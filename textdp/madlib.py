@@ -21,11 +21,11 @@ from textdp.mechanism_base import SEARCH_BATCH_TOKENS, Mechanism, Parameter
 from textdp.nearest import make_nearest
 
 NN = Parameter(
-    "nn", str, "exact", choices=("exact", "annoy"),
+    "nn", str, "exact", choices=("exact", "annoy"), example="annoy",
     help="nearest-word search, exact (brute force, default) or annoy (approximate, faster; same guarantee, lower "
          "utility at small epsilon)")
 SEARCH_K = Parameter(
-    "search_k", int, -1,
+    "search_k", int, -1, example=400, example_with=(("nn", "annoy"),),
     help="Annoy search_k for --nn annoy: -1 (trees * n, Annoy's default) or at least the words needed (1; vickrey 2) "
          "times the artifact's trees, so that Annoy always returns them")
 

@@ -43,7 +43,8 @@ from textdp.madlib import Madlib, check_diameter, sample_noise
 from textdp.mechanism_base import Parameter
 
 LAM = Parameter(
-    "lam", float, 0.2, low=0.0, high=1.0, label="lambda", aliases=("lambda",), flag_aliases=("lambda",),
+    "lam", float, 0.2, low=0.0, high=1.0, label="lambda", aliases=("lambda",), flag_aliases=("lambda",), example=0.5,
+    example_with=(("vickrey_noise", "mahalanobis"),),
     help="regularization lambda in [0, 1] of the covariance, S = lambda * Sigma~ + (1 - lambda) * I (0: Madlib's "
          "spherical noise, 1: noise shaped by the embedding's covariance alone); default 0.2 (vickrey: with "
          "--vickrey-noise mahalanobis)")

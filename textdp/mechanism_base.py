@@ -100,6 +100,9 @@ class Parameter:  # pylint: disable=too-many-instance-attributes
     (default ``name``). ``argument``: the mechanism constructor's keyword when it differs (the class's
     own business; no caller sees it). ``aliases``: older spellings still accepted as keywords (and as
     flags when ``flag_aliases``). ``cli``: False for a parameter only Python can give (a list of ids).
+    ``example``: a valid value other than the default, with the other parameters it needs to show in
+    ``parameters()`` (``example_with``, by public name; those a mechanism does not take are ignored):
+    what tests/test_registry.py sends through flag, template, keyword and summary for every mechanism.
     """
 
     name: str
@@ -116,6 +119,8 @@ class Parameter:  # pylint: disable=too-many-instance-attributes
     aliases: Tuple[str, ...] = ()
     flag_aliases: Tuple[str, ...] = ()
     cli: bool = True
+    example: Any = None
+    example_with: Tuple[Tuple[str, Any], ...] = ()
 
     @property
     def keyword(self) -> str:
@@ -165,6 +170,7 @@ class Mechanism:
     CHECKS_READ_ARRAYS = False  # check_special reads the artifact's arrays (not only its manifest)
     BOUND_TEXT = "as the mechanism states it"  # the per-token bound of a pair, for the audit's report
     FIXED: dict = {}  # constructor keywords a variant always has (SanText+: plus=True)
+    EXAMPLE: dict = {}  # parameters (public names) that run it at an ordinary epsilon on a small vocabulary
 
     # --- declarations -----------------------------------------------------------------------------
     @classmethod

@@ -49,12 +49,13 @@ from textdp.madlib import check_diameter
 from textdp.mechanism_base import Mechanism, Parameter
 
 SANTEXT_P = Parameter("santext_p", float, 0.3, low=0.0, high=1.0, low_open=True, label="santext p", argument="p",
-                      aliases=("p",), help="probability that a non-sensitive word is replaced (else kept); default 0.3")
+                      aliases=("p",), example=0.4,
+                      help="probability that a non-sensitive word is replaced (else kept); default 0.3")
 SENSITIVE_FRACTION = Parameter(
-    "sensitive_fraction", float, 0.9, low=0.0, high=1.0, low_open=True,
+    "sensitive_fraction", float, 0.9, low=0.0, high=1.0, low_open=True, example=0.5,
     help="the share of the vocabulary treated as sensitive, the least frequent words; default 0.9")
 SENSITIVE_IDS = Parameter(
-    "sensitive_ids", list, None, cli=False,
+    "sensitive_ids", list, None, cli=False, example=(1, 2, 3),
     help="the vocabulary ids treated as sensitive (Python only; default: the rarest --sensitive-fraction)")
 
 

@@ -16,9 +16,9 @@ from textdp.mechanism_base import Mechanism, Parameter
 
 DEFAULT_BETA = 0.001
 
-GAMMA = Parameter("gamma", float, None, low=0.0,
+GAMMA = Parameter("gamma", float, None, low=0.0, example=2.5,
                   help="truncation radius gamma >= 0; default: from --beta (Thm. 4.2 of Carvalho et al.)")
-BETA = Parameter("beta", float, DEFAULT_BETA, low=0.0, high=1.0, low_open=True, high_open=True,
+BETA = Parameter("beta", float, DEFAULT_BETA, low=0.0, high=1.0, low_open=True, high_open=True, example=0.01,
                  help="probability mass allowed outside the gamma-ball when gamma is derived, in (0, 1); default 0.001")
 
 

@@ -51,15 +51,16 @@ from textdp.mechanism_base import Mechanism, Parameter
 
 GUMBEL_SCALE = Parameter(
     "gumbel_scale", float, None, low=0.0, low_open=True, label="gumbel scale", argument="scale", aliases=("scale",),
+    example=0.4,
     help="scale of the Gumbel noise, a finite number > 0 and at most 1e9 x the truncation bound (needed at ordinary "
          "epsilon: see docs/mechanisms.md); default: derived from epsilon by MLDP's BRR relation")
 GUMBEL_CANDIDATES = Parameter(
     "gumbel_candidates", float, None, low=0.0, low_open=True, label="gumbel mean_candidates",
-    argument="mean_candidates", aliases=("mean_candidates",),
+    argument="mean_candidates", aliases=("mean_candidates",), example=4.0,
     help="mean number of candidates of the truncated set (default: the mechanism's, ln(|W| - 1))")
 GUMBEL_MAX_DISTANCE = Parameter(
     "gumbel_max_distance", float, None, low=0.0, low_open=True, label="gumbel max_distance", argument="max_distance",
-    aliases=("max_distance",), help="largest candidate distance (default: the mechanism's, an upper bound on the vocabulary's diameter)")
+    aliases=("max_distance",), example=12.0, help="largest candidate distance (default: the mechanism's, an upper bound on the vocabulary's diameter)")
 
 
 def lambert_w0(x: float) -> float:
@@ -125,6 +126,7 @@ class TruncatedGumbel(Mechanism):
     PARAMETERS = (GUMBEL_SCALE, GUMBEL_CANDIDATES, GUMBEL_MAX_DISTANCE)
     NEEDS_NEIGHBOUR_TABLE = True
     BOUND_TEXT = "none claimed"
+    EXAMPLE = {"gumbel_scale": 0.5}  # the scale derived from epsilon needs epsilon > ~60 on a 5k vocabulary
 
     CHECKS_READ_ARRAYS = True  # the scale checks need the neighbour table's smallest distance and the diameter
     MIN_BOUND_TO_SCALE = 1e-9  # below it the inverse-CDF noise is quantized (1e-12: ~1e4 values), then 0 or NaN

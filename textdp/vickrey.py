@@ -48,9 +48,10 @@ from textdp.mechanism_base import SEARCH_BATCH_TOKENS, Mechanism, Parameter
 NOISES = ("madlib", "mahalanobis")
 
 VICKREY_T = Parameter("vickrey_t", float, 0.5, low=0.0, high=1.0, label="vickrey t", argument="t", aliases=("t",),
+                      example=0.6,
                       help="threshold t in [0, 1] of the Vickrey rule; default 0.5")
 VICKREY_NOISE = Parameter("vickrey_noise", str, "madlib", choices=NOISES, label="vickrey noise", argument="noise",
-                          aliases=("noise",), help="the noise added before the two nearest words are found; default madlib")
+                          aliases=("noise",), example="mahalanobis", help="the noise added before the two nearest words are found; default madlib")
 
 
 class _TwoNearestMahalanobis(Mahalanobis):
