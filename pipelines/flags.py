@@ -20,9 +20,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from textdp import accounting
 from textdp.calibration import DEFAULT_SAMPLES
-from textdp.mechanisms import (ALL_MECHANISMS, DEFAULT_MECHANISM, EPSILON_RANGE_HELP, MAX_EPSILON, MIN_EPSILON,  # noqa: F401
-                               all_parameters, artifact_for_checks, check_epsilon, check_mechanism, mechanism_class,
-                               mechanism_parameters, users_of)
+from textdp.mechanisms import (ALL_MECHANISMS, DEFAULT_MECHANISM, EPSILON_RANGE_HELP, MAX_EPSILON,  # noqa: F401
+                               MIN_EPSILON, REGISTRY, all_parameters, artifact_for_checks, available_class,
+                               check_epsilon, check_mechanism, mechanism_parameters, users_of)
 from textdp.neighbours import METRICS
 from textdp.text_privatizer import DEFAULT_BATCH_TOKENS, LARGE_BATCH_TOKENS, OOV_POLICIES
 from transforms.amplifier import AmplifierConfig
@@ -75,10 +75,11 @@ class MechanismOptions(PipelineOptions):
         parser.add_argument(
             "--mechanism", dest="mechanism", choices=ALL_MECHANISMS, default=DEFAULT_MECHANISM,
             help=f"privacy mechanism (docs/mechanisms.md; default {DEFAULT_MECHANISM}): " + ", ".join(
-                mechanism_class(name).summary_line() for name in ALL_MECHANISMS))
+                cls.summary_line() if cls else f"{name} (not available in this installation)"
+                for name, cls in ((name, available_class(name)) for name in ALL_MECHANISMS)))
         placed = set()
-        for name in ALL_MECHANISMS:
-            params = [p for p in mechanism_class(name).PARAMETERS if p.cli and p.name not in placed]
+        for name, mechanism in REGISTRY.items():
+            params = [p for p in mechanism.PARAMETERS if p.cli and p.name not in placed]
             if not params:
                 continue
             group = parser.add_argument_group(f"--mechanism {name}")
@@ -188,7 +189,7 @@ class PrivatizeOptions(PipelineOptions):
         parser.add_argument(
             "--batch-tokens", "--batch_tokens", dest="batch_tokens", type=int, default=None,
             help=f"target words per perturbation batch (one mechanism call), whatever the records' sizes; default "
-                 f"{DEFAULT_BATCH_TOKENS} for {', '.join(n for n in ALL_MECHANISMS if mechanism_class(n).SEARCHES_NEAREST)} "
+                 f"{DEFAULT_BATCH_TOKENS} for {', '.join(n for n, c in REGISTRY.items() if c.SEARCHES_NEAREST)} "
                  "(a vocabulary search per word) and "
                  f"{LARGE_BATCH_TOKENS} for the others (measured: benchmarks/results/scaling.md)")
         parser.add_argument(

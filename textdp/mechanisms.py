@@ -39,24 +39,77 @@ classes, and the functions every entry point uses to check and build a mechanism
 
 from __future__ import annotations
 
-from typing import Dict, Tuple
+import importlib
+from collections.abc import Mapping
+from typing import Dict, Iterator, Optional, Tuple
 
-from textdp.custext import CusText
 from textdp.errors import ParameterError, TextdpError  # noqa: F401  (ParameterError: re-exported)
-from textdp.madlib import Madlib
-from textdp.mahalanobis import Mahalanobis
 from textdp.mechanism_base import (EPSILON_RANGE_HELP, MAX_EPSILON, MIN_EPSILON, Mechanism,  # noqa: F401
                                    Parameter, check_epsilon, check_number)
-from textdp.santext import SanText, SanTextPlus
-from textdp.tem import TEM
-from textdp.truncated_gumbel import TruncatedGumbel
-from textdp.vickrey import Vickrey
 
-# The registry: every built-in mechanism class, in the order --help and the docs list them.
-REGISTRY: Dict[str, type] = {cls.name: cls for cls in (
-    Madlib, TEM, Mahalanobis, Vickrey, TruncatedGumbel, SanText, SanTextPlus, CusText)}
-ALL_MECHANISMS: Tuple[str, ...] = tuple(REGISTRY)
-DEFAULT_MECHANISM = Madlib.name  # what every entry point runs when no mechanism is named
+# The registry: one line per built-in mechanism, its name and its class's import path, in the order --help
+# and the docs list them. Imported on demand, as a Python entry point is (name = module:Class); the class's
+# own ``name`` must be the same (checked on import). Everything else about a mechanism is on its class.
+BUILT_IN = {
+    "madlib": "textdp.madlib:Madlib",
+    "tem": "textdp.tem:TEM",
+    "mahalanobis": "textdp.mahalanobis:Mahalanobis",
+    "vickrey": "textdp.vickrey:Vickrey",
+    "truncated-gumbel": "textdp.truncated_gumbel:TruncatedGumbel",
+    "santext": "textdp.santext:SanText",
+    "santext+": "textdp.santext:SanTextPlus",
+    "custext": "textdp.custext:CusText",
+}
+ALL_MECHANISMS: Tuple[str, ...] = tuple(BUILT_IN)
+DEFAULT_MECHANISM = "madlib"  # what every entry point runs when no mechanism is named
+
+
+def mechanism_class(name: str):
+    """The class of mechanism ``name`` (imported on demand; TextdpError if unknown or not importable)."""
+    if name not in BUILT_IN:
+        raise TextdpError(f"unknown mechanism {name!r}; expected one of {', '.join(ALL_MECHANISMS)}")
+    module_name, class_name = BUILT_IN[name].split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TextdpError(f"--mechanism {name} is not available in this installation ({module_name} cannot be "
+                          f"imported: {exc})") from None
+    cls = getattr(module, class_name)
+    if not (isinstance(cls, type) and issubclass(cls, Mechanism) and cls.name == name):
+        raise TypeError(f"{BUILT_IN[name]} is not the Mechanism class named {name!r}")
+    return cls
+
+
+def available_class(name: str) -> Optional[type]:
+    """The class of mechanism ``name``, or None when this installation cannot import it."""
+    try:
+        return mechanism_class(name)
+    except TextdpError:
+        return None
+
+
+class _Registry(Mapping):
+    """{name: class} of every registered mechanism this installation can import (read-only, on demand)."""
+
+    def __getitem__(self, name: str) -> type:
+        if name not in BUILT_IN:
+            raise KeyError(name)
+        return mechanism_class(name)
+
+    def __contains__(self, name) -> bool:
+        return name in BUILT_IN
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name in BUILT_IN if available_class(name) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def get(self, name, default=None):
+        return available_class(name) if name in BUILT_IN else default
+
+
+REGISTRY = _Registry()
 
 
 def all_parameters() -> Dict[str, Parameter]:
@@ -96,13 +149,6 @@ def artifact_for_checks(name: str, location, manifest: dict):
     from textdp.store import Artifact  # pylint: disable=import-outside-toplevel
 
     return Artifact(resolve_artifact(location), verify=False)
-
-
-def mechanism_class(name: str):
-    """The class of mechanism ``name``."""
-    if name not in REGISTRY:
-        raise TextdpError(f"unknown mechanism {name!r}; expected one of {', '.join(ALL_MECHANISMS)}")
-    return REGISTRY[name]
 
 
 def check_mechanism(name: str, epsilon, artifact=None, **params) -> dict:
