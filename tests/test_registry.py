@@ -204,3 +204,23 @@ def test_the_transform_runs_every_mechanism(neighbour_artifact_dir):  # noqa: F8
                                                               **example_parameters(cls))
             assert_that(result.released, _word_counts(counts), label=f"released {name}")
             assert_that(result.errors, _word_counts([]), label=f"errors {name}")
+
+
+@pytest.mark.parametrize("mechanism", list(REGISTRY))
+def test_calibrate_reports_the_exact_law_where_the_class_declares_one(mechanism, neighbour_artifact_dir,  # noqa: F811
+                                                                       tmp_path, capsys):
+    """calibrate runs every mechanism; exact N_w and S_w appear exactly for the classes that declare an exact
+    law, and the report names the mechanism's own closed form (not another mechanism's)."""
+    cls = REGISTRY[mechanism]
+    out = str(tmp_path / "cal")
+    argv = ["calibrate", f"--artifact={neighbour_artifact_dir}", f"--mechanism={mechanism}", "--words=2",
+            "--samples=40", f"--epsilons={EPSILON:g}", f"--output={out}"]
+    assert cli_main(argv + [flag(k, v) for k, v in example_parameters(cls).items()] + RUNNER) == 0
+    capsys.readouterr()
+    summary = json.load(open(f"{out}/summary.json", encoding="utf-8"))
+    assert summary["mechanism"] == mechanism
+    assert ("n_w_exact" in summary["statistics"][f"{EPSILON:g}"]) == cls.EXACT_LAW
+    report = open(f"{out}/report.html", encoding="utf-8").read()
+    assert (f"N_w exact ({cls.title()} closed form)" in report) == cls.EXACT_LAW
+    others = {other.title() for name, other in REGISTRY.items() if name != mechanism} - {cls.title()}
+    assert not any(f"({title} closed form)" in report for title in others)

@@ -475,10 +475,9 @@ DEFINITIONS = {
            "draws of M(w) that return w (small is private).",
     "S_w": "the number of distinct words among the draws of M(w), the paper's estimate of the effective "
            "support of M(w) (large is private); never more than the number of draws.",
-    "n_w_exact (TEM)": "P(w) from TEM's closed form P(i) ~ exp(-epsilon * min(d(w,i), gamma) / 2).",
-    "n_w_exact (SanText, SanText+, CusText)": "P(w) from the mechanism's closed form (textdp.calibration."
-                                              "exact_distribution_of).",
-    "s_w_exact (TEM)": "the expected number of distinct words in the same number of draws, "
+    "n_w_exact": "P(w) from the mechanism's closed form, for a mechanism that has one (its exact_distribution; "
+                 "TEM: P(i) ~ exp(-epsilon * min(d(w,i), gamma) / 2)); empty otherwise.",
+    "s_w_exact": "the expected number of distinct words in the same number of draws, "
                        "sum_i 1 - (1 - P(i))^samples: the exact expectation of the S_w estimate.",
     "coverage": "the share of sampled words for which both targets must hold; the sampled words stand for "
                 "the vocabulary (stratified by frequency rank) or for the given word list.",

@@ -160,6 +160,7 @@ class Mechanism:
 
     name: str = ""
     DESCRIPTION: str = ""  # one line for --mechanism's help
+    TITLE: str = ""  # how reports name it (default: its name)
     PARAMETERS: Tuple[Parameter, ...] = ()
     NEEDS_NEIGHBOUR_TABLE = False  # samples from the artifact's K-nearest table
     SEARCHES_NEAREST = False  # searches the nearest word to a noisy point (then --nn chooses the search)
@@ -214,6 +215,10 @@ class Mechanism:
         """``name (description; what it needs)`` for --mechanism's help."""
         needs = "; needs the artifact's neighbour table (`textdp neighbours`)" if cls.NEEDS_NEIGHBOUR_TABLE else ""
         return f"{cls.name} ({cls.DESCRIPTION}{needs})"
+
+    @classmethod
+    def title(cls) -> str:
+        return cls.TITLE or cls.name
 
     @classmethod
     def exact_label(cls) -> str:

@@ -137,9 +137,11 @@ class TEM(Mechanism):
     DENSE_MAX_WORDS = 16  # frequent input words given a dense row (16 bytes x vocabulary each)
     DENSE_AFTER_CANDIDATES = 1_000_000  # about the cost of building one dense row, in candidates
 
+    TITLE = "TEM"
+
     @classmethod
     def exact_label(cls) -> str:
-        return "exact TEM values"
+        return f"exact {cls.TITLE} values"
 
     def __init__(self, artifact, epsilon: float, gamma: Optional[float] = None,
                  beta: float = DEFAULT_BETA, batch: int = 8192):
