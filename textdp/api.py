@@ -44,8 +44,8 @@ from threadpoolctl import threadpool_limits
 from textdp.compact_vocab import SharedVocabularyArtifact
 from textdp.errors import TextdpError
 from textdp.locate import artifact_needs, resolve_artifact, verify_artifact
-from textdp.mechanisms import (ALL_MECHANISMS, DEFAULT_MECHANISM, MAX_EPSILON, check_mechanism,  # noqa: F401
-                               make_mechanism)
+from textdp.mechanisms import ALL_MECHANISMS, MAX_EPSILON, check_mechanism, make_mechanism  # noqa: F401
+from textdp.mechanisms import DEFAULT_MECHANISM
 from textdp.records import EMPTY, check_record
 from textdp.summary import privacy_section
 from textdp.text_privatizer import OOV_POLICIES, TextPrivatizer

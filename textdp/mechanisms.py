@@ -40,12 +40,13 @@ classes, and the functions every entry point uses to check and build a mechanism
 from __future__ import annotations
 
 import importlib
+import math
+import numbers
 from collections.abc import Mapping
 from typing import Dict, Iterator, Optional, Tuple
 
-from textdp.errors import ParameterError, TextdpError  # noqa: F401  (ParameterError: re-exported)
-from textdp.mechanism_base import (EPSILON_RANGE_HELP, MAX_EPSILON, MIN_EPSILON, Mechanism,  # noqa: F401
-                                   Parameter, check_epsilon, check_number)
+from textdp.errors import ParameterError, TextdpError
+from textdp.mechanism_base import Mechanism, Parameter
 
 # The registry: one line per built-in mechanism, its name and its class's import path, in the order --help
 # and the docs list them. Imported on demand, as a Python entry point is (name = module:Class); the class's
@@ -62,6 +63,49 @@ BUILT_IN = {
 }
 ALL_MECHANISMS: Tuple[str, ...] = tuple(BUILT_IN)
 DEFAULT_MECHANISM = "madlib"  # what every entry point runs when no mechanism is named
+
+# The one epsilon range of every mechanism and entry point (CLI flags, calibrate's and audit's
+# --epsilons, textdp.Privatizer, transforms.Privatize). Lower bound: Madlib's noise has magnitude
+# ~ dimension / epsilon and the nearest-word search holds the noisy point in float32 (largest value
+# 3.4e38): at epsilon 1e-37 (50 dimensions) the cast overflows ("points must be finite"); 1e-30
+# leaves a margin of 1e6 for 300-dimensional embeddings and Mahalanobis's stretched noise (every
+# mechanism ran at 1e-30 and 1e6 on the 5k fixture, as tests/test_parameter_refusals.py does; the
+# vector mechanisms and CusText also on the 400k artifact, which has no neighbour table in this build). Upper bound: at 1e6 Madlib's noise is already far below any distance between words,
+# so a larger value would only hide that the output is the input.
+MIN_EPSILON = 1e-30
+MAX_EPSILON = 1e6
+EPSILON_RANGE_HELP = (f"a finite number in [{MIN_EPSILON:g}, {MAX_EPSILON:g}]: below {MIN_EPSILON:g} the noise of the "
+                      "nearest-word mechanisms overflows the float32 search, above "
+                      f"{MAX_EPSILON:g} the noise is far below any distance between words (the output is the input)")
+
+
+def check_number(value, what: str, low=None, high=None, low_open: bool = False, high_open: bool = False,
+                 integer: bool = False) -> float:
+    """``value`` as a float (an int if ``integer``), or ParameterError in one line naming ``what``.
+
+    Refuses booleans, non-numbers, NaN and infinities, and values outside [low, high] (open ends
+    where said)."""
+    kind = "an integer" if integer else "a finite number"
+    wanted = numbers.Integral if integer else numbers.Real
+    if isinstance(value, bool) or not isinstance(value, wanted) or type(value).__name__ == "bool_":
+        raise ParameterError(f"{what} must be {kind}, got a {type(value).__name__}")
+    number = int(value) if integer else float(value)
+    if not integer and not math.isfinite(number):
+        raise ParameterError(f"{what} must be {kind}, got {number!r}")
+    if low is not None and (number < low or (low_open and number == low)):
+        raise ParameterError(f"{what} must be {'>' if low_open else '>='} {low:g}, got {number:g}")
+    if high is not None and (number > high or (high_open and number == high)):
+        raise ParameterError(f"{what} must be {'<' if high_open else '<='} {high:g}, got {number:g}")
+    return number
+
+
+def check_epsilon(epsilon, what: str = "epsilon") -> float:
+    """The one epsilon rule: a finite number (not a boolean) in [MIN_EPSILON, MAX_EPSILON]."""
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or type(epsilon).__name__ == "bool_" \
+            or not (math.isfinite(float(epsilon)) and MIN_EPSILON <= float(epsilon) <= MAX_EPSILON):
+        shown = repr(epsilon) if isinstance(epsilon, (bool, numbers.Real)) else f"a {type(epsilon).__name__}"
+        raise ParameterError(f"{what} must be {EPSILON_RANGE_HELP}; got {shown}")
+    return float(epsilon)
 
 
 def mechanism_class(name: str):

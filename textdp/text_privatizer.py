@@ -39,11 +39,11 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from textdp.mechanism_base import SEARCH_BATCH_TOKENS as DEFAULT_BATCH_TOKENS
-from textdp.mechanism_base import TABLE_BATCH_TOKENS as LARGE_BATCH_TOKENS
 from textdp.tokenize import UNKNOWN_ID, TokenizedBatch, Tokenizer
 
 OOV_POLICIES = ("random", "unk", "keep")
+DEFAULT_BATCH_TOKENS = 4096  # words per call for mechanisms that search the vocabulary for every word
+LARGE_BATCH_TOKENS = 65_536  # words per call for the others (sampled from tables: cheap per word)
 
 
 def default_batch_tokens(mechanism: str) -> int:
