@@ -174,8 +174,8 @@ def test_privatize_and_the_api_run_every_mechanism(mechanism, neighbour_artifact
     source = tmp_path / "in.txt"
     source.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     output = str(tmp_path / "out")
-    argv = ["privatize", f"--input={source}", f"--output={output}", f"--epsilon={EPSILON:g}", f"--mechanism={mechanism}",
-            f"--artifact={neighbour_artifact_dir}"] + [flag(k, v) for k, v in params.items()] + RUNNER
+    argv = ["privatize", f"--input={source}", f"--output={output}", f"--epsilon={EPSILON:g}",
+            f"--mechanism={mechanism}", f"--artifact={neighbour_artifact_dir}"] + [flag(k, v) for k, v in params.items()] + RUNNER
     assert cli_main(argv) == 0
     capsys.readouterr()
     summary = json.load(open(output + "-summary.json", encoding="utf-8"))

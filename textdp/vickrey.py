@@ -51,7 +51,8 @@ VICKREY_T = Parameter("vickrey_t", float, 0.5, low=0.0, high=1.0, label="vickrey
                       example=0.6,
                       help="threshold t in [0, 1] of the Vickrey rule; default 0.5")
 VICKREY_NOISE = Parameter("vickrey_noise", str, "madlib", choices=NOISES, label="vickrey noise", argument="noise",
-                          aliases=("noise",), example="mahalanobis", help="the noise added before the two nearest words are found; default madlib")
+                          aliases=("noise",), example="mahalanobis",
+                          help="the noise added before the two nearest words are found; default madlib")
 
 
 class _TwoNearestMahalanobis(Mahalanobis):

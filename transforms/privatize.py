@@ -85,7 +85,8 @@ class Privatize(beam.PTransform):
     artifact), ``text_fields``, ``oov_policy``, ``unk_token``, ``seed`` (tests only: not private),
     ``max_text_bytes``, ``batch_tokens``; any other keyword is a parameter of the mechanism
     by its public name, the same as its flag (``nn``, ``search_k`` for Madlib; ``gamma``, ``beta`` for TEM;
-    ``lam``; ``vickrey_t``; ``custext_k``; ...: the ``PARAMETERS`` its class declares). ``shape_field`` is for the LAC Amplifier. ``worker``: BLAS threads per process and
+    ``lam``; ``vickrey_t``; ``custext_k``; ...: the ``PARAMETERS`` its class declares).
+    ``shape_field`` is for the LAC Amplifier. ``worker``: BLAS threads per process and
     progress (default: from the pipeline's options, ``transforms.worker.WorkerConfig.for_options``).
     ``redistribute``: spread the batches over all workers (a ``Reshuffle`` of whole batches) before
     they are privatized; for inputs that arrive on few workers, such as files read whole. Shuffling
