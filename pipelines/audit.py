@@ -38,7 +38,6 @@ from textdp.audit_selfcheck import planned_tests
 from textdp import gcs
 from textdp.errors import TextdpError
 from textdp.locate import artifact_needs, verify_artifact
-from textdp.mechanisms import mechanism_class
 from textdp.outputs import OutputGuard
 from transforms.audit_common import AuditConfig
 from transforms.audit_outputs import (INVERSION_TABLE, LINKAGE_TABLE, SELF_CHECK_TABLE, SUMMARY_FILE, WriteAuditOutputs,
@@ -66,6 +65,8 @@ class Prepared:
 def closed_form(mechanism: str) -> bool:
     """Whether the audit computes the mechanism's posterior exactly (its class's ``AUDIT_KERNEL``: the law
     ``textdp.audit_attacks.kernel_of`` reads from the mechanism object)."""
+    from textdp.mechanisms import mechanism_class  # pylint: disable=import-outside-toplevel
+
     return bool(mechanism_class(mechanism).AUDIT_KERNEL)
 
 
