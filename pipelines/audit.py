@@ -48,7 +48,6 @@ from transforms.io import infer_format, matched_paths, read_text_file
 
 OUTPUT_FILES = (f"{SELF_CHECK_TABLE}.parquet", f"{INVERSION_TABLE}.parquet", f"{LINKAGE_TABLE}.parquet", SUMMARY_FILE,
                 "report.html", "self_check.png", "inversion.png", "linkage.png")
-CLOSED_FORM = ("tem", "santext")  # mechanisms whose posterior the audit computes exactly (textdp.audit_attacks.Kernel)
 
 
 @dataclass
@@ -62,6 +61,14 @@ class Prepared:
     corpus_format: Optional[str]
     text_fields: tuple
     manifest: dict
+
+
+def closed_form(mechanism: str) -> bool:
+    """Whether the audit computes the mechanism's posterior exactly (its class's ``AUDIT_KERNEL``: the law
+    ``textdp.audit_attacks.kernel_of`` reads from the mechanism object)."""
+    from textdp.mechanisms import mechanism_class  # pylint: disable=import-outside-toplevel
+
+    return bool(mechanism_class(mechanism).AUDIT_KERNEL)
 
 
 def _ints(text: str, flag: str) -> tuple:
@@ -181,7 +188,7 @@ def prepare_run(options: PipelineOptions) -> Prepared:
         mechanism_params=tuple(sorted(mech.mechanism_kwargs().items())), oov_policy=oov_policy, seed=seed,
         draws=opts.draws, false_alarm_rate=opts.false_alarm_rate, planned_tests=tests, window=opts.linkage_window,
         linkage_sizes=sizes, mc_draws=opts.mc_draws)
-    closed = mech.mechanism in CLOSED_FORM
+    closed = closed_form(mech.mechanism)
     run_info = {
         "checks": list(checks),
         "randomness": (f"fixed seed {seed} (tests/benchmarks only: reproducible)" if seed is not None
@@ -259,7 +266,7 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
             handle, config, worker, corpus=opts.corpus, corpus_format=prepared.corpus_format,
             text_fields=prepared.text_fields, max_record_bytes=DEFAULT_MAX_RECORD_BYTES, records=opts.records,
             inversion_tokens=opts.inversion_tokens, prior_corpus=opts.prior_corpus, prior_words=opts.prior_words,
-            vocab_size=int(prepared.manifest["vocab_size"]), closed_form=config.mechanism in CLOSED_FORM,
+            vocab_size=int(prepared.manifest["vocab_size"]), closed_form=closed_form(config.mechanism),
             run_inversion="inversion" in checks, run_linkage="linkage" in checks)
         inversion_rows, linkage_rows = attacks["inversion"], attacks["linkage"]
         monte_carlo, corpus, read_counts = attacks["monte_carlo"], attacks["corpus"], attacks["read_counts"]

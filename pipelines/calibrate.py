@@ -105,18 +105,19 @@ def read_word_list(path: str) -> List[tuple]:
 
 
 def nn_statement(options: PipelineOptions, manifest: dict) -> str:
-    """How the run's draws find their released word, from what the mechanism does (textdp/locate.py's
-    NEAREST_WORD_MECHANISMS and NEEDS_NEIGHBOUR_TABLE, the lists the artifact check uses) and from
+    """How the run's draws find their released word, from what the mechanism's class declares
+    (``SEARCHES_NEAREST``, ``NEEDS_NEIGHBOUR_TABLE``: what the artifact check uses too) and from
     ``WordCalibrator.prunes_search``, the test the draws themselves use."""
     from textdp.calibration import WordCalibrator  # pylint: disable=import-outside-toplevel
-    from textdp.locate import NEAREST_WORD_MECHANISMS, NEEDS_NEIGHBOUR_TABLE  # pylint: disable=import-outside-toplevel
+    from textdp.mechanisms import mechanism_class  # pylint: disable=import-outside-toplevel
 
     opts = options.view_as(CalibrateOptions)
     mech = options.view_as(MechanismOptions)
     name = mech.mechanism
-    if name not in NEAREST_WORD_MECHANISMS:
+    cls = mechanism_class(name)
+    if not cls.SEARCHES_NEAREST:
         source = (f"reads the artifact's K-nearest neighbour table ({(manifest.get('neighbours') or {}).get('metric', '?')} "
-                  "metric)" if name in NEEDS_NEIGHBOUR_TABLE else "reads no neighbour table or search index")
+                  "metric)" if cls.NEEDS_NEIGHBOUR_TABLE else "reads no neighbour table or search index")
         return (f"not applicable: --mechanism {name} searches no nearest word; each draw is the mechanism's own "
                 f"sampling, as in the privatize job, which {source}")
     if mech.nn == "annoy":

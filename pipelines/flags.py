@@ -20,10 +20,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from textdp import accounting
 from textdp.calibration import DEFAULT_SAMPLES
-from textdp.mechanisms import (ALL_MECHANISMS, EPSILON_RANGE_HELP, MAX_EPSILON, MIN_EPSILON,  # noqa: F401
-                               artifact_for_checks, check_epsilon, check_mechanism, mechanism_parameters)
+from textdp.mechanisms import (ALL_MECHANISMS, DEFAULT_MECHANISM, EPSILON_RANGE_HELP, MAX_EPSILON,  # noqa: F401
+                               MIN_EPSILON, REGISTRY, all_parameters, artifact_for_checks, available_class,
+                               check_epsilon, check_mechanism, mechanism_parameters, users_of)
 from textdp.neighbours import METRICS
-from textdp.text_privatizer import DEFAULT_BATCH_TOKENS, LARGE_BATCH_TOKENS, OOV_POLICIES, SEARCH_MECHANISMS
+from textdp.text_privatizer import DEFAULT_BATCH_TOKENS, LARGE_BATCH_TOKENS, OOV_POLICIES
 from transforms.amplifier import AmplifierConfig
 from transforms.shuffle import DEFAULT_RECORDS_PER_SHARD
 from transforms.worker import WorkerConfig
@@ -64,88 +65,55 @@ class OutputOptions(PipelineOptions):
 
 
 class MechanismOptions(PipelineOptions):
-    """The mechanism and its parameters (each flag names the mechanisms it applies to)."""
+    """The mechanism and its parameters, generated from the mechanisms' own declarations
+    (``textdp.mechanism_base.Parameter``): one flag per public parameter name, ``--<name>`` (and
+    ``--<name-with-hyphens>``), dest = template parameter = Python keyword = summary key, in an
+    argparse group per mechanism (a shared parameter in the group of the first mechanism that takes it;
+    its help names every mechanism that does)."""
 
     @classmethod
     def _add_argparse_args(cls, parser):
         parser.add_argument(
-            "--mechanism", dest="mechanism", choices=ALL_MECHANISMS, default="madlib",
-            help="privacy mechanism (docs/mechanisms.md): madlib (multivariate Laplace noise on the embedding, "
-                 "nearest word; default), tem (truncated exponential mechanism), mahalanobis (Madlib with noise "
-                 "shaped by the embedding's regularized covariance), vickrey (first or second nearest word by the "
-                 "Vickrey rule), truncated-gumbel (no guarantee claimed), santext, santext+ (exponential "
-                 "mechanism over the whole vocabulary; + only for sensitive words), custext (exponential "
-                 "mechanism over each word's output set of --custext-k words). tem, santext, santext+ and "
-                 "truncated-gumbel need the artifact's neighbour table (`textdp neighbours`)")
-        parser.add_argument(
-            "--nn", dest="nn", choices=("exact", "annoy"), default="exact",
-            help="madlib, mahalanobis, vickrey: nearest-word search, exact (brute force, default) or annoy "
-                 "(approximate, faster; same guarantee, lower utility at small epsilon)")
-        parser.add_argument(
-            "--search-k", "--search_k", dest="search_k", type=int, default=-1,
-            help="Annoy search_k for --nn annoy: -1 (trees * n, Annoy's default) or at least the words needed (1; "
-                 "vickrey 2) times the artifact's trees, so that Annoy always returns them")
-        parser.add_argument(
-            "--gamma", dest="gamma", type=float, default=None,
-            help="tem: truncation radius gamma >= 0; default: from --beta (Thm. 4.2 of Carvalho et al.)")
-        parser.add_argument(
-            "--beta", dest="beta", type=float, default=0.001,
-            help="tem: probability mass allowed outside the gamma-ball when gamma is derived, in (0, 1); default 0.001")
-        parser.add_argument(
-            "--lambda", dest="lam", type=float, default=0.2,
-            help="mahalanobis, vickrey with --vickrey-noise mahalanobis: regularization lambda in [0, 1] of the "
-                 "covariance, S = lambda * Sigma~ + (1 - lambda) * I (0: Madlib's spherical noise, 1: noise shaped by "
-                 "the embedding's covariance alone); default 0.2")
-        parser.add_argument(
-            "--vickrey-t", "--vickrey_t", dest="vickrey_t", type=float, default=0.5,
-            help="vickrey: threshold t in [0, 1] of the Vickrey rule; default 0.5")
-        parser.add_argument(
-            "--vickrey-noise", "--vickrey_noise", dest="vickrey_noise", choices=("madlib", "mahalanobis"),
-            default="madlib", help="vickrey: the noise added before the two nearest words are found; default madlib")
-        parser.add_argument(
-            "--gumbel-scale", "--gumbel_scale", dest="gumbel_scale", type=float, default=None,
-            help="truncated-gumbel: scale of the Gumbel noise, a finite number > 0 and at most 1e9 x the truncation "
-                 "bound (needed at ordinary epsilon: see docs/mechanisms.md)")
-        parser.add_argument(
-            "--gumbel-candidates", "--gumbel_candidates", dest="gumbel_candidates", type=float, default=None,
-            help="truncated-gumbel: mean number of candidates of the truncated set (default: the mechanism's)")
-        parser.add_argument(
-            "--gumbel-max-distance", "--gumbel_max_distance", dest="gumbel_max_distance", type=float, default=None,
-            help="truncated-gumbel: largest candidate distance (default: the mechanism's)")
-        parser.add_argument(
-            "--santext-p", "--santext_p", dest="santext_p", type=float, default=0.3,
-            help="santext+: probability that a non-sensitive word is replaced (else kept); default 0.3")
-        parser.add_argument(
-            "--sensitive-fraction", "--sensitive_fraction", dest="sensitive_fraction", type=float, default=0.9,
-            help="santext+: the share of the vocabulary treated as sensitive, the least frequent words; default 0.9")
-        parser.add_argument(
-            "--custext-k", "--custext_k", dest="custext_k", type=int, default=20,
-            help="custext: size K of each word's output set, 2 to the vocabulary's size (1 releases every word "
-                 "unchanged; a vocabulary size of 1 modulo K would leave one word alone); default 20")
+            "--mechanism", dest="mechanism", choices=ALL_MECHANISMS, default=DEFAULT_MECHANISM,
+            help=f"privacy mechanism (docs/mechanisms.md; default {DEFAULT_MECHANISM}): " + ", ".join(
+                cls.summary_line() if cls else f"{name} (not available in this installation)"
+                for name, cls in ((name, available_class(name)) for name in ALL_MECHANISMS)))
+        placed = set()
+        for name, mechanism in REGISTRY.items():
+            params = [p for p in mechanism.PARAMETERS if p.cli and p.name not in placed]
+            if not params:
+                continue
+            group = parser.add_argument_group(f"--mechanism {name}")
+            for param in params:
+                placed.add(param.name)
+                kwargs = {"dest": param.name, "default": param.default,
+                          "help": f"{', '.join(users_of(param.name))}: {param.help}"}
+                if param.choices:
+                    kwargs["choices"] = param.choices
+                else:
+                    kwargs["type"] = param.type
+                group.add_argument(*param.flags, **kwargs)
 
     def validate_mechanism(self, epsilons, location=None, manifest=None) -> None:
-        """Refuse, before any worker starts, the mechanism's parameters at each of ``epsilons`` that it cannot
-        use (its own checks: ``textdp.mechanisms.check_mechanism``). With ``manifest`` (what
-        ``verify_artifact`` returned for ``location``) also the checks that depend on the vocabulary."""
+        """Refuse, before any worker starts, a flag of another mechanism given a value, and the mechanism's
+        parameters at each of ``epsilons`` that it cannot use (its own checks:
+        ``textdp.mechanisms.check_mechanism``). With ``manifest`` (what ``verify_artifact`` returned for
+        ``location``) also the checks that depend on the vocabulary."""
         from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
-        from textdp.locate import NEAREST_WORD_MECHANISMS  # pylint: disable=import-outside-toplevel
 
-        if self.mechanism not in NEAREST_WORD_MECHANISMS and self.nn != "exact":
-            raise TextdpError(f"--nn applies to --mechanism {', '.join(NEAREST_WORD_MECHANISMS)} only")
-        if self.mechanism != "tem" and self.gamma is not None:
-            raise TextdpError("--gamma applies to --mechanism tem only")
+        own = mechanism_parameters(self.mechanism)
+        for name, param in all_parameters().items():
+            if param.cli and name not in own and getattr(self, name) != param.default:
+                raise TextdpError(f"--{name.replace('_', '-')} applies to --mechanism {', '.join(users_of(name))} only")
         artifact = None if manifest is None else artifact_for_checks(self.mechanism, location, manifest)
         for epsilon in epsilons:
             check_epsilon(epsilon, "--epsilon")
-            check_mechanism(self.mechanism, epsilon, artifact, **self.mechanism_kwargs(every=True))
+            check_mechanism(self.mechanism, epsilon, artifact, **self.mechanism_kwargs())
 
     def mechanism_kwargs(self, every: bool = False) -> dict:
-        """Keyword arguments of ``textdp.mechanisms.make_mechanism`` for the chosen mechanism only (``every``:
-        those of every mechanism, so that a flag of another mechanism given a value is refused)."""
-        values = {"nn": self.nn, "search_k": self.search_k, "gamma": self.gamma, "beta": self.beta,
-                  "lam": self.lam, "t": self.vickrey_t, "noise": self.vickrey_noise, "scale": self.gumbel_scale,
-                  "mean_candidates": self.gumbel_candidates, "max_distance": self.gumbel_max_distance,
-                  "p": self.santext_p, "sensitive_fraction": self.sensitive_fraction, "k": self.custext_k}
+        """Keyword arguments (public parameter names) of ``textdp.mechanisms.make_mechanism`` for the chosen
+        mechanism only (``every``: those of every mechanism)."""
+        values = {name: getattr(self, name) for name, param in all_parameters().items() if param.cli}
         accepted = mechanism_parameters(self.mechanism)
         return values if every else {key: value for key, value in values.items() if key in accepted}
 
@@ -222,7 +190,8 @@ class PrivatizeOptions(PipelineOptions):
         parser.add_argument(
             "--batch-tokens", "--batch_tokens", dest="batch_tokens", type=int, default=None,
             help=f"target words per perturbation batch (one mechanism call), whatever the records' sizes; default "
-                 f"{DEFAULT_BATCH_TOKENS} for {', '.join(SEARCH_MECHANISMS)} (a vocabulary search per word) and "
+                 f"{DEFAULT_BATCH_TOKENS} for {', '.join(n for n, c in REGISTRY.items() if c.SEARCHES_NEAREST)} "
+                 "(a vocabulary search per word) and "
                  f"{LARGE_BATCH_TOKENS} for the others (measured: benchmarks/results/scaling.md)")
         parser.add_argument(
             "--public-summary", "--public_summary", dest="public_summary", default=None, metavar="PATH",

@@ -56,6 +56,10 @@ class AlgorithmTwoTEM:
         self.bottom = bottom
         self._rows = {}
 
+    def token_epsilon0(self, distance: float) -> float:
+        """The bound it claims, TEM's: epsilon * min(d, gamma) (what the self-check tests it against)."""
+        return self.epsilon * min(float(distance), self.gamma)
+
     def distribution(self, word_id: int) -> np.ndarray:
         """The output distribution this sampler draws from (closed form of Alg. 2 with this bottom weight)."""
         if word_id not in self._rows:

@@ -105,7 +105,7 @@ def test_group_members_are_within_exp_epsilon_of_each_other(artifact):
 def test_statement_parameters_and_epsilon0(artifact):
     mech = CusText(artifact, 2.0, k=20)
     params = mech.parameters()
-    assert params["mechanism"] == "custext" and params["k"] == 20 and params["output_sets"] == 250
+    assert params["mechanism"] == "custext" and params["custext_k"] == 20 and params["output_sets"] == 250
     statement = mech.privacy_statement()
     assert "250 groups of 20 words" in statement["notion"]
     assert "exp(2)" in statement["per_token"] and "disjoint" in statement["not_covered"]

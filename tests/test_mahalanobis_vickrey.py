@@ -141,7 +141,7 @@ def test_vickrey_rule_at_its_limits(small_artifact):
 
 def test_statements_parameters_and_epsilon0(small_artifact):
     mech = Mahalanobis(small_artifact, 4.0, lam=0.3)
-    assert mech.parameters()["lambda"] == 0.3 and mech.parameters()["mechanism"] == "mahalanobis"
+    assert mech.parameters()["lam"] == 0.3 and mech.parameters()["mechanism"] == "mahalanobis"
     assert "exp(4 * d_RM(w, w'))" in mech.privacy_statement()["per_token"]
     points = mech.metric_points(small_artifact.vectors[:3])
     a, b = np.asarray(small_artifact.vectors[:2], dtype=np.float64)
@@ -149,8 +149,8 @@ def test_statements_parameters_and_epsilon0(small_artifact):
     assert np.linalg.norm(points[0] - points[1]) == pytest.approx(d_rm, rel=1e-9)
     assert mech.token_epsilon0(3.0) == 12.0
     vick = Vickrey(small_artifact, 4.0, t=0.25, noise="mahalanobis", lam=0.3)
-    assert vick.parameters() == {"mechanism": "vickrey", "epsilon": 4.0, "t": 0.25, "noise": "mahalanobis",
-                                 "nn": "exact", "lambda": 0.3}
+    assert vick.parameters() == {"mechanism": "vickrey", "epsilon": 4.0, "vickrey_t": 0.25,
+                                 "vickrey_noise": "mahalanobis", "nn": "exact", "lam": 0.3}
     assert "t = 0.25" in vick.privacy_statement()["selection"] and "d_RM" in vick.privacy_statement()["per_token"]
     assert vick.token_epsilon0(3.0) == 12.0
     np.testing.assert_allclose(vick.metric_points(small_artifact.vectors[:3]), points)

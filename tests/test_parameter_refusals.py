@@ -63,7 +63,7 @@ PRIVATIZE_REFUSALS = [
     (["--mechanism", "vickrey", "--vickrey-t", "1.5"], "vickrey t must be <= 1"),
     (["--mechanism", "tem", "--beta", "1"], "beta must be < 1"),
     (["--mechanism", "tem", "--gamma", "inf"], "gamma must be a finite number"),
-    (["--lambda", "5"], "parameter 'lam' does not apply to mechanism 'madlib'"),  # another mechanism's flag
+    (["--lambda", "5"], "--lam applies to --mechanism mahalanobis, vickrey only"),  # another mechanism's flag
 ]
 
 

@@ -101,36 +101,14 @@ def record_guarantee(epsilon: float, distances: Iterable[float]) -> float:
     return float(epsilon) * float(sum(distances))
 
 
-def token_epsilon0(mechanism: str, epsilon: float, diameter_upper: float,
-                   gamma: Optional[float] = None, oov_policy: str = "random") -> float:
-    """Pure local-DP epsilon_0 of one released token over the finite vocabulary.
-
-    Madlib: epsilon * diam. TEM: epsilon * min(diam, gamma) (see the module docstring for why
-    gamma caps it). An out-of-vocabulary word released by the ``random`` or ``unk`` policy carries
-    no information about the word (epsilon 0), so it does not raise the bound; with ``keep`` the
-    word itself is released and no finite epsilon_0 exists (returns inf).
-    """
-    _check_epsilon(epsilon)
-    if not diameter_upper >= 0:
-        raise ValueError("diameter_upper must be >= 0")
-    if oov_policy == "keep":
-        return math.inf
-    if mechanism == "madlib":
-        return float(epsilon) * float(diameter_upper)
-    if mechanism == "tem":
-        if gamma is None or not gamma >= 0:
-            raise ValueError("TEM's epsilon_0 needs its gamma (>= 0)")
-        return float(epsilon) * min(float(diameter_upper), float(gamma))
-    raise ValueError(f"no epsilon_0 rule for mechanism {mechanism!r}")
-
-
 def mechanism_token_epsilon0(mechanism, vectors: np.ndarray, oov_policy: str = "random"):
     """epsilon_0 of one token for any mechanism object of textdp.mechanisms, and the diameter used.
 
     The diameter is measured in the metric of the mechanism's own guarantee:
     ``diameter_bounds(mechanism.metric_points(vectors)).upper`` (Euclidean for Madlib, the table's
-    metric for TEM, d_RM for Mahalanobis, ...), then ``mechanism.token_epsilon0(diameter)``. The OOV
-    policy applies as in :func:`token_epsilon0`: ``keep`` releases the word itself, so inf.
+    metric for TEM, d_RM for Mahalanobis, ...), then ``mechanism.token_epsilon0(diameter)``. An
+    out-of-vocabulary word released by the ``random`` or ``unk`` policy carries no information about the
+    word (epsilon 0), so it does not raise the bound; ``keep`` releases the word itself, so inf.
     Returns (epsilon_0, DiameterBounds).
     """
     bounds = diameter_bounds(_MetricRows(mechanism, vectors))

@@ -45,6 +45,7 @@ from textdp.compact_vocab import SharedVocabularyArtifact
 from textdp.errors import TextdpError
 from textdp.locate import artifact_location, artifact_needs, resolve_artifact, verify_artifact
 from textdp.mechanisms import ALL_MECHANISMS, MAX_EPSILON, check_mechanism, make_mechanism  # noqa: F401
+from textdp.mechanisms import DEFAULT_MECHANISM
 from textdp.records import EMPTY, check_record
 from textdp.summary import privacy_section
 from textdp.text_privatizer import TextPrivatizer, check_oov
@@ -67,14 +68,14 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
     nearest-word search (default: this machine's cores); ``batch_tokens``: about how many words go
     into one mechanism call (default 65,536; a long list is privatized in such batches, so memory
     stays bounded); any other keyword is a parameter of the
-    mechanism (``nn``, ``search_k``, ``gamma``, ``beta``, ``lam``, ``t``, ``k``, ...: see
-    ``textdp.mechanisms.make_mechanism``).
+    mechanism by its public name (``nn``, ``search_k``, ``gamma``, ``beta``, ``lam``, ``vickrey_t``, ``custext_k``,
+    ...: the ``PARAMETERS`` its class declares, the same names as the flags; see ``textdp.mechanisms``).
     The artifact is checked (manifest, sizes, checksums) before anything is loaded.
     """
 
     CHARS_PER_WORD = 6  # characters per word (with spaces and punctuation) of English text, for batching
 
-    def __init__(self, epsilon: float, mechanism: str = "madlib", artifact: Optional[str] = None,
+    def __init__(self, epsilon: float, mechanism: str = DEFAULT_MECHANISM, artifact: Optional[str] = None,
                  oov_policy: str = "random", unk_token: str = "<unk>", max_text_bytes: Optional[int] = None,
                  threads: Optional[int] = None, batch_tokens: int = API_BATCH_TOKENS, **mechanism_params):
         self._arguments = dict(epsilon=epsilon, mechanism=mechanism, artifact=artifact, oov_policy=oov_policy,

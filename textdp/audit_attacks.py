@@ -150,13 +150,11 @@ class Kernel:
 
 
 def kernel_of(mechanism) -> Optional[Kernel]:
-    """The closed form of a mechanism's output distribution, or None (then Monte Carlo is used)."""
-    name = getattr(mechanism, "name", "")
-    if name == "tem" and hasattr(mechanism, "gamma"):
-        return Kernel(0.5 * mechanism.epsilon, float(mechanism.gamma), getattr(mechanism, "metric", "euclidean"))
-    if name == "santext":  # exp(-epsilon d / 2) over the whole vocabulary (Yue et al.)
-        return Kernel(0.5 * mechanism.epsilon, math.inf, "euclidean")
-    return None
+    """The closed form of a mechanism's output distribution (its ``audit_kernel()``), or None (then Monte
+    Carlo is used)."""
+    own = getattr(mechanism, "audit_kernel", None)
+    found = own() if own is not None else None
+    return None if found is None else Kernel(*found)
 
 
 def metric_points64(vectors: np.ndarray, metric: str) -> np.ndarray:

@@ -91,29 +91,15 @@ def pair_bound(mechanism, distance: float) -> float:
     own = getattr(mechanism, "token_epsilon0", None)
     if own is not None:
         return float(own(distance))
-    name = getattr(mechanism, "name", "")
-    if name == "madlib":
-        return mechanism.epsilon * distance
-    if name == "tem":
-        return mechanism.epsilon * min(distance, mechanism.gamma)
     return math.inf
 
 
-BOUND_TEXTS = {
-    "madlib": "epsilon * d(w, w'), Euclidean",
-    "tem": "epsilon * min(d(w, w'), gamma) (Carvalho et al., Thm. 4.1; the scores are clipped at gamma)",
-    "mahalanobis": "epsilon * d(w, w') in the Mahalanobis metric of the mechanism",
-    "vickrey": "epsilon * d(w, w') in the metric of its noise",
-    "santext": "epsilon * d(w, w'), Euclidean",
-    "santext+": "none claimed when p < 1 (a kept non-sensitive word reveals itself)",
-    "custext": "none claimed across output sets (token_epsilon0 is infinite for a vocabulary of several sets)",
-    "truncated-gumbel": "none claimed",
-}
-
-
 def bound_text(mechanism_name: str) -> str:
-    """How the guarantee of a pair is computed, for the report."""
-    specific = BOUND_TEXTS.get(mechanism_name, "as the mechanism states it")
+    """How the guarantee of a pair is computed, for the report (the class's ``BOUND_TEXT``)."""
+    from textdp.mechanisms import REGISTRY  # pylint: disable=import-outside-toplevel
+
+    cls = REGISTRY.get(mechanism_name)
+    specific = cls.BOUND_TEXT if cls is not None else "as the mechanism states it"
     return f"the mechanism's own per-token bound at the pair's distance (token_epsilon0(d)): {specific}"
 
 

@@ -11,10 +11,10 @@ distribution of M(w):
     paper estimates it by the number of distinct words among ``samples`` draws, so S_w is always
     read together with the number of draws (at most ``samples``).
 
-For TEM, SanText, SanText+ and CusText the output distribution is known in closed form, so the exact
-values are reported next to the estimates (:func:`exact_distribution_of`); every other mechanism
-(Madlib, Mahalanobis, Vickrey, truncated-gumbel) is estimated by sampling through its own
-``privatize_ids`` only: ``n_w_exact = P(w)`` and ``s_w_exact = E[distinct words in samples draws] =
+For a mechanism whose output distribution is known in closed form (its class declares ``EXACT_LAW``
+and gives ``exact_distribution``), the exact values are reported next to the estimates
+(:func:`exact_distribution_of`); every other mechanism is estimated by sampling through its own
+``privatize_ids`` only. The exact values: ``n_w_exact = P(w)`` and ``s_w_exact = E[distinct words in samples draws] =
 sum_i 1 - (1 - p_i)^samples``, the expectation of the very estimator used for S_w (so the two are
 directly comparable, and the exact one has no sampling error).
 
@@ -39,8 +39,6 @@ K_VALUES = (1, 5, 10, 20, 50, 100, 200, 500, 1000)  # Fig. 1 of the paper
 DISTANCE_PERCENTILES = (5, 20, 50, 80, 95)  # Fig. 1 of the paper
 SUMMARY_PERCENTILES = (1, 5, 25, 50, 75, 95, 99)
 DEFAULT_SAMPLES = 1000  # draws per word and epsilon, as in the paper
-MECHANISMS = ("madlib", "tem")  # offered by the calibrate pipeline today
-CALIBRATABLE = ("madlib", "tem", "mahalanobis", "vickrey", "truncated-gumbel", "santext", "santext+", "custext")
 
 
 # --- which words ------------------------------------------------------------------------------
@@ -148,46 +146,13 @@ def distinct_count_deviation(probabilities: np.ndarray, samples: int, failure_ra
     return total / runs
 
 
-def tem_exact_statistics(row: np.ndarray, word_id: int, epsilon: float, gamma: float, samples: int):
-    """TEM's exact (N_w, expected distinct outputs in ``samples`` draws) from its closed form."""
-    from textdp.tem import output_distribution  # pylint: disable=import-outside-toplevel
-
-    probabilities = output_distribution(row, epsilon, gamma, self_id=word_id)
-    return float(probabilities[word_id]), expected_distinct(probabilities, samples)
-
-
 def exact_distribution_of(mech, row: np.ndarray, word_id: int) -> Optional[np.ndarray]:
-    """The exact output distribution of ``mech`` for input ``word_id`` over the vocabulary, or None.
-
-    ``row`` holds d(w, .) in the mechanism's metric (from :func:`distance_row`, itself exactly 0).
-    TEM: its closed form. SanText: P(y) ~ exp(-epsilon d(w, y) / 2) over the vocabulary; SanText+:
-    the same restricted to the sensitive words, mixed with "unchanged" for a non-sensitive input
-    (probability 1 - p); CusText: the input's output-set weights. None for the mechanisms without a
-    closed form (their statistics are estimated by sampling).
-    """
-    name = getattr(mech, "name", None)
-    if name == "tem":
-        from textdp.tem import output_distribution  # pylint: disable=import-outside-toplevel
-
-        return output_distribution(row, mech.epsilon, mech.gamma, self_id=word_id)
-    if name in ("santext", "santext+"):
-        log_w = -0.5 * mech.epsilon * np.asarray(row, dtype=np.float64)
-        if name == "santext+":
-            log_w = np.where(mech.sensitive, log_w, -np.inf)
-        log_w = log_w - log_w.max()
-        probs = np.exp(log_w)
-        probs /= probs.sum()
-        if name == "santext+" and not mech.sensitive[word_id]:
-            probs *= mech.p
-            probs[word_id] += 1.0 - mech.p
-        return probs
-    if name == "custext":
-        probs = np.zeros(len(row))
-        members = mech.set_ids[word_id]
-        weights = mech.probabilities(np.array([word_id]))[0]
-        probs[members[members >= 0]] = weights[members >= 0]
-        return probs
-    return None
+    """The exact output distribution of ``mech`` for input ``word_id`` over the vocabulary, or None: the
+    mechanism's own ``exact_distribution`` (``row`` holds d(w, .) in the mechanism's metric, from
+    :func:`distance_row`, itself exactly 0). None for the mechanisms without a closed form (their
+    statistics are estimated by sampling)."""
+    exact = getattr(mech, "exact_distribution", None)
+    return None if exact is None else exact(row, word_id)
 
 
 # --- exact nearest-word search with candidate pruning ------------------------------------------
@@ -299,7 +264,7 @@ class CandidatePrunedSearch:
 class WordCalibrator:
     """Statistics for one word at every epsilon: the unit of work the Beam job shards.
 
-    ``mechanisms`` maps epsilon to a mechanism object of textdp.mechanisms (any of ``CALIBRATABLE``),
+    ``mechanisms`` maps epsilon to a mechanism object of textdp.mechanisms (any registered mechanism),
     built once per worker. Mechanisms other than Madlib are sampled through their own
     ``privatize_ids``; the exact N_w and S_w are added where a closed form exists
     (:func:`exact_distribution_of`). For Madlib the draws use the mechanism's own noise (``noisy_vectors``) and its own
@@ -310,8 +275,10 @@ class WordCalibrator:
 
     def __init__(self, artifact, mechanism: str, mechanisms: Dict[float, object], samples: int = DEFAULT_SAMPLES,
                  prune: bool = True, ks: Sequence[int] = K_VALUES):
-        if mechanism not in CALIBRATABLE:
-            raise ValueError(f"unknown mechanism {mechanism!r} (expected one of {', '.join(CALIBRATABLE)})")
+        from textdp.mechanisms import REGISTRY  # pylint: disable=import-outside-toplevel
+
+        if mechanism not in REGISTRY:
+            raise ValueError(f"unknown mechanism {mechanism!r} (expected one of {', '.join(REGISTRY)})")
         if samples < 1:
             raise ValueError("samples must be >= 1")
         self.artifact = artifact
@@ -331,8 +298,11 @@ class WordCalibrator:
     def prunes_search(mechanism: str, nn: Optional[str], prune: bool) -> bool:
         """Whether the draws of ``mechanism`` restrict their exact search to the words that can be nearest
         (:class:`CandidatePrunedSearch`): Madlib's noise with ``nn='exact'`` and ``prune``; every other
-        mechanism runs its own ``privatize_ids``. Calibrate's report states exactly this."""
-        return mechanism == "madlib" and bool(prune) and nn == "exact"
+        mechanism runs its own ``privatize_ids`` (the class's ``CALIBRATE_PRUNED_SEARCH``). Calibrate's report
+        states exactly this."""
+        from textdp.mechanisms import mechanism_class  # pylint: disable=import-outside-toplevel
+
+        return mechanism_class(mechanism).CALIBRATE_PRUNED_SEARCH and bool(prune) and nn == "exact"
 
     def _draws(self, mech, word_id: int, row: np.ndarray, rng: np.random.Generator, search_state: dict):
         ids = np.full(self.samples, word_id, dtype=np.int64)
@@ -372,14 +342,10 @@ class WordCalibrator:
                 "tem_gamma": None,
                 "searched_fraction": None if math.isnan(searched) else float(searched),
             }
-            if self.mechanism == "tem":
-                gamma = float(mech.gamma)
-                exact_nw, exact_sw = tem_exact_statistics(row, word_id, epsilon, gamma, self.samples)
-                record.update(n_w_exact=exact_nw, s_w_exact=exact_sw, tem_gamma=gamma)
-            else:
-                probs = exact_distribution_of(mech, row, word_id)
-                if probs is not None:
-                    record.update(n_w_exact=float(probs[word_id]), s_w_exact=expected_distinct(probs, self.samples))
+            probs = exact_distribution_of(mech, row, word_id)
+            if probs is not None:
+                record.update(n_w_exact=float(probs[word_id]), s_w_exact=expected_distinct(probs, self.samples))
+            record.update(mech.calibration_fields() if hasattr(mech, "calibration_fields") else {})
             record.update(knn_columns)
             rows.append(record)
         return rows
@@ -509,10 +475,9 @@ DEFINITIONS = {
            "draws of M(w) that return w (small is private).",
     "S_w": "the number of distinct words among the draws of M(w), the paper's estimate of the effective "
            "support of M(w) (large is private); never more than the number of draws.",
-    "n_w_exact (TEM)": "P(w) from TEM's closed form P(i) ~ exp(-epsilon * min(d(w,i), gamma) / 2).",
-    "n_w_exact (SanText, SanText+, CusText)": "P(w) from the mechanism's closed form (textdp.calibration."
-                                              "exact_distribution_of).",
-    "s_w_exact (TEM)": "the expected number of distinct words in the same number of draws, "
+    "n_w_exact": "P(w) from the mechanism's closed form, for a mechanism that has one (its exact_distribution; "
+                 "TEM: P(i) ~ exp(-epsilon * min(d(w,i), gamma) / 2)); empty otherwise.",
+    "s_w_exact": "the expected number of distinct words in the same number of draws, "
                        "sum_i 1 - (1 - P(i))^samples: the exact expectation of the S_w estimate.",
     "coverage": "the share of sampled words for which both targets must hold; the sampled words stand for "
                 "the vocabulary (stratified by frequency rank) or for the given word list.",
@@ -527,7 +492,9 @@ def build_summary(rows: Sequence[dict], *, mechanism: str, epsilons: Sequence[fl
                   privacy_statements: Dict[float, dict], created_utc: str = "") -> dict:
     """summary.json: per epsilon the distribution of N_w and S_w, Fig. 1 percentiles, the recommendation."""
     use_exact = bool(rows) and all(r.get("n_w_exact") is not None for r in rows)
-    label = "exact TEM values" if mechanism == "tem" else f"exact {mechanism} values (closed form)"
+    from textdp.mechanisms import mechanism_class  # pylint: disable=import-outside-toplevel
+
+    label = mechanism_class(mechanism).exact_label()
     recommendation = recommend(rows, max_nw=max_nw, min_sw=min_sw, coverage=coverage, use_exact=use_exact,
                                exact_label=label)
     chosen = recommendation["recommended_epsilon"]

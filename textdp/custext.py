@@ -42,6 +42,16 @@ from typing import Optional, Tuple
 import numpy as np
 
 from textdp.madlib import check_diameter
+from textdp.mechanism_base import Mechanism, Parameter
+from textdp.neighbours import METRICS
+
+CUSTEXT_K = Parameter(
+    "custext_k", int, 20, label="custext k", argument="k", aliases=("k",), example=8,
+    help="size K of each word's output set, 2 to the vocabulary's size (1 releases every word unchanged; a "
+         "vocabulary size of 1 modulo K would leave one word alone); default 20")
+CUSTEXT_METRIC = Parameter(
+    "custext_metric", str, "euclidean", choices=METRICS, label="custext metric", argument="metric",
+    aliases=("metric",), example="angular", help="the distance that builds the output sets; default euclidean")
 
 RERANK_MARGIN = 16
 _CACHE: dict = {}
@@ -115,29 +125,28 @@ def build_output_sets(points: np.ndarray, k: int, table_ids: Optional[np.ndarray
     return set_ids, set_d, stats
 
 
-class CusText:
+class CusText(Mechanism):
     """CusText over an artifact: ``privatize_ids(ids, rng)``; output sets built once per (artifact, K, metric)."""
 
     name = "custext"
+    DESCRIPTION = "exponential mechanism over each word's output set of --custext-k words"
+    PARAMETERS = (CUSTEXT_K, CUSTEXT_METRIC)
+    EXACT_LAW = True
+    BOUND_TEXT = "none claimed across output sets (token_epsilon0 is infinite for a vocabulary of several sets)"
 
     @classmethod
-    def check_parameters(cls, epsilon, artifact=None, k: int = 20, metric: str = "euclidean", **_others) -> None:
-        """Refuse (ParameterError) an epsilon, K or metric CusText cannot use.
+    def check_special(cls, epsilon, artifact=None, k: int = 20, **_others) -> None:
+        """Refuse a K CusText cannot use (the declared check made it an integer).
 
         K = 1 makes every word its own group: released unchanged. With the vocabulary known: K above
         its size cannot be partitioned, and a size of 1 modulo K leaves the last group a single word,
         released unchanged (K = |V| is allowed: one group, the exponential mechanism over everything)."""
         from textdp.errors import ParameterError  # pylint: disable=import-outside-toplevel
-        from textdp.mechanisms import check_epsilon, check_number  # pylint: disable=import-outside-toplevel
-        from textdp.neighbours import METRICS  # pylint: disable=import-outside-toplevel
 
-        check_epsilon(epsilon)
-        k = check_number(k, "custext k", integer=True)
+        k = int(k)
         if k < 2:
             raise ParameterError(f"custext k must be >= 2 (k = {k}: every word is its own output set, released "
                                  "unchanged)")
-        if metric not in METRICS:
-            raise ParameterError(f"unknown metric {metric!r} (expected one of {', '.join(METRICS)})")
         if artifact is not None:
             size = int(artifact.vocab_size)
             if k > size:
@@ -214,8 +223,17 @@ class CusText:
         return self.epsilon if self.groups() == 1 else float("inf")
 
     def parameters(self) -> dict:
-        return {"mechanism": self.name, "epsilon": self.epsilon, "k": self.k, "metric": self.metric,
+        return {"mechanism": self.name, "epsilon": self.epsilon, "custext_k": self.k, "custext_metric": self.metric,
+                "metric": self.metric,
                 "output_sets": self.groups(), "output_sets_from_table": self.build_stats["groups_from_table"]}
+
+    def exact_distribution(self, row: np.ndarray, word_id: int) -> np.ndarray:
+        """The input's output-set weights, 0 outside its set (``row`` is not needed)."""
+        probs = np.zeros(len(row))
+        members = self.set_ids[word_id]
+        weights = self.probabilities(np.array([word_id]))[0]
+        probs[members[members >= 0]] = weights[members >= 0]
+        return probs
 
     def group_sizes(self) -> dict:
         """{words in a group: number of such groups}, read from the output sets (a smaller last group included)."""

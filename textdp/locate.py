@@ -72,10 +72,6 @@ def _local_directory(location: Optional[str], progress: Optional[Progress]) -> s
 # --- the pre-run check --------------------------------------------------------------------------
 
 
-NEEDS_NEIGHBOUR_TABLE = ("tem", "santext", "santext+", "truncated-gumbel")  # they sample from the K-nearest table
-NEAREST_WORD_MECHANISMS = ("madlib", "mahalanobis", "vickrey")  # --nn chooses their search
-
-
 class ArtifactNeeds(tuple):
     """The parts of an artifact a run reads (a tuple of ``ARTIFACT_PARTS``) and the mechanism that reads them,
     so that a refusal names the mechanism of the run, not another one."""
@@ -88,20 +84,15 @@ class ArtifactNeeds(tuple):
         return needs
 
 
-def artifact_needs(mechanism: str = "madlib", nn: str = "exact") -> tuple:
-    """The parts of the artifact a privatize or calibrate run with this mechanism reads.
+def artifact_needs(mechanism: str = "", nn: str = "exact") -> tuple:
+    """The parts of the artifact a privatize or calibrate run with this mechanism reads: what the mechanism's
+    class declares (``Mechanism.artifact_parts``) beyond the vocabulary and vectors."""
+    from textdp.mechanisms import DEFAULT_MECHANISM, REGISTRY  # pylint: disable=import-outside-toplevel
 
-    CusText uses the neighbour table when there is one (it builds its output sets faster with it)
-    and builds them from the vectors otherwise, so it needs only the vocabulary and vectors."""
-    from textdp.mechanisms import ALL_MECHANISMS  # pylint: disable=import-outside-toplevel
-
-    if mechanism not in ALL_MECHANISMS:
+    mechanism = mechanism or DEFAULT_MECHANISM
+    if mechanism not in REGISTRY:
         raise ValueError(f"unknown mechanism {mechanism!r}")
-    if mechanism in NEEDS_NEIGHBOUR_TABLE:
-        return ArtifactNeeds(ALWAYS_NEEDED + ("neighbours",), mechanism)
-    if mechanism in NEAREST_WORD_MECHANISMS and nn == "annoy":
-        return ArtifactNeeds(ALWAYS_NEEDED + ("annoy",), mechanism)
-    return ArtifactNeeds(ALWAYS_NEEDED, mechanism)
+    return ArtifactNeeds(ALWAYS_NEEDED + REGISTRY[mechanism].artifact_parts(nn=nn), mechanism)
 
 
 def verify_artifact(location: Optional[str], needs: Iterable[str] = ALWAYS_NEEDED,

@@ -17,7 +17,17 @@ from __future__ import annotations
 import numpy as np
 
 from textdp.errors import ParameterError
+from textdp.mechanism_base import SEARCH_BATCH_TOKENS, Mechanism, Parameter
 from textdp.nearest import make_nearest
+
+NN = Parameter(
+    "nn", str, "exact", choices=("exact", "annoy"), example="annoy",
+    help="nearest-word search, exact (brute force, default) or annoy (approximate, faster; same guarantee, lower "
+         "utility at small epsilon)")
+SEARCH_K = Parameter(
+    "search_k", int, -1, example=400, example_with=(("nn", "annoy"),),
+    help="Annoy search_k for --nn annoy: -1 (trees * n, Annoy's default) or at least the words needed (1; vickrey 2) "
+         "times the artifact's trees, so that Annoy always returns them")
 
 
 def sample_noise(count: int, dim: int, epsilon: float, rng: np.random.Generator) -> np.ndarray:
@@ -39,22 +49,22 @@ def check_diameter(diameter_upper: float) -> float:
     return value
 
 
-class Madlib:
+class Madlib(Mechanism):
     """Madlib over a vocabulary artifact: ``privatize_ids(ids, rng) -> released ids``."""
 
     name = "madlib"
+    DESCRIPTION = "multivariate Laplace noise on the embedding, nearest word"
+    PARAMETERS = (NN, SEARCH_K)
+    SEARCHES_NEAREST = True
+    BATCH_TOKENS = SEARCH_BATCH_TOKENS
+    CALIBRATE_PRUNED_SEARCH = True
+    BOUND_TEXT = "epsilon * d(w, w'), Euclidean"
     NEIGHBOURS_NEEDED = 1  # words the search must return per noisy point
 
     @classmethod
-    def check_parameters(cls, epsilon, artifact=None, nn: str = "exact", search_k: int = -1, **_others) -> None:
-        """Refuse (ParameterError) an epsilon or search setting this mechanism cannot use, without loading
-        anything; ``artifact`` (optional) adds the checks that need its Annoy tree count."""
-        from textdp.mechanisms import check_epsilon, check_number  # pylint: disable=import-outside-toplevel
-
-        check_epsilon(epsilon)
-        if nn not in ("exact", "annoy"):
-            raise ParameterError(f"nn must be 'exact' or 'annoy', got {nn!r}")
-        search_k = check_number(search_k, "search_k", integer=True)
+    def check_special(cls, epsilon, artifact=None, nn: str = "exact", search_k: int = -1, **_others) -> None:
+        """search_k against the Annoy tree count (``artifact``, optional, gives it)."""
+        search_k = int(search_k)  # an integer: the declared check ran first
         # Annoy gathers candidates until it holds search_k of them, an item at most once per tree, so
         # search_k >= needed x trees guarantees the words needed; 0 and negatives other than -1 find none
         trees = ((getattr(artifact, "manifest", None) or {}).get("annoy") or {}).get("trees")

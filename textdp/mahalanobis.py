@@ -40,6 +40,14 @@ from __future__ import annotations
 import numpy as np
 
 from textdp.madlib import Madlib, check_diameter, sample_noise
+from textdp.mechanism_base import Parameter
+
+LAM = Parameter(
+    "lam", float, 0.2, low=0.0, high=1.0, label="lambda", aliases=("lambda",), flag_aliases=("lambda",), example=0.5,
+    example_with=(("vickrey_noise", "mahalanobis"),),
+    help="regularization lambda in [0, 1] of the covariance, S = lambda * Sigma~ + (1 - lambda) * I (0: Madlib's "
+         "spherical noise, 1: noise shaped by the embedding's covariance alone); default 0.2 (vickrey: with "
+         "--vickrey-noise mahalanobis)")
 
 
 def regularized_covariance(vectors: np.ndarray, lam: float, block: int = 65536) -> np.ndarray:
@@ -78,14 +86,10 @@ class Mahalanobis(Madlib):
     """Madlib with elliptical noise l * S^{1/2} v (see the module docstring); ``privatize_ids(ids, rng)``."""
 
     name = "mahalanobis"
-
-    @classmethod
-    def check_parameters(cls, epsilon, artifact=None, lam: float = 0.2, **others) -> None:
-        """Madlib's checks and lambda, a number in [0, 1] (see ``regularized_covariance``)."""
-        from textdp.mechanisms import check_number  # pylint: disable=import-outside-toplevel
-
-        super().check_parameters(epsilon, artifact, **others)
-        check_number(lam, "lambda", 0.0, 1.0)
+    DESCRIPTION = "Madlib with noise shaped by the embedding's regularized covariance"
+    PARAMETERS = Madlib.PARAMETERS + (LAM,)
+    CALIBRATE_PRUNED_SEARCH = False  # calibrate runs its own privatize_ids
+    BOUND_TEXT = "epsilon * d(w, w') in the Mahalanobis metric of the mechanism"
 
     def __init__(self, artifact, epsilon: float, lam: float = 0.2, nn: str = "exact", search_k: int = -1,
                  batch: int = 1024):
@@ -116,7 +120,7 @@ class Mahalanobis(Madlib):
     def parameters(self) -> dict:
         params = super().parameters()
         params["mechanism"] = self.name
-        params["lambda"] = self.lam
+        params["lam"] = self.lam
         params["covariance"] = "population covariance of the artifact's vectors, divided by its mean variance"
         return params
 

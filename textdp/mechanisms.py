@@ -32,8 +32,9 @@ SanText+, CusText), so that the pipeline never needs to know which one runs:
     single output set and inf otherwise (groups have disjoint outputs), truncated-gumbel inf (no
     guarantee claimed). inf means "no finite bound is claimed", never "unknown but fine".
 
-``MECHANISMS`` lists the names the pipelines offer today; ``ALL_MECHANISMS`` every name the
-factory builds (the pipelines' flags for the new ones are wired separately).
+The interface itself (names, parameter declarations, artifact needs, exact law, ...) is declared on
+each class: ``textdp.mechanism_base.Mechanism``. This module is the registry built from those
+classes, and the functions every entry point uses to check and build a mechanism by name.
 """
 
 from __future__ import annotations
@@ -41,25 +42,27 @@ from __future__ import annotations
 import importlib
 import math
 import numbers
+from collections.abc import Mapping
+from typing import Dict, Iterator, Optional, Tuple
 
 from textdp.errors import ParameterError, TextdpError
+from textdp.mechanism_base import Mechanism, Parameter
 
-MECHANISMS = ("madlib", "tem")  # offered by the pipelines' --mechanism today
-ALL_MECHANISMS = ("madlib", "tem", "mahalanobis", "vickrey", "truncated-gumbel", "santext", "santext+", "custext")
-
-# name -> (module, class, {keyword: default}, fixed keywords)
-_SPECS = {
-    "madlib": ("textdp.madlib", "Madlib", {"nn": "exact", "search_k": -1}, {}),
-    "tem": ("textdp.tem", "TEM", {"gamma": None, "beta": 0.001}, {}),
-    "mahalanobis": ("textdp.mahalanobis", "Mahalanobis", {"lam": 0.2, "nn": "exact", "search_k": -1}, {}),
-    "vickrey": ("textdp.vickrey", "Vickrey", {"t": 0.5, "noise": "madlib", "lam": 0.2, "nn": "exact", "search_k": -1}, {}),
-    "truncated-gumbel": ("textdp.truncated_gumbel", "TruncatedGumbel",
-                         {"scale": None, "mean_candidates": None, "max_distance": None}, {}),
-    "santext": ("textdp.santext", "SanText", {"plus": False, "sensitive_fraction": 0.9, "p": 0.3, "sensitive_ids": None}, {}),
-    "santext+": ("textdp.santext", "SanText", {"sensitive_fraction": 0.9, "p": 0.3, "sensitive_ids": None}, {"plus": True}),
-    "custext": ("textdp.custext", "CusText", {"k": 20, "metric": "euclidean"}, {}),
+# The registry: one line per built-in mechanism, its name and its class's import path, in the order --help
+# and the docs list them. Imported on demand, as a Python entry point is (name = module:Class); the class's
+# own ``name`` must be the same (checked on import). Everything else about a mechanism is on its class.
+BUILT_IN = {
+    "madlib": "textdp.madlib:Madlib",
+    "tem": "textdp.tem:TEM",
+    "mahalanobis": "textdp.mahalanobis:Mahalanobis",
+    "vickrey": "textdp.vickrey:Vickrey",
+    "truncated-gumbel": "textdp.truncated_gumbel:TruncatedGumbel",
+    "santext": "textdp.santext:SanText",
+    "santext+": "textdp.santext:SanTextPlus",
+    "custext": "textdp.custext:CusText",
 }
-_ALIASES = {"lambda": "lam"}
+ALL_MECHANISMS: Tuple[str, ...] = tuple(BUILT_IN)
+DEFAULT_MECHANISM = "madlib"  # what every entry point runs when no mechanism is named
 
 # The one epsilon range of every mechanism and entry point (CLI flags, calibrate's and audit's
 # --epsilons, textdp.Privatizer, transforms.Privatize). Lower bound: Madlib's noise has magnitude
@@ -110,6 +113,70 @@ def check_epsilon(epsilon, what: str = "epsilon") -> float:
     return value
 
 
+def mechanism_class(name: str):
+    """The class of mechanism ``name`` (imported on demand; TextdpError if unknown or not importable)."""
+    if name not in BUILT_IN:
+        raise TextdpError(f"unknown mechanism {name!r}; expected one of {', '.join(ALL_MECHANISMS)}")
+    module_name, class_name = BUILT_IN[name].split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TextdpError(f"--mechanism {name} is not available in this installation ({module_name} cannot be "
+                          f"imported: {exc})") from None
+    cls = getattr(module, class_name)
+    if not (isinstance(cls, type) and issubclass(cls, Mechanism) and cls.name == name):
+        raise TypeError(f"{BUILT_IN[name]} is not the Mechanism class named {name!r}")
+    return cls
+
+
+def available_class(name: str) -> Optional[type]:
+    """The class of mechanism ``name``, or None when this installation cannot import it."""
+    try:
+        return mechanism_class(name)
+    except TextdpError:
+        return None
+
+
+class _Registry(Mapping):
+    """{name: class} of every registered mechanism this installation can import (read-only, on demand)."""
+
+    def __getitem__(self, name: str) -> type:
+        if name not in BUILT_IN:
+            raise KeyError(name)
+        return mechanism_class(name)
+
+    def __contains__(self, name) -> bool:
+        return name in BUILT_IN
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name in BUILT_IN if available_class(name) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def get(self, name, default=None):
+        return available_class(name) if name in BUILT_IN else default
+
+
+REGISTRY = _Registry()
+
+
+def all_parameters() -> Dict[str, Parameter]:
+    """{public name: Parameter} over every registered mechanism (a shared parameter is declared by one
+    object; two different declarations under one name are a programming error)."""
+    out: Dict[str, Parameter] = {}
+    for cls in REGISTRY.values():
+        for param in cls.PARAMETERS:
+            if out.setdefault(param.name, param) is not param:
+                raise TypeError(f"parameter {param.name!r} is declared twice with different declarations")
+    return out
+
+
+def users_of(name: str) -> Tuple[str, ...]:
+    """The registered mechanisms that take parameter ``name``."""
+    return tuple(mech for mech, cls in REGISTRY.items() if any(p.name == name for p in cls.PARAMETERS))
+
+
 class ManifestFacts:
     """What a launcher knows of an artifact from its verified manifest alone (vocabulary size, Annoy
     trees): enough for every vocabulary check but the truncated Gumbel mechanism's."""
@@ -133,19 +200,6 @@ def artifact_for_checks(name: str, location, manifest: dict):
     return Artifact(resolve_artifact(location), verify=False)
 
 
-def mechanism_class(name: str):
-    """The class of mechanism ``name`` (imported on demand)."""
-    if name not in _SPECS:
-        raise TextdpError(f"unknown mechanism {name!r}; expected one of {', '.join(ALL_MECHANISMS)}")
-    module_name, class_name = _SPECS[name][:2]
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise TextdpError(f"--mechanism {name} is not available in this installation ({module_name} cannot be "
-                          f"imported: {exc})") from None
-    return getattr(module, class_name)
-
-
 def check_mechanism(name: str, epsilon, artifact=None, **params) -> dict:
     """Refuse, without building anything, an epsilon or parameter that mechanism ``name`` cannot use:
     one that would make it release its input unchanged or break its arithmetic. Every entry point
@@ -154,58 +208,72 @@ def check_mechanism(name: str, epsilon, artifact=None, **params) -> dict:
 
     ``artifact``: None (checks that need no vocabulary), or a loaded artifact (vocabulary size,
     Annoy trees, the neighbour table's smallest distance: the checks that depend on them too).
-    Returns the resolved keyword parameters (see ``make_mechanism``). Raises ParameterError.
+    Returns the resolved keyword parameters by public name (see ``make_mechanism``). Raises ParameterError.
     """
-    fixed, kwargs = _resolve(name, params)
-    mechanism_class(name).check_parameters(epsilon, artifact, **fixed, **kwargs)
-    return kwargs
+    cls, public = _resolve(name, params)
+    cls.check_parameters(epsilon, artifact, **_constructor_keywords(cls, public))
+    return public
 
 
 def mechanism_parameters(name: str) -> dict:
-    """The keyword parameters (and their defaults) that mechanism ``name`` takes."""
-    if name not in _SPECS:
-        raise TextdpError(f"unknown mechanism {name!r}; expected one of {', '.join(ALL_MECHANISMS)}")
-    return dict(_SPECS[name][2])
+    """The parameters (public names) and their defaults that mechanism ``name`` takes."""
+    return mechanism_class(name).defaults()
+
+
+def accepted_keywords(name: str) -> Tuple[str, ...]:
+    """Every keyword mechanism ``name`` takes: its public parameter names and their older spellings."""
+    return tuple(key for param in mechanism_class(name).PARAMETERS for key in (param.name,) + param.aliases)
+
+
+def artifact_parts(name: str, **params) -> tuple:
+    """The artifact parts beyond vocabulary and vectors that mechanism ``name`` reads with ``params``."""
+    return mechanism_class(name).artifact_parts(**params)
 
 
 def make_mechanism(name: str, artifact, epsilon: float, **params):
-    """Build the mechanism ``name`` over a loaded artifact with its own keyword parameters.
+    """Build the mechanism ``name`` over a loaded artifact with its own parameters, by their public
+    names (``PARAMETERS`` of the class; older keyword spellings in a declaration's ``aliases`` too:
+    ``lambda``, ``t``, ``k``, ...).
 
-    Madlib: ``nn``, ``search_k``. TEM: ``gamma`` (None: Thm. 4.2 from ``beta``), ``beta``.
-    Mahalanobis: ``lam`` (or ``lambda``), ``nn``, ``search_k``. Vickrey: ``t``, ``noise``
-    (``madlib``/``mahalanobis``), ``lam``, ``nn``, ``search_k``. truncated-gumbel: ``scale``,
-    ``mean_candidates``, ``max_distance``. SanText: ``plus``, ``sensitive_fraction``, ``p``,
-    ``sensitive_ids`` (``santext+`` is SanText with ``plus=True``). CusText: ``k``, ``metric``.
-
-    A keyword of another mechanism is accepted only at its default value (callers that pass one set
+    A parameter of another mechanism is accepted only at its default value (callers that pass one set
     of flags to every mechanism keep working); any other value, or an unknown keyword, is an error.
     """
-    fixed, kwargs = _resolve(name, params)
-    return mechanism_class(name)(artifact, epsilon, **fixed, **kwargs)
+    cls, public = _resolve(name, params)
+    return cls(artifact, epsilon, **cls.FIXED, **_constructor_keywords(cls, public))
+
+
+def _constructor_keywords(cls, public: dict) -> dict:
+    return {cls.parameter(key).keyword: value for key, value in public.items()}
 
 
 def _resolve(name: str, params: dict):
-    """(fixed keywords, the keyword parameters of mechanism ``name`` among ``params``); see make_mechanism."""
-    if name not in _SPECS:
-        raise TextdpError(f"unknown mechanism {name!r}; expected one of {', '.join(ALL_MECHANISMS)}")
-    _, _, accepted, fixed = _SPECS[name]
-    known_elsewhere = {}
-    for spec in _SPECS.values():
-        for key, default in spec[2].items():
-            known_elsewhere.setdefault(key, default)
-    kwargs = {}
+    """(class, {public name: value} of mechanism ``name`` among ``params``); see make_mechanism."""
+    cls = mechanism_class(name)
+    fixed = cls.FIXED
+    elsewhere = {}
+    for other in REGISTRY.values():
+        for param in other.PARAMETERS:
+            for key in (param.name,) + param.aliases:
+                elsewhere.setdefault(key, param)
+    public = {}
     for key, value in params.items():
-        key = _ALIASES.get(key, key)
         if key in fixed:
             if value != fixed[key]:
                 raise TextdpError(f"mechanism {name!r} always has {key}={fixed[key]!r}")
             continue
-        if key in accepted:
-            kwargs[key] = value
-        elif key in known_elsewhere:
-            if value is not None and value != known_elsewhere[key]:
-                raise TextdpError(f"parameter {key!r} does not apply to mechanism {name!r} (its parameters: "
-                                  f"{', '.join(accepted) or 'none'})")
+        try:
+            param = cls.parameter(key)
+        except KeyError:
+            param = None
+        if param is not None:
+            if param.name in public and key != param.name:
+                continue  # the public name wins over an older spelling given too
+            public[param.name] = value
+        elif key in elsewhere:
+            other = elsewhere[key]
+            if value is not None and value != other.default:
+                raise TextdpError(f"parameter {other.name!r} does not apply to mechanism {name!r} (its parameters: "
+                                  f"{', '.join(p.name for p in cls.PARAMETERS) or 'none'})")
         else:
             raise TextdpError(f"unknown parameter {key!r} for mechanism {name!r}")
-    return dict(fixed), kwargs
+    return cls, public

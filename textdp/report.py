@@ -50,7 +50,7 @@ def _by_epsilon(rows: Sequence[dict]) -> Dict[float, List[dict]]:
 
 
 def histogram_png(rows: Sequence[dict], key: str, label: str, value_range, target=None, target_label="") -> bytes:
-    """One histogram panel per epsilon (Fig. 2); the exact TEM values, when present, as an outline."""
+    """One histogram panel per epsilon (Fig. 2); the exact values of a closed form, when present, as an outline."""
     groups = _by_epsilon(rows)
     count = max(len(groups), 1)
     figure = Figure(figsize=(3.2 * count, 3.0), constrained_layout=True)
@@ -61,7 +61,7 @@ def histogram_png(rows: Sequence[dict], key: str, label: str, value_range, targe
         axis.hist(values, bins=bins, color="#4C72B0", alpha=0.85, label="estimate")
         exact = [r.get(f"{key}_exact") for r in group]
         if all(v is not None for v in exact):
-            axis.hist(np.array(exact, dtype=float), bins=bins, histtype="step", color="black", label="exact (TEM)")
+            axis.hist(np.array(exact, dtype=float), bins=bins, histtype="step", color="black", label="exact (closed form)")
         if target is not None:
             axis.axvline(target, color="#C44E52", linestyle="--", label=target_label)
         axis.set_title(f"epsilon = {eps:g}")
@@ -88,7 +88,7 @@ def means_png(statistics: dict, samples: int) -> bytes:
                   label=f"worst case ({worst})")
         exact_key = f"{key}_exact"
         if all(exact_key in statistics[e] for e in statistics):
-            axis.plot(eps, [statistics[e][exact_key]["mean"] for e in statistics], "k:", label="mean, exact (TEM)")
+            axis.plot(eps, [statistics[e][exact_key]["mean"] for e in statistics], "k:", label="mean, exact (closed form)")
         axis.set_xscale("log")
         axis.set_xticks(eps)
         axis.set_xticklabels([f"{e:g}" for e in eps])
@@ -195,6 +195,10 @@ def render_html(summary: dict, plot_files: Sequence[str] = PLOT_FILES) -> str:
     definitions = "".join(f"<li><b>{_e(k)}</b>: {_e(v)}</li>" for k, v in summary.get("definitions", {}).items())
     images = {name: f'<img src="{_e(name)}" alt="{_e(name)}">' for name in plot_files}
     statistics = summary["statistics"]
+    from textdp.mechanisms import available_class  # pylint: disable=import-outside-toplevel
+
+    cls = available_class(summary["mechanism"])
+    title = cls.title() if cls is not None else summary["mechanism"]  # how the mechanism's class names itself
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>textdp calibration: choosing epsilon</title>
 <style>{_STYLE}</style></head><body>
@@ -215,8 +219,8 @@ at most {0.5 / max(summary['samples'], 1) ** 0.5:.3f}); read results near a targ
 {images.get(HIST_SW, '')}
 {_statistics_table(statistics, 'n_w', 'N_w (estimate)')}
 {_statistics_table(statistics, 's_w', 'S_w (estimate: distinct outputs)')}
-{_statistics_table(statistics, 'n_w_exact', 'N_w exact (TEM closed form)')}
-{_statistics_table(statistics, 's_w_exact', 'S_w exact: expected distinct outputs (TEM closed form)')}
+{_statistics_table(statistics, 'n_w_exact', f'N_w exact ({title} closed form)')}
+{_statistics_table(statistics, 's_w_exact', f'S_w exact: expected distinct outputs ({title} closed form)')}
 <h2>Average and worst case against epsilon (Fig. 3-4)</h2>
 {images.get(MEANS, '')}
 <h2>Distances to the k nearest words (Fig. 1)</h2>

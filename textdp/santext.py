@@ -46,6 +46,17 @@ import numpy as np
 
 from textdp.exponential import TableExponentialSampler
 from textdp.madlib import check_diameter
+from textdp.mechanism_base import Mechanism, Parameter
+
+SANTEXT_P = Parameter("santext_p", float, 0.3, low=0.0, high=1.0, low_open=True, label="santext p", argument="p",
+                      aliases=("p",), example=0.4,
+                      help="probability that a non-sensitive word is replaced (else kept); default 0.3")
+SENSITIVE_FRACTION = Parameter(
+    "sensitive_fraction", float, 0.9, low=0.0, high=1.0, low_open=True, example=0.5,
+    help="the share of the vocabulary treated as sensitive, the least frequent words; default 0.9")
+SENSITIVE_IDS = Parameter(
+    "sensitive_ids", list, None, cli=False, example=(1, 2, 3),
+    help="the vocabulary ids treated as sensitive (Python only; default: the rarest --sensitive-fraction)")
 
 
 def rarest_ids(vocab_size: int, fraction: float) -> np.ndarray:
@@ -58,33 +69,25 @@ def rarest_ids(vocab_size: int, fraction: float) -> np.ndarray:
     return np.arange(vocab_size - count, vocab_size, dtype=np.int64)
 
 
-class SanText:
-    """SanText (``plus=False``) or SanText+ (``plus=True``) over an artifact with a Euclidean neighbour table."""
+class SanText(Mechanism):
+    """SanText (``plus=False``) or SanText+ (``plus=True``; registered as ``SanTextPlus``) over an artifact
+    with a Euclidean neighbour table. Every epsilon of the range works: the sampler's weights are relative
+    to the nearest allowed word (textdp.exponential)."""
 
-    @classmethod
-    def check_parameters(cls, epsilon, artifact=None, plus: bool = False, sensitive_fraction: float = 0.9,
-                         p: float = 0.3, sensitive_ids=None, **_others) -> None:
-        """Refuse (ParameterError) an epsilon, p (in (0, 1]) or sensitive fraction (in (0, 1], selecting at
-        least one word of the vocabulary when it is known) SanText(+) cannot use. Every epsilon of the range
-        works: the sampler's weights are relative to the nearest allowed word (textdp.exponential)."""
-        from textdp.errors import ParameterError  # pylint: disable=import-outside-toplevel
-        from textdp.mechanisms import check_epsilon, check_number  # pylint: disable=import-outside-toplevel
-
-        check_epsilon(epsilon)
-        if not plus:
-            return
-        check_number(p, "santext p", 0.0, 1.0, low_open=True)
-        if sensitive_ids is None:
-            fraction = check_number(sensitive_fraction, "sensitive_fraction", 0.0, 1.0, low_open=True)
-            if artifact is not None and math.floor(fraction * int(artifact.vocab_size)) < 1:
-                raise ParameterError(f"sensitive_fraction {fraction:g} selects no word of this vocabulary")
+    name = "santext"
+    DESCRIPTION = "exponential mechanism over the whole vocabulary"
+    NEEDS_NEIGHBOUR_TABLE = True
+    EXACT_LAW = True
+    AUDIT_KERNEL = True
+    BOUND_TEXT = "epsilon * d(w, w'), Euclidean"
 
     def __init__(self, artifact, epsilon: float, plus: bool = False, sensitive_fraction: float = 0.9,
                  p: float = 0.3, sensitive_ids: Optional[Sequence[int]] = None, batch: int = 8192):
         from textdp.neighbours import NeighbourTable  # pylint: disable=import-outside-toplevel
 
-        type(self).check_parameters(epsilon, artifact, plus=plus, sensitive_fraction=sensitive_fraction, p=p,
-                                    sensitive_ids=sensitive_ids)
+        checks = SanTextPlus if plus else SanText
+        checks.check_parameters(epsilon, artifact, **({"sensitive_fraction": sensitive_fraction, "p": p,
+                                                       "sensitive_ids": sensitive_ids} if plus else {}))
         self.artifact = artifact
         self.epsilon = float(epsilon)
         self.plus = bool(plus)
@@ -150,12 +153,31 @@ class SanText:
             return math.inf
         return self.epsilon * diameter
 
+    # the exact law ------------------------------------------------------------------------------------
+    def exact_distribution(self, row: np.ndarray, word_id: int) -> np.ndarray:
+        """P(y) ~ exp(-epsilon d(w, y) / 2) over the vocabulary (SanText+: over the sensitive words, mixed with
+        "unchanged" with probability 1 - p for a non-sensitive input)."""
+        log_w = -0.5 * self.epsilon * np.asarray(row, dtype=np.float64)
+        if self.plus:
+            log_w = np.where(self.sensitive, log_w, -np.inf)
+        log_w = log_w - log_w.max()
+        probs = np.exp(log_w)
+        probs /= probs.sum()
+        if self.plus and not self.sensitive[word_id]:
+            probs *= self.p
+            probs[word_id] += 1.0 - self.p
+        return probs
+
+    def audit_kernel(self):
+        """exp(-epsilon d / 2) over the whole vocabulary (Yue et al.); SanText+ has no such kernel."""
+        return None if self.plus else (0.5 * self.epsilon, math.inf, "euclidean")
+
     # reporting ----------------------------------------------------------------------------------------
     def parameters(self) -> dict:
         params = {"mechanism": self.name, "epsilon": self.epsilon, "metric": "euclidean",
                   "neighbour_k": self.table.k}
         if self.plus:
-            params.update(p=self.p, sensitive_words=self.sensitive_count(), sensitive_source=self.sensitive_source)
+            params.update(santext_p=self.p, sensitive_words=self.sensitive_count(), sensitive_source=self.sensitive_source)
             if self.sensitive_fraction is not None:
                 params["sensitive_fraction"] = self.sensitive_fraction
         return params
@@ -197,3 +219,31 @@ class SanText:
                                      "which reveals it")}
                          if p < 1 else {"covered": "all"}),
         }
+
+
+class SanTextPlus(SanText):
+    """SanText+ (Yue et al.): SanText with ``plus=True``, the variant's own name and parameters."""
+
+    name = "santext+"
+    DESCRIPTION = "SanText only for the sensitive (rarest) words; others kept with probability 1 - p"
+    PARAMETERS = (SANTEXT_P, SENSITIVE_FRACTION, SENSITIVE_IDS)
+    AUDIT_KERNEL = False
+    BOUND_TEXT = "none claimed when p < 1 (a kept non-sensitive word reveals itself)"
+    FIXED = {"plus": True}
+
+    @classmethod
+    def check_special(cls, epsilon, artifact=None, sensitive_fraction: float = 0.9, sensitive_ids=None,
+                      **_others) -> None:
+        """A sensitive fraction must select at least one word of the vocabulary (when it is known)."""
+        from textdp.errors import ParameterError  # pylint: disable=import-outside-toplevel
+
+        if sensitive_ids is None and artifact is not None \
+                and math.floor(float(sensitive_fraction) * int(artifact.vocab_size)) < 1:
+            raise ParameterError(f"sensitive_fraction {float(sensitive_fraction):g} selects no word of this vocabulary")
+
+    def __init__(self, artifact, epsilon: float, sensitive_fraction: float = 0.9, p: float = 0.3,
+                 sensitive_ids: Optional[Sequence[int]] = None, batch: int = 8192, plus: bool = True):
+        if plus is not True:
+            raise ValueError("SanText+ always has plus=True (use SanText for plus=False)")
+        super().__init__(artifact, epsilon, plus=True, sensitive_fraction=sensitive_fraction, p=p,
+                         sensitive_ids=sensitive_ids, batch=batch)

@@ -25,7 +25,8 @@ def oov_statement(policy: str, unk_token: str, unknown_tokens: Optional[int] = N
                 "unknown word it was; compared with any vocabulary word at that position, output probabilities "
                 "differ by at most the factor exp(epsilon_0), where epsilon_0 is the mechanism's per-word pure "
                 "local-DP bound over the vocabulary that every vocabulary word has too (the amplification "
-                "accounting's epsilon_0: epsilon x the vocabulary diameter for Madlib, capped at gamma for TEM; "
+                "accounting's epsilon_0: the mechanism's own bound at the vocabulary's diameter in the metric of its "
+                "guarantee; "
                 "a mechanism without such a bound gives no such factor). The layout of a record, including how an unknown compound was split, is released "
                 "as described under 'structure'.")
     if policy == "unk":

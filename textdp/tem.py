@@ -12,7 +12,14 @@ from typing import Optional
 
 import numpy as np
 
+from textdp.mechanism_base import Mechanism, Parameter
+
 DEFAULT_BETA = 0.001
+
+GAMMA = Parameter("gamma", float, None, low=0.0, example=2.5,
+                  help="truncation radius gamma >= 0; default: from --beta (Thm. 4.2 of Carvalho et al.)")
+BETA = Parameter("beta", float, DEFAULT_BETA, low=0.0, high=1.0, low_open=True, high_open=True, example=0.01,
+                 help="probability mass allowed outside the gamma-ball when gamma is derived, in (0, 1); default 0.001")
 
 
 def gamma_from_beta(epsilon: float, vocab_size: int, beta: float = DEFAULT_BETA) -> float:
@@ -63,7 +70,7 @@ def output_distribution(distances_to_all_words: np.ndarray, epsilon: float, gamm
 # --- the sampler -------------------------------------------------------------------------------
 
 
-class TEM:
+class TEM(Mechanism):
     """TEM over a vocabulary artifact with a K-nearest neighbour table.
 
     Target. For input w (id), with d(w, w) = 0, the table's distances for the K nearest words
@@ -117,6 +124,12 @@ class TEM:
     """
 
     name = "tem"
+    DESCRIPTION = "truncated exponential mechanism"
+    PARAMETERS = (GAMMA, BETA)
+    NEEDS_NEIGHBOUR_TABLE = True
+    EXACT_LAW = True
+    AUDIT_KERNEL = True
+    BOUND_TEXT = "epsilon * min(d(w, w'), gamma) (Carvalho et al., Thm. 4.1; the scores are clipped at gamma)"
     FIRST_ROUNDS = 4
     MAX_ROUNDS_PER_BLOCK = 256
     FLOAT32_DISTANCE_ERROR = 1e-5  # relative bound on |float32 - float64| distance over 50-300 dimensions
@@ -124,17 +137,11 @@ class TEM:
     DENSE_MAX_WORDS = 16  # frequent input words given a dense row (16 bytes x vocabulary each)
     DENSE_AFTER_CANDIDATES = 1_000_000  # about the cost of building one dense row, in candidates
 
-    @classmethod
-    def check_parameters(cls, epsilon, artifact=None, gamma: Optional[float] = None, beta: float = DEFAULT_BETA,
-                         **_others) -> None:
-        """Refuse (ParameterError) an epsilon, gamma (finite, >= 0) or beta (in (0, 1)) TEM cannot use."""
-        from textdp.mechanisms import check_epsilon, check_number  # pylint: disable=import-outside-toplevel
+    TITLE = "TEM"
 
-        check_epsilon(epsilon)
-        if gamma is None:
-            check_number(beta, "beta", 0.0, 1.0, low_open=True, high_open=True)
-        else:
-            check_number(gamma, "gamma", 0.0)
+    @classmethod
+    def exact_label(cls) -> str:
+        return f"exact {cls.TITLE} values"
 
     def __init__(self, artifact, epsilon: float, gamma: Optional[float] = None,
                  beta: float = DEFAULT_BETA, batch: int = 8192):
@@ -386,6 +393,17 @@ class TEM:
         from textdp.madlib import check_diameter  # pylint: disable=import-outside-toplevel
 
         return self.epsilon * min(check_diameter(diameter_upper), self.gamma)
+
+    # the exact law ---------------------------------------------------------------------------------
+    def exact_distribution(self, row: np.ndarray, word_id: int) -> np.ndarray:
+        """The closed form: P(i) ~ exp(-epsilon d(w, i) / 2) within gamma, exp(-epsilon gamma / 2) beyond."""
+        return output_distribution(row, self.epsilon, self.gamma, self_id=word_id)
+
+    def audit_kernel(self):
+        return 0.5 * self.epsilon, float(self.gamma), self.metric
+
+    def calibration_fields(self) -> dict:
+        return {"tem_gamma": float(self.gamma)}
 
     # reporting -------------------------------------------------------------------------------------
     def parameters(self) -> dict:

@@ -45,7 +45,6 @@ from textdp.tokenize import UNKNOWN_ID, TokenizedBatch, Tokenizer
 OOV_POLICIES = ("random", "unk", "keep")
 DEFAULT_BATCH_TOKENS = 4096  # words per call for mechanisms that search the vocabulary for every word
 LARGE_BATCH_TOKENS = 65_536  # words per call for the others (sampled from tables: cheap per word)
-SEARCH_MECHANISMS = ("madlib", "mahalanobis", "vickrey")
 
 
 def check_oov(policy, unk_token) -> None:
@@ -60,7 +59,7 @@ def check_oov(policy, unk_token) -> None:
 
 
 def default_batch_tokens(mechanism: str) -> int:
-    """Words per mechanism call when the user gives none.
+    """Words per mechanism call when the user gives none: the class's ``BATCH_TOKENS``.
 
     Mechanisms that search the whole vocabulary for every word (Madlib, Mahalanobis, Vickrey) cost
     ~0.5 ms per word, so 4,096 words already amortise the per-call work (benchmarks/results/scaling.md:
@@ -69,7 +68,9 @@ def default_batch_tokens(mechanism: str) -> int:
     sampler shows: TEM at epsilon 10, 20,000 IMDb reviews, one worker on one thread ran the whole job in
     13.2-14.5 s at 4,096 words per call and 11.0-11.2 s at 65,536 (3.4 s of it start-up).
     """
-    return DEFAULT_BATCH_TOKENS if mechanism in SEARCH_MECHANISMS else LARGE_BATCH_TOKENS
+    from textdp.mechanisms import mechanism_class  # pylint: disable=import-outside-toplevel
+
+    return mechanism_class(mechanism).BATCH_TOKENS
 
 
 _UNK_MARK = -2

@@ -47,6 +47,20 @@ from typing import Optional
 import numpy as np
 
 from textdp.madlib import check_diameter
+from textdp.mechanism_base import Mechanism, Parameter
+
+GUMBEL_SCALE = Parameter(
+    "gumbel_scale", float, None, low=0.0, low_open=True, label="gumbel scale", argument="scale", aliases=("scale",),
+    example=0.4,
+    help="scale of the Gumbel noise, a finite number > 0 and at most 1e9 x the truncation bound (needed at ordinary "
+         "epsilon: see docs/mechanisms.md); default: derived from epsilon by MLDP's BRR relation")
+GUMBEL_CANDIDATES = Parameter(
+    "gumbel_candidates", float, None, low=0.0, low_open=True, label="gumbel mean_candidates",
+    argument="mean_candidates", aliases=("mean_candidates",), example=4.0,
+    help="mean number of candidates of the truncated set (default: the mechanism's, ln(|W| - 1))")
+GUMBEL_MAX_DISTANCE = Parameter(
+    "gumbel_max_distance", float, None, low=0.0, low_open=True, label="gumbel max_distance", argument="max_distance",
+    aliases=("max_distance",), example=12.0, help="largest candidate distance (default: the mechanism's, an upper bound on the vocabulary's diameter)")
 
 
 def lambert_w0(x: float) -> float:
@@ -104,30 +118,29 @@ def truncated_poisson(mean: float, maximum: int, size: int, rng: np.random.Gener
     return k
 
 
-class TruncatedGumbel:
+class TruncatedGumbel(Mechanism):
     """BRR's truncated Gumbel selection over an artifact with a Euclidean neighbour table (see the module docstring)."""
 
     name = "truncated-gumbel"
+    DESCRIPTION = "truncated Gumbel selection among the nearest words; no guarantee claimed"
+    PARAMETERS = (GUMBEL_SCALE, GUMBEL_CANDIDATES, GUMBEL_MAX_DISTANCE)
+    NEEDS_NEIGHBOUR_TABLE = True
+    BOUND_TEXT = "none claimed"
+    EXAMPLE = {"gumbel_scale": 0.5}  # the scale derived from epsilon needs epsilon > ~60 on a 5k vocabulary
 
     CHECKS_READ_ARRAYS = True  # the scale checks need the neighbour table's smallest distance and the diameter
     MIN_BOUND_TO_SCALE = 1e-9  # below it the inverse-CDF noise is quantized (1e-12: ~1e4 values), then 0 or NaN
 
     @classmethod
-    def check_parameters(cls, epsilon, artifact=None, scale: Optional[float] = None,
-                         mean_candidates: Optional[float] = None, max_distance: Optional[float] = None,
-                         **_others) -> None:
-        """Refuse (ParameterError) what would break the sampler or release the input unchanged: a non-finite
-        or non-positive scale, candidate mean or bound; with the artifact (its neighbour table's smallest
-        distance and the diameter): an epsilon below the BRR scale relation's range when the scale is
-        derived, a mean above |W| - 1 (the truncated Poisson's rejection would not end), and a scale above
-        1e9 x the truncation bound (the inverse-CDF noise collapses to 0 or NaN: the input always wins)."""
-        from textdp.mechanisms import check_epsilon, check_number  # pylint: disable=import-outside-toplevel
-
-        check_epsilon(epsilon)
-        for value, what in ((scale, "gumbel scale"), (mean_candidates, "gumbel mean_candidates"),
-                            (max_distance, "gumbel max_distance")):
-            if value is not None:
-                check_number(value, what, 0.0, low_open=True)
+    def check_special(cls, epsilon, artifact=None, scale: Optional[float] = None,
+                      mean_candidates: Optional[float] = None, max_distance: Optional[float] = None,
+                      **_others) -> None:
+        """Refuse (ParameterError) what would break the sampler or release the input unchanged (the declared
+        checks refused a non-finite or non-positive scale, candidate mean or bound); with the artifact (its
+        neighbour table's smallest distance and the diameter): an epsilon below the BRR scale relation's range
+        when the scale is derived, a mean above |W| - 1 (the truncated Poisson's rejection would not end), and
+        a scale above 1e9 x the truncation bound (the inverse-CDF noise collapses to 0 or NaN: the input
+        always wins)."""
         if artifact is not None:
             cls.resolve(epsilon, artifact, scale, mean_candidates, max_distance)
 
@@ -236,8 +249,9 @@ class TruncatedGumbel:
         return math.inf
 
     def parameters(self) -> dict:
-        return {"mechanism": self.name, "epsilon": self.epsilon, "scale": self.scale, "scale_source": self.scale_source,
-                "mean_candidates": self.mean_candidates, "max_distance": self.max_distance,
+        return {"mechanism": self.name, "epsilon": self.epsilon, "gumbel_scale": self.scale,
+                "scale_source": self.scale_source, "gumbel_candidates": self.mean_candidates,
+                "gumbel_max_distance": self.max_distance,
                 "min_distance": self.min_distance, "neighbour_k": self.k_table}
 
     def privacy_statement(self) -> dict:

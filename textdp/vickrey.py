@@ -41,10 +41,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from textdp.madlib import Madlib
-from textdp.mahalanobis import Mahalanobis
+from textdp.madlib import NN, SEARCH_K, Madlib
+from textdp.mahalanobis import LAM, Mahalanobis
+from textdp.mechanism_base import SEARCH_BATCH_TOKENS, Mechanism, Parameter
 
 NOISES = ("madlib", "mahalanobis")
+
+VICKREY_T = Parameter("vickrey_t", float, 0.5, low=0.0, high=1.0, label="vickrey t", argument="t", aliases=("t",),
+                      example=0.6,
+                      help="threshold t in [0, 1] of the Vickrey rule; default 0.5")
+VICKREY_NOISE = Parameter("vickrey_noise", str, "madlib", choices=NOISES, label="vickrey noise", argument="noise",
+                          aliases=("noise",), example="mahalanobis",
+                          help="the noise added before the two nearest words are found; default madlib")
 
 
 class _TwoNearestMahalanobis(Mahalanobis):
@@ -53,22 +61,20 @@ class _TwoNearestMahalanobis(Mahalanobis):
     NEIGHBOURS_NEEDED = 2
 
 
-class Vickrey:
+class Vickrey(Mechanism):
     """The Vickrey rule over Madlib or Mahalanobis noise; ``privatize_ids(ids, rng) -> released ids``."""
 
     name = "vickrey"
+    DESCRIPTION = "first or second nearest word by the Vickrey rule"
+    PARAMETERS = (VICKREY_T, VICKREY_NOISE, LAM, NN, SEARCH_K)
+    SEARCHES_NEAREST = True
+    BATCH_TOKENS = SEARCH_BATCH_TOKENS
+    BOUND_TEXT = "epsilon * d(w, w') in the metric of its noise"
 
     @classmethod
-    def check_parameters(cls, epsilon, artifact=None, t: float = 0.5, noise: str = "madlib", lam: float = 0.2,
-                         nn: str = "exact", search_k: int = -1, **_others) -> None:
-        """The noise's checks (two words needed from an Annoy search), t in [0, 1] and the noise's name."""
-        from textdp.errors import ParameterError  # pylint: disable=import-outside-toplevel
-        from textdp.mechanisms import check_number  # pylint: disable=import-outside-toplevel
-
-        check_number(t, "vickrey t", 0.0, 1.0)
-        if noise not in NOISES:
-            raise ParameterError(f"unknown noise {noise!r} (expected one of {', '.join(NOISES)})")
-        _TwoNearestMahalanobis.check_parameters(epsilon, artifact, lam=lam, nn=nn, search_k=search_k)
+    def check_special(cls, epsilon, artifact=None, nn: str = "exact", search_k: int = -1, **_others) -> None:
+        """The noise's search check: two words needed from an Annoy search."""
+        _TwoNearestMahalanobis.check_special(epsilon, artifact, nn=nn, search_k=search_k)
 
     def __init__(self, artifact, epsilon: float, t: float = 0.5, noise: str = "madlib", lam: float = 0.2,
                  nn: str = "exact", search_k: int = -1, batch: int = 1024):
@@ -129,9 +135,10 @@ class Vickrey:
         return self.base.token_epsilon0(diameter_upper)
 
     def parameters(self) -> dict:
-        params = {"mechanism": self.name, "epsilon": self.epsilon, "t": self.t, "noise": self.noise, "nn": self.nn}
+        params = {"mechanism": self.name, "epsilon": self.epsilon, "vickrey_t": self.t, "vickrey_noise": self.noise,
+                  "nn": self.nn}
         if self.noise == "mahalanobis":
-            params["lambda"] = self.base.lam
+            params["lam"] = self.base.lam
         if self.nn == "annoy":
             params["search_k"] = self.search_k
         return params

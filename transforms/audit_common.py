@@ -48,9 +48,10 @@ class AuditConfig:
     @property
     def searches_nearest(self) -> bool:
         """Whether draws run textdp's exact nearest-word search (then the worker sizes its threads)."""
-        from textdp.locate import NEAREST_WORD_MECHANISMS  # pylint: disable=import-outside-toplevel
+        from textdp.mechanisms import mechanism_class  # pylint: disable=import-outside-toplevel
 
-        return self.mechanism in NEAREST_WORD_MECHANISMS and dict(self.mechanism_params).get("nn", "exact") == "exact"
+        return (mechanism_class(self.mechanism).SEARCHES_NEAREST
+                and dict(self.mechanism_params).get("nn", "exact") == "exact")
 
     def artifact_tag(self) -> str:
         return f"textdp-audit-artifact:{self.artifact or '<default>'}"

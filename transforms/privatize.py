@@ -35,6 +35,7 @@ from textdp.mechanisms import check_mechanism, mechanism_parameters
 from textdp.text_privatizer import check_oov, default_batch_tokens
 from transforms.perturb import PerturbConfig, PerturbTokens
 from transforms.worker import WorkerConfig
+from textdp.mechanisms import DEFAULT_MECHANISM, accepted_keywords  # noqa: I100  (kept apart: a merge-friendly line)
 
 
 def estimated_tokens(element, text_fields: Sequence[str], keyed: bool) -> int:
@@ -85,15 +86,16 @@ class Privatize(beam.PTransform):
     ``textdp.mechanisms.ALL_MECHANISMS``), ``artifact`` (directory or gs://; None: the bundled GloVe
     artifact), ``text_fields``, ``oov_policy``, ``unk_token``, ``seed`` (tests only: not private),
     ``max_text_bytes``, ``batch_tokens``; any other keyword is a parameter of the mechanism
-    (``nn``, ``search_k`` for Madlib; ``gamma``, ``beta`` for TEM; ``lam``; ``t``; ``k``; ...: see
-    ``textdp.mechanisms.make_mechanism``). ``shape_field`` is for the LAC Amplifier. ``worker``: BLAS threads per process and
+    by its public name, the same as its flag (``nn``, ``search_k`` for Madlib; ``gamma``, ``beta`` for TEM;
+    ``lam``; ``vickrey_t``; ``custext_k``; ...: the ``PARAMETERS`` its class declares).
+    ``shape_field`` is for the LAC Amplifier. ``worker``: BLAS threads per process and
     progress (default: from the pipeline's options, ``transforms.worker.WorkerConfig.for_options``).
     ``redistribute``: spread the batches over all workers (a ``Reshuffle`` of whole batches) before
     they are privatized; for inputs that arrive on few workers, such as files read whole. Shuffling
     batches instead of records moves one element per ~``batch_tokens`` words through the shuffle.
     """
 
-    def __init__(self, epsilon: float, mechanism: str = "madlib", artifact: Optional[str] = None,
+    def __init__(self, epsilon: float, mechanism: str = DEFAULT_MECHANISM, artifact: Optional[str] = None,
                  text_fields: Sequence[str] = (), oov_policy: str = "random", unk_token: str = "<unk>",
                  seed: Optional[int] = None, max_text_bytes: Optional[int] = None,
                  batch_tokens: Optional[int] = None, shape_field: Optional[str] = None, keyed: bool = False,
@@ -108,7 +110,7 @@ class Privatize(beam.PTransform):
         if isinstance(text_fields, str):
             text_fields = [text_fields]
         accepted = mechanism_parameters(mechanism)  # raises for an unknown mechanism
-        unknown = sorted(set(mechanism_params) - set(accepted) - {"lambda"})
+        unknown = sorted(set(mechanism_params) - set(accepted_keywords(mechanism)))
         if unknown:
             raise ValueError(f"{', '.join(unknown)}: not parameters of mechanism {mechanism!r} "
                              f"(its parameters: {', '.join(accepted) or 'none'})")

@@ -1,0 +1,200 @@
+"""The mechanism interface: what every mechanism class declares once, and the rest of textdp asks.
+
+A mechanism is one class (``Mechanism`` subclass). Its class attributes and classmethods say
+everything the CLI, the Flex Templates, ``textdp.Privatizer``, ``transforms.Privatize``, the summary,
+calibrate and audit need to know, so that none of them keeps a list of mechanism names:
+
+``name``
+    the registry name (``--mechanism NAME``); a variant is its own subclass with its own name
+    (``SanTextPlus``, ``"santext+"``, is ``SanText`` with ``plus=True``).
+``PARAMETERS``
+    a tuple of ``Parameter``: ONE public name per parameter, used identically as the CLI flag
+    (``--<name>``, and ``--<name with hyphens>``), the Flex Template parameter, the Python keyword of
+    ``Privatizer``/``Privatize``/``make_mechanism`` and the key of ``parameters()`` in the summary;
+    its type, default, simple range/choice check and help text. Two mechanisms that share a
+    parameter (``nn`` of Madlib, Mahalanobis and Vickrey) declare the same ``Parameter`` object.
+``artifact_parts(**params)``
+    the artifact parts a run reads beyond the vocabulary and vectors (``"neighbours"``, ``"annoy"``).
+``SEARCHES_NEAREST``
+    whether a draw searches the vocabulary for the nearest word to a noisy point.
+``BATCH_TOKENS``
+    words per mechanism call when the user gives none.
+``EXACT_LAW``
+    whether ``exact_distribution(row, word_id)`` gives the closed-form release law (else the law is
+    known only through the mechanism's own sampling, a reference simulation).
+``AUDIT_KERNEL``
+    whether ``audit_kernel()`` gives the law as ``exp(-scale * min(d, cap)) / Z`` (the audit's exact
+    posterior); calibrate's and audit's other needs: ``CALIBRATE_PRUNED_SEARCH``,
+    ``calibration_fields()``, ``exact_label()``, ``BOUND_TEXT``.
+``privacy_statement()["coverage"]``
+    what the guarantee covers (all words, a stated subset, none).
+
+Simple range and choice checks come from the declarations (``check_parameters``); checks that need
+the vocabulary or relate parameters stay methods (``check_special``); the number and epsilon rules are
+``textdp.mechanisms.check_number`` and ``check_epsilon``. Nothing here imports Beam.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple
+
+from textdp.errors import ParameterError
+from textdp.text_privatizer import DEFAULT_BATCH_TOKENS as SEARCH_BATCH_TOKENS
+from textdp.text_privatizer import LARGE_BATCH_TOKENS as TABLE_BATCH_TOKENS
+
+
+
+@dataclass(frozen=True)
+class Parameter:  # pylint: disable=too-many-instance-attributes
+    """One parameter of a mechanism, declared once.
+
+    ``name``: the public name (flag ``--name``/``--name-with-hyphens``, template parameter, Python
+    keyword, summary key). ``type``: float, int or str (``list`` for a Python-only parameter).
+    ``default``: None means "derived by the mechanism" (then None is accepted). ``low``/``high``
+    (``low_open``/``high_open``) or ``choices``: the simple check. ``label``: how refusals name it
+    (default ``name``). ``argument``: the mechanism constructor's keyword when it differs (the class's
+    own business; no caller sees it). ``aliases``: older spellings still accepted as keywords (and as
+    flags when ``flag_aliases``). ``cli``: False for a parameter only Python can give (a list of ids).
+    ``example``: a valid value other than the default, with the other parameters it needs to show in
+    ``parameters()`` (``example_with``, by public name; those a mechanism does not take are ignored):
+    what tests/test_registry.py sends through flag, template, keyword and summary for every mechanism.
+    """
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    low: Optional[float] = None
+    high: Optional[float] = None
+    low_open: bool = False
+    high_open: bool = False
+    choices: Tuple[str, ...] = ()
+    label: Optional[str] = None
+    argument: Optional[str] = None
+    aliases: Tuple[str, ...] = ()
+    flag_aliases: Tuple[str, ...] = ()
+    cli: bool = True
+    example: Any = None
+    example_with: Tuple[Tuple[str, Any], ...] = ()
+
+    @property
+    def keyword(self) -> str:
+        """The constructor's keyword for this parameter."""
+        return self.argument or self.name
+
+    @property
+    def what(self) -> str:
+        return self.label or self.name
+
+    @property
+    def flags(self) -> Tuple[str, ...]:
+        """The CLI spellings: ``--a-b`` and ``--a_b`` (one when the name has no underscore), then aliases."""
+        names = [f"--{self.name.replace('_', '-')}", f"--{self.name}"]
+        names += [f"--{alias}" for alias in self.flag_aliases]
+        return tuple(dict.fromkeys(names))
+
+    def check(self, value) -> None:
+        """The declared check (ParameterError); None passes when the default is None (derived)."""
+        if value is None and self.default is None:
+            return
+        if self.choices:
+            if value not in self.choices:
+                wanted = " or ".join(repr(c) for c in self.choices) if len(self.choices) == 2 else \
+                    "one of " + ", ".join(repr(c) for c in self.choices)
+                raise ParameterError(f"{self.what} must be {wanted}, got {value!r}")
+            return
+        if self.type in (int, float):
+            from textdp.mechanisms import check_number  # pylint: disable=import-outside-toplevel
+
+            check_number(value, self.what, self.low, self.high, self.low_open, self.high_open,
+                         integer=self.type is int)
+
+
+class Mechanism:
+    """Base of every mechanism (see the module docstring). Subclasses implement ``__init__(artifact,
+    epsilon, **keywords)``, ``privatize_ids(ids, rng)``, ``metric_points``, ``token_epsilon0``,
+    ``parameters`` and ``privacy_statement``; everything else has a default here."""
+
+    name: str = ""
+    DESCRIPTION: str = ""  # one line for --mechanism's help
+    TITLE: str = ""  # how reports name it (default: its name)
+    PARAMETERS: Tuple[Parameter, ...] = ()
+    NEEDS_NEIGHBOUR_TABLE = False  # samples from the artifact's K-nearest table
+    SEARCHES_NEAREST = False  # searches the nearest word to a noisy point (then --nn chooses the search)
+    BATCH_TOKENS = TABLE_BATCH_TOKENS
+    EXACT_LAW = False  # exact_distribution gives the closed-form law; else only the mechanism's sampling
+    AUDIT_KERNEL = False  # audit_kernel gives the law as exp(-scale min(d, cap)) / Z
+    CALIBRATE_PRUNED_SEARCH = False  # calibrate restricts the exact search to the words that can be nearest
+    CHECKS_READ_ARRAYS = False  # check_special reads the artifact's arrays (not only its manifest)
+    BOUND_TEXT = "as the mechanism states it"  # the per-token bound of a pair, for the audit's report
+    FIXED: dict = {}  # constructor keywords a variant always has (SanText+: plus=True)
+    EXAMPLE: dict = {}  # parameters (public names) that run it at an ordinary epsilon on a small vocabulary
+
+    # --- declarations -----------------------------------------------------------------------------
+    @classmethod
+    def parameter(cls, name: str) -> Parameter:
+        for param in cls.PARAMETERS:
+            if name in (param.name,) + param.aliases:
+                return param
+        raise KeyError(name)
+
+    @classmethod
+    def defaults(cls) -> dict:
+        """{public name: default} of every declared parameter."""
+        return {param.name: param.default for param in cls.PARAMETERS}
+
+    @classmethod
+    def artifact_parts(cls, **params) -> tuple:
+        """Parts of the artifact a run reads beyond the vocabulary and the vectors."""
+        parts = ("neighbours",) if cls.NEEDS_NEIGHBOUR_TABLE else ()
+        if cls.SEARCHES_NEAREST and params.get("nn", "exact") == "annoy":
+            parts += ("annoy",)
+        return parts
+
+    @classmethod
+    def check_parameters(cls, epsilon, artifact=None, **keywords) -> None:
+        """Refuse (ParameterError) an epsilon or parameter this mechanism cannot use, without loading
+        anything: the one epsilon rule, each declared parameter's check, then ``check_special``.
+        ``keywords`` are the constructor's keywords; ``artifact`` (optional) adds the checks that need
+        the vocabulary."""
+        from textdp.mechanisms import check_epsilon  # pylint: disable=import-outside-toplevel
+
+        check_epsilon(epsilon)
+        for param in cls.PARAMETERS:
+            if param.keyword in keywords:
+                param.check(keywords[param.keyword])
+        cls.check_special(epsilon, artifact, **keywords)
+
+    @classmethod
+    def check_special(cls, epsilon, artifact=None, **keywords) -> None:
+        """Checks beyond a parameter's own range: ones that need the vocabulary or relate parameters."""
+
+    @classmethod
+    def summary_line(cls) -> str:
+        """``name (description; what it needs)`` for --mechanism's help."""
+        needs = "; needs the artifact's neighbour table (`textdp neighbours`)" if cls.NEEDS_NEIGHBOUR_TABLE else ""
+        return f"{cls.name} ({cls.DESCRIPTION}{needs})"
+
+    @classmethod
+    def title(cls) -> str:
+        return cls.TITLE or cls.name
+
+    @classmethod
+    def exact_label(cls) -> str:
+        """How calibrate names the exact statistics of its closed form."""
+        return f"exact {cls.name} values (closed form)"
+
+    # --- instance defaults ------------------------------------------------------------------------
+    def exact_distribution(self, row, word_id: int):  # pylint: disable=unused-argument
+        """The exact output distribution for input ``word_id`` (``row``: d(w, .) in the mechanism's
+        metric, itself 0), or None when the law is known only by sampling (``EXACT_LAW`` False)."""
+        return None
+
+    def audit_kernel(self):
+        """(scale, cap, metric) with P(o | w) = exp(-scale * min(d(w, o), cap)) / Z_w, or None."""
+        return None
+
+    def calibration_fields(self) -> dict:
+        """Extra columns of calibrate's rows (TEM: its gamma)."""
+        return {}
