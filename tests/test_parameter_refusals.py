@@ -111,10 +111,10 @@ def test_calibrate_runs_the_vocabulary_checks_before_any_worker(tmp_path, neighb
 # --- Python entry points: TextdpError at construction --------------------------------------------------
 
 PYTHON_REFUSALS = [
-    ({"epsilon": True}, "epsilon must be a finite number"),
+    ({"epsilon": True}, "epsilon must be a number .int or float., got a bool"),
     ({"epsilon": 1e300}, "epsilon must be a finite number in [1e-30, 1e+06]"),
     ({"epsilon": 1e-300}, "epsilon must be a finite number in [1e-30, 1e+06]"),
-    ({"epsilon": "5"}, "epsilon must be a finite number"),
+    ({"epsilon": "5"}, "epsilon must be a number .int or float., got a str"),
     ({"epsilon": float("nan")}, "epsilon must be a finite number"),
     ({"epsilon": 5, "mechanism": "custext", "k": 1}, "custext k must be >= 2"),
     ({"epsilon": 5, "mechanism": "custext", "k": True}, "custext k must be an integer"),
