@@ -160,3 +160,47 @@ def test_a_refusal_before_the_run_does_not_say_the_pipeline_failed(tiny_artifact
     code, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data), "--shuffle",
                                         "--k-threshold", "0"))
     assert code == 2 and err.strip() == "textdp privatize: error: --k-threshold must be >= 1"
+
+
+# --- mechanism parameters that break a mechanism or make it the identity (red-team F11, F12, F18, F21) ------
+
+def test_an_artifact_of_one_word_is_refused_by_build_index_and_by_every_mechanism(tmp_path, capsys):
+    from pipelines.build_index import run as build_index
+    from textdp.mechanisms import ALL_MECHANISMS, mechanism_class
+
+    assert build_index(["--output", str(tmp_path / "one"), "--vocab-size", "1"]) == 2
+    assert "needs at least 2 words" in capsys.readouterr().err and not (tmp_path / "one").exists()
+
+    class OneWord:  # what a launcher knows of an artifact built elsewhere: its manifest's facts
+        vocab_size = 1
+        manifest = {"vocab_size": 1}
+
+    for name in ALL_MECHANISMS:
+        with pytest.raises(textdp.TextdpError, match="needs at least 2"):
+            mechanism_class(name).check_parameters(5.0, OneWord())
+
+
+def test_annoy_search_k_beyond_a_c_int_is_refused(tiny_artifact_dir):
+    for build in (textdp.Privatizer, Privatize):
+        with pytest.raises(textdp.TextdpError, match="search_k must be <= 2,147,483,647, got 9,223,372,036,854,775,807"):
+            build(epsilon=5, artifact=tiny_artifact_dir, nn="annoy", search_k=2 ** 63 - 1)
+
+
+def test_truncated_gumbel_refuses_a_one_column_table_and_a_scale_that_makes_it_the_identity(tmp_path, tiny_artifact_dir,
+                                                                                          capsys):
+    from tests.test_neighbours import copy_artifact, run_neighbours
+
+    one = copy_artifact(tiny_artifact_dir, tmp_path / "k1")
+    run_neighbours(one, "--k=1")
+    with pytest.raises(textdp.TextdpError, match=r"holds each word alone \(K = 1\).*--k 2"):
+        textdp.Privatizer(epsilon=100, artifact=one, mechanism="truncated-gumbel")
+    table = copy_artifact(tiny_artifact_dir, tmp_path / "k20")
+    run_neighbours(table, "--k=20")
+    with pytest.raises(textdp.TextdpError, match="every word would be released unchanged"):
+        textdp.Privatizer(epsilon=100, artifact=table, mechanism="truncated-gumbel", gumbel_scale=1e-300)
+    data = tmp_path / "in.txt"
+    data.write_text("the good movie\n")
+    code, err = _run(capsys, ["privatize", "--epsilon", "100", "--artifact", table, "--input", str(data), "--output",
+                              str(tmp_path / "o" / "x"), "--mechanism", "truncated-gumbel", "--gumbel-scale", "1e-300"])
+    assert code == 2 and "every word would be released unchanged" in err
+    assert textdp.Privatizer(epsilon=100, artifact=table, mechanism="truncated-gumbel", gumbel_scale=0.4)  # still fine

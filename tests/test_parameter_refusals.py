@@ -154,8 +154,8 @@ EXTREMES = [
     ("mahalanobis", {"lam": 0.0}), ("mahalanobis", {"lam": 1.0}), ("mahalanobis", {"nn": "annoy", "search_k": 10}),
     ("vickrey", {"t": 0.0}), ("vickrey", {"t": 1.0}), ("vickrey", {"noise": "mahalanobis", "lam": 1.0}),
     ("vickrey", {"nn": "annoy", "search_k": 20}),
-    ("truncated-gumbel", {"scale": 1e-300}), ("truncated-gumbel", {"scale": 1.0, "mean_candidates": 4999}),
-    ("truncated-gumbel", {"scale": 1e-300, "max_distance": 1e-300}),
+    ("truncated-gumbel", {"scale": "smallest"}), ("truncated-gumbel", {"scale": 1.0, "mean_candidates": 4999}),
+    ("truncated-gumbel", {"scale": "smallest", "max_distance": "smallest"}),
     ("santext", {}), ("santext+", {"p": 1.0, "sensitive_fraction": 1.0}), ("santext+", {"p": 1e-9, "sensitive_fraction": 0.0002}),
     ("custext", {"k": 2}), ("custext", {"k": 5000}),
 ]
@@ -165,6 +165,12 @@ EXTREMES = [
 @pytest.mark.parametrize("name, params", EXTREMES, ids=[f"{n}-{p}" for n, p in EXTREMES])
 def test_every_mechanism_works_at_the_ends_of_its_documented_ranges(artifact, name, params, epsilon):
     ids = np.arange(0, artifact.vocab_size, 50)
+    if "smallest" in params.values():  # truncated-gumbel's smallest scale: 1/60 of the smallest gap between words
+        from textdp.truncated_gumbel import TruncatedGumbel  # pylint: disable=import-outside-toplevel
+
+        gap = TruncatedGumbel.resolve(1.0, artifact, scale=1.0)["min_distance"]
+        params = {key: gap / TruncatedGumbel.MAX_GAP_TO_SCALE if value == "smallest" else value
+                  for key, value in params.items()}
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no overflow, underflow to NaN or invalid value on the way
         mechanism = make_mechanism(name, artifact, epsilon, **params)

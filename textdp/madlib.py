@@ -25,7 +25,7 @@ NN = Parameter(
     help="nearest-word search, exact (brute force, default) or annoy (approximate, faster; same guarantee, lower "
          "utility at small epsilon)")
 SEARCH_K = Parameter(
-    "search_k", int, -1, example=400, example_with=(("nn", "annoy"),),
+    "search_k", int, -1, example=400, example_with=(("nn", "annoy"),), high=2 ** 31 - 1,
     help="Annoy search_k for --nn annoy: -1 (trees * n, Annoy's default) or at least the words needed (1; vickrey 2) "
          "times the artifact's trees, so that Annoy always returns them")
 

@@ -164,6 +164,9 @@ class Mechanism:
         for param in cls.PARAMETERS:
             if param.keyword in keywords:
                 param.check(keywords[param.keyword])
+        size = getattr(artifact, "vocab_size", None)
+        if size is not None and int(size) < 2:  # an artifact built elsewhere, or by an older textdp
+            raise ParameterError(f"the vocabulary holds {int(size)} word(s): --mechanism {cls.name} needs at least 2")
         cls.check_special(epsilon, artifact, **keywords)
 
     @classmethod

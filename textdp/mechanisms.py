@@ -87,6 +87,7 @@ def check_number(value, what: str, low=None, high=None, low_open: bool = False, 
     Refuses booleans, non-numbers, NaN and infinities, and values outside [low, high] (open ends
     where said)."""
     kind = "an integer" if integer else "a finite number"
+    shown = (lambda x: f"{int(x):,}") if integer else (lambda x: f"{x:g}")  # noqa: E731  (2,147,483,647, not 2.14748e+09)
     wanted = numbers.Integral if integer else numbers.Real
     if isinstance(value, bool) or not isinstance(value, wanted) or type(value).__name__ == "bool_":
         raise ParameterError(f"{what} must be {kind}, got a {type(value).__name__}")
@@ -94,9 +95,9 @@ def check_number(value, what: str, low=None, high=None, low_open: bool = False, 
     if not integer and not math.isfinite(number):
         raise ParameterError(f"{what} must be {kind}, got {number!r}")
     if low is not None and (number < low or (low_open and number == low)):
-        raise ParameterError(f"{what} must be {'>' if low_open else '>='} {low:g}, got {number:g}")
+        raise ParameterError(f"{what} must be {'>' if low_open else '>='} {shown(low)}, got {shown(number)}")
     if high is not None and (number > high or (high_open and number == high)):
-        raise ParameterError(f"{what} must be {'<' if high_open else '<='} {high:g}, got {number:g}")
+        raise ParameterError(f"{what} must be {'<' if high_open else '<='} {shown(high)}, got {shown(number)}")
     return number
 
 

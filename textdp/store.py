@@ -89,6 +89,8 @@ def build_artifact(
     started = time.perf_counter()
     words, vectors = load_embeddings(source, vocab_size, progress=say)
     n, dim = vectors.shape
+    if n < 2:  # every mechanism releases a word other than the input's, so it needs a second one
+        raise ArtifactError(f"an artifact needs at least 2 words to privatize anything; the source gave {n}")
     with staged_directory(output, prefix=f".{os.path.basename(output)}.tmp-") as staging:
         say(f"writing {n:,} words x {dim} dimensions")
         with open(os.path.join(staging, VOCAB_FILE), "w", encoding="utf-8", newline="\n") as handle:

@@ -52,7 +52,8 @@ from textdp.mechanism_base import Mechanism, Parameter
 GUMBEL_SCALE = Parameter(
     "gumbel_scale", float, None, low=0.0, low_open=True, label="gumbel scale", argument="scale", aliases=("scale",),
     example=0.4,
-    help="scale of the Gumbel noise, a finite number > 0 and at most 1e9 x the truncation bound (needed at ordinary "
+    help="scale of the Gumbel noise, a finite number > 0, at least 1/60 of the smallest distance between two words "
+         "(below, the input word wins every draw) and at most 1e9 x the truncation bound (needed at ordinary "
          "epsilon: see docs/mechanisms.md); default: derived from epsilon by MLDP's BRR relation")
 GUMBEL_CANDIDATES = Parameter(
     "gumbel_candidates", float, None, low=0.0, low_open=True, label="gumbel mean_candidates",
@@ -130,6 +131,10 @@ class TruncatedGumbel(Mechanism):
 
     CHECKS_READ_ARRAYS = True  # the scale checks need the neighbour table's smallest distance and the diameter
     MIN_BOUND_TO_SCALE = 1e-9  # below it the inverse-CDF noise is quantized (1e-12: ~1e4 values), then 0 or NaN
+    # A given scale this far below the smallest gap between words: a difference of two Gumbel(0, b) is
+    # logistic(b), so another word beats the input with probability about exp(-gap / b) each, e^-60 ~ 1e-26
+    # (x 400,000 words: still below 1e-20): every word would be released unchanged.
+    MAX_GAP_TO_SCALE = 60.0
 
     @classmethod
     def check_special(cls, epsilon, artifact=None, scale: Optional[float] = None,
@@ -164,8 +169,11 @@ class TruncatedGumbel(Mechanism):
             raise ParameterError(f"gumbel mean_candidates must be in (0, {vocab_size - 1:,}] (|W| - 1 for this "
                                  f"vocabulary), got {mean:g}")
         bound = diameter_bounds(artifact.vectors).upper if max_distance is None else float(max_distance)
+        if table.k < 2:
+            raise ParameterError(f"the neighbour table holds each word alone (K = {table.k}): the truncated Gumbel "
+                                 "mechanism needs K >= 2 (rebuild it with `textdp neighbours --k 2` or more)")
         distances = np.asarray(table.distances)
-        positive = distances[:, 1:][distances[:, 1:] > 0] if table.k > 1 else np.array([])
+        positive = distances[:, 1:][distances[:, 1:] > 0]
         min_distance = float(positive.min()) if len(positive) else float("nan")
         if scale is None:
             try:
@@ -175,6 +183,11 @@ class TruncatedGumbel(Mechanism):
             source = "derived from epsilon by MLDP's BRR relation"
         else:
             scale, source = float(scale), "given"
+            if min_distance / scale > cls.MAX_GAP_TO_SCALE:
+                raise ParameterError(
+                    f"the Gumbel scale {scale:.4g} is below 1/{cls.MAX_GAP_TO_SCALE:g} of the smallest distance between "
+                    f"two words ({min_distance:.4g}): the input word would win every draw but with probability below "
+                    "1e-20, so every word would be released unchanged")
         if not (math.isfinite(scale) and scale > 0 and bound / scale >= cls.MIN_BOUND_TO_SCALE):
             raise ParameterError(f"the Gumbel scale {scale:.4g} is above {1 / cls.MIN_BOUND_TO_SCALE:g} x the truncation "
                                  f"bound {bound:.4g}: the noise would be rounded to nothing and every word released "
