@@ -44,7 +44,7 @@ from transforms.audit_common import AuditConfig
 from transforms.audit_outputs import (INVERSION_TABLE, LINKAGE_TABLE, SELF_CHECK_TABLE, SUMMARY_FILE, WriteAuditOutputs,
                                       inversion_schema, linkage_schema, self_check_schema)
 from transforms.audit_stages import Attacks, SelfCheckStage
-from transforms.io import infer_format, matched_paths, read_text_file
+from transforms.io import infer_format, matched_paths, read_text_file, refuse_wide_text
 
 OUTPUT_FILES = (f"{SELF_CHECK_TABLE}.parquet", f"{INVERSION_TABLE}.parquet", f"{LINKAGE_TABLE}.parquet", SUMMARY_FILE,
                 "report.html", "self_check.png", "inversion.png", "linkage.png")
@@ -112,8 +112,10 @@ def _format(pattern: str, given: Optional[str], flag: str) -> str:
     fmt = given or infer_format(pattern)
     if fmt is None:
         raise TextdpError(f"cannot infer the format of {flag} {pattern!r} from its extension; give --corpus-format")
-    if not matched_paths(pattern):
+    matched = matched_paths(pattern)
+    if not matched:
         raise TextdpError(f"no file matches {flag} {pattern!r}")
+    refuse_wide_text(flag, matched, fmt)
     return fmt
 
 
@@ -302,9 +304,12 @@ def report_lines(output: str) -> List[str]:
                           f"{unreadable:,} unreadable, no word in the others): the inversion and linkage results in {output} are "
                           "empty; check --corpus, --corpus-format and --corpus-text-field")
     if "linkage" in summary.get("checks", ()) and not (summary.get("linkage") or {}).get("per_epsilon"):
-        raise TextdpError(f"linkage compared nothing: no record of --corpus has at least "
-                          f"{corpus.get('linkage_window_words') if corpus else '--linkage-window'} words (give a smaller "
-                          f"--linkage-window); the other results are in {output}")
+        pool = (corpus or {}).get("linkage_pool_records", 0)
+        why = (f"no record of --corpus has at least {(corpus or {}).get('linkage_window_words')} words (give a smaller "
+               "--linkage-window)" if not pool else
+               f"every --linkage-sizes set is larger than the {pool:,} records long enough to compare (give smaller "
+               "--linkage-sizes)")
+        raise TextdpError(f"linkage compared nothing: {why}; the other results are in {output}")
     lines = []
     if summary.get("self_check"):
         lines.append(summary["self_check"]["message"])

@@ -39,7 +39,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_HUNG_UP = 0, 1, 2, 130, 143, 129
 LOCAL_RUNNERS = ("DirectRunner", "FnApiRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
 
 
@@ -205,6 +205,14 @@ def parse_job_options(name: str, argv: Sequence[str]):
         checker.add_argument(*action.option_strings, **kwargs)
     checker.error = _refuse  # type: ignore[assignment]
     values, _ = checker.parse_known_args(list(argv))
+    for action in own:  # a flag given twice keeps only its last value, silently: refused (append flags excepted)
+        if isinstance(action, argparse._AppendAction):  # pylint: disable=protected-access
+            continue
+        given = [arg for arg in argv if arg.split("=", 1)[0] in action.option_strings]
+        if len(given) > 1:
+            raise JobRefused(f"{action.option_strings[0]} is given {len(given)} times; give it once")
+        if given and action.default is None and getattr(values, action.dest, None) == "":  # e.g. an unset $VARIABLE
+            raise JobRefused(f"{action.option_strings[0]} is empty; give a value or leave the flag out")
     missing = [dest for dest in job.required if getattr(values, dest, None) in (None, "", [])]
     if missing:
         flags_ = ", ".join("--" + dest.replace("_", "-") for dest in missing)
@@ -319,7 +327,7 @@ def _noting_interrupts(noted: list):
         noted.append(signum)
         signal.default_int_handler(signal.SIGINT, frame)
 
-    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
+    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
@@ -328,9 +336,13 @@ def _noting_interrupts(noted: list):
 
 
 def _interruption(name: str, noted: list, what: str) -> int:
-    """The one line and the exit code of a run stopped by Ctrl-C (130) or SIGTERM (143)."""
+    """The one line and the exit code of a run stopped by Ctrl-C (130), SIGTERM (143) or SIGHUP (129: the
+    terminal or ssh session closed)."""
     import signal  # pylint: disable=import-outside-toplevel
 
+    if signal.SIGHUP in noted:
+        print(f"textdp {name}: hung up (SIGHUP){what}", file=sys.stderr)
+        return EXIT_HUNG_UP
     terminated = signal.SIGTERM in noted
     print(f"textdp {name}: {'terminated (SIGTERM)' if terminated else 'interrupted'}{what}", file=sys.stderr)
     return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED

@@ -33,7 +33,7 @@ from textdp.summary import FAILED_PREFIX
 from textdp.text_privatizer import check_oov
 from transforms.amplifier import Amplify
 from transforms.io import (FIELD_SAMPLE_RECORDS, OUTPUT_SUFFIX, ReadRecords, WriteErrors, WriteRecords,
-                           first_record_fields, infer_format, matched_paths, parquet_schema)
+                           first_record_fields, infer_format, matched_paths, parquet_schema, refuse_wide_text)
 from transforms.perturb import WriteSummary
 from transforms.privatize import Privatize, SumCounts
 from transforms.shard_writer import WriteShuffledShards
@@ -118,6 +118,7 @@ def check(options: PipelineOptions) -> Checked:
         raise TextdpError(f"no file matches --input {opts.input!r}")
     paths = output_paths(out.output, data_format)
     guard = _check_outputs(options, paths, data_format, inputs)  # before any input is opened: refuses unreadable ones
+    refuse_wide_text("--input", inputs, data_format)
     schema = parquet_schema(opts.input, text_fields) if data_format == "parquet" else None  # refuses mismatches
     _check_fields(amplifier, data_format, schema, inputs, text_fields)
     warnings = []
@@ -332,10 +333,15 @@ def _refuse_empty_release(paths: dict) -> None:
             records = json.loads(handle.read().decode("utf-8"))["records"]
     except Exception:  # pylint: disable=broad-except  (a summary this machine cannot read: nothing to judge)
         return
+    dropped = records.get("dropped", 0)
     if records["out"] == 0 and records["failed"] > 0:
         reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(records["failed_by_reason"].items()))
-        raise TextdpError(f"no record was privatized: {records['failed']} of {records['in']} failed ({reasons}); "
+        also = f" and {dropped} dropped by --subsample" if dropped else ""
+        raise TextdpError(f"no record was privatized: {records['failed']} of {records['in']} failed ({reasons}){also}; "
                           f"the error records are at {paths['errors']}, the counts in {paths['summary']}")
+    if records["out"] == 0 and dropped > 0:
+        raise TextdpError(f"no record was released: --subsample dropped all {dropped} of {records['in']}; the counts "
+                          f"are in {paths['summary']}")
 
 
 def _headline(summary_path: str) -> Optional[str]:
@@ -347,7 +353,8 @@ def _headline(summary_path: str) -> Optional[str]:
         return None
     records, tokens = summary["records"], summary["tokens"]
     reconciled = "" if records["reconciled"] else "  NOT RECONCILED: see the summary"
-    return (f"records: {records['in']} in, {records['out']} out, {records['failed']} failed; "
+    dropped = f", {records['dropped']} dropped by --subsample" if "dropped" in records else ""
+    return (f"records: {records['in']} in, {records['out']} out, {records['failed']} failed{dropped}; "
             f"tokens: {tokens['total']} ({tokens['changed_fraction']:.1%} changed, {tokens['unknown']} unknown)"
             f"{reconciled}")
 

@@ -196,11 +196,61 @@ def test_truncated_gumbel_refuses_a_one_column_table_and_a_scale_that_makes_it_t
         textdp.Privatizer(epsilon=100, artifact=one, mechanism="truncated-gumbel")
     table = copy_artifact(tiny_artifact_dir, tmp_path / "k20")
     run_neighbours(table, "--k=20")
-    with pytest.raises(textdp.TextdpError, match="every word would be released unchanged"):
-        textdp.Privatizer(epsilon=100, artifact=table, mechanism="truncated-gumbel", gumbel_scale=1e-300)
+    for identity in ({"gumbel_scale": 1e-300}, {"gumbel_scale": 0.01}, {"gumbel_scale": 1.0, "gumbel_max_distance": 0.1},
+                     {"gumbel_scale": 1.0, "gumbel_candidates": 1e-300}):  # second round: G1
+        with pytest.raises(textdp.TextdpError, match="every word would be released unchanged"):
+            textdp.Privatizer(epsilon=100, artifact=table, mechanism="truncated-gumbel", **identity)
     data = tmp_path / "in.txt"
     data.write_text("the good movie\n")
     code, err = _run(capsys, ["privatize", "--epsilon", "100", "--artifact", table, "--input", str(data), "--output",
                               str(tmp_path / "o" / "x"), "--mechanism", "truncated-gumbel", "--gumbel-scale", "1e-300"])
     assert code == 2 and "every word would be released unchanged" in err
     assert textdp.Privatizer(epsilon=100, artifact=table, mechanism="truncated-gumbel", gumbel_scale=0.4)  # still fine
+
+
+# --- the second hostile round's findings (G1-G8) ----------------------------------------------------------
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32"])
+def test_wide_encodings_are_refused_before_the_run(tiny_artifact_dir, tmp_path, capsys, encoding):
+    """G6: read as UTF-8, UTF-16 text is one letter per word with NULs kept as layout (word lengths leak)."""
+    data = tmp_path / "wide.txt"
+    data.write_bytes("the secret password is swordfish\nmy pin is 4821\n".encode(encoding))
+    code, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data)))
+    assert code == 2 and "not UTF-8: convert it" in err and "swordfish" not in err
+    code, err = _run(capsys, ["audit", "--artifact", tiny_artifact_dir, "--epsilons", "5", "--checks", "inversion",
+                              "--corpus", str(data), "--output", str(tmp_path / "a")])
+    assert code == 2 and "not UTF-8: convert it" in err
+
+
+def test_subsampling_that_drops_every_record_is_not_a_success(tiny_artifact_dir, tmp_path, capsys):
+    """G2: 0 out because --subsample dropped everything: exit 1 in one line; the headline counts the drops."""
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"text": "the good movie"}\n{"text": "a movie"}\n')
+    code, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data), "--shuffle",
+                                        "--subsample", "1e-9"))
+    assert code == 1 and "no record was released: --subsample dropped all 2 of 2" in err
+
+
+def test_linkage_names_the_real_reason_it_compared_nothing(tiny_artifact_dir, tmp_path, capsys):
+    """G3: records long enough, but every --linkage-sizes set larger than the pool."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(("the good movie was a movie of the year and the people said it was good " * 2 + "\n") * 30)
+    code, err = _run(capsys, ["audit", "--artifact", tiny_artifact_dir, "--epsilons", "5", "--checks", "linkage",
+                              "--corpus", str(corpus), "--records", "10", "--output", str(tmp_path / "a")])
+    assert code == 1 and "every --linkage-sizes set is larger than the" in err and "give smaller --linkage-sizes" in err
+
+
+def test_empty_and_repeated_flags_are_refused(tiny_artifact_dir, tmp_path, capsys):
+    """G5, G8: `--artifact ''` (an unset variable) used the 400k default silently; a repeated flag kept its last value."""
+    data = tmp_path / "in.txt"
+    data.write_text("the good movie\n")
+    code, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data)) + ["--artifact="])
+    assert code == 2 and "--artifact is given 2 times" in err
+    code, err = _run(capsys, ["privatize", "--epsilon", "10", "--artifact", "", "--input", str(data), "--output",
+                              str(tmp_path / "o" / "y")])
+    assert code == 2 and "--artifact is empty" in err
+    code, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data), "--epsilon", "5"))
+    assert code == 2 and "--epsilon is given 2 times; give it once" in err
+    with pytest.raises(textdp.TextdpError, match="artifact is empty"):
+        textdp.Privatizer(epsilon=5, artifact="")
+

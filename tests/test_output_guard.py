@@ -479,8 +479,10 @@ def test_f13_the_shard_writer_never_deletes_what_appeared_at_a_shard_name(tmp_pa
     assert (tmp_path / "out-00000-of-00002.txt" / "precious").read_text(encoding="utf-8") == "keep\n"
 
 
-def test_f15_sigterm_during_a_run_is_handled_like_ctrl_c(tmp_path, small_artifact_dir):
-    """One line, exit 143, the lock released, no beam-temp-* folder left."""
+@pytest.mark.parametrize("signame, exit_code, said", [("SIGTERM", 143, "terminated (SIGTERM)"),
+                                                      ("SIGHUP", 129, "hung up (SIGHUP)")])
+def test_f15_sigterm_during_a_run_is_handled_like_ctrl_c(tmp_path, small_artifact_dir, signame, exit_code, said):
+    """One line, exit 143 (SIGHUP, a closed terminal: 129), the lock released, no beam-temp-* folder left."""
     import signal
     import time
     source = tmp_path / "huge.txt"
@@ -495,12 +497,11 @@ def test_f15_sigterm_during_a_run_is_handled_like_ctrl_c(tmp_path, small_artifac
         time.sleep(0.2)
     assert process.poll() is None, "the run ended before it could be terminated: make the input larger"
     assert os.path.exists(f"{tmp_path}/s1/out.lock")
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(getattr(signal, signame))
     code = process.wait(timeout=120)
     err = process.stderr.read().strip()
-    assert code == 143, err
-    assert err.splitlines()[-1] == ("textdp privatize: terminated (SIGTERM); the run's temporary files were "
-                                    "removed"), err
+    assert code == exit_code, err
+    assert err.splitlines()[-1] == f"textdp privatize: {said}; the run's temporary files were removed", err
     assert len([line for line in err.splitlines() if line.startswith("textdp privatize:")]) == 1, err
     assert sorted(os.listdir(tmp_path / "s1")) == before  # no lock, no beam-temp-*, nothing written
 

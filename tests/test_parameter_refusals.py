@@ -14,6 +14,7 @@ closed form, two G-tests at significance 1e-5: a correct sampler fails this file
 from __future__ import annotations
 
 import glob
+import math
 import os
 import warnings
 
@@ -169,8 +170,9 @@ def test_every_mechanism_works_at_the_ends_of_its_documented_ranges(artifact, na
         from textdp.truncated_gumbel import TruncatedGumbel  # pylint: disable=import-outside-toplevel
 
         gap = TruncatedGumbel.resolve(1.0, artifact, scale=1.0)["min_distance"]
-        params = {key: gap / TruncatedGumbel.MAX_GAP_TO_SCALE if value == "smallest" else value
-                  for key, value in params.items()}
+        smallest = {"scale": gap / math.log(artifact.vocab_size / TruncatedGumbel.IDENTITY_CHANGE) * 1.001,
+                    "max_distance": gap / 2}
+        params = {key: smallest[key] if value == "smallest" else value for key, value in params.items()}
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no overflow, underflow to NaN or invalid value on the way
         mechanism = make_mechanism(name, artifact, epsilon, **params)

@@ -191,4 +191,6 @@ def artifact_location(value) -> Optional[str]:
         value = os.fspath(value)
     if value is not None and not isinstance(value, str):
         raise TextdpError(f"artifact must be a path or gs:// URL (str or os.PathLike), not {type(value).__name__}")
+    if value is not None and not value.strip():  # an unset shell variable: never a silent switch to the default
+        raise TextdpError("artifact is empty; leave it out (None) for the bundled default")
     return value

@@ -52,16 +52,20 @@ from textdp.mechanism_base import Mechanism, Parameter
 GUMBEL_SCALE = Parameter(
     "gumbel_scale", float, None, low=0.0, low_open=True, label="gumbel scale", argument="scale", aliases=("scale",),
     example=0.4,
-    help="scale of the Gumbel noise, a finite number > 0, at least 1/60 of the smallest distance between two words "
-         "(below, the input word wins every draw) and at most 1e9 x the truncation bound (needed at ordinary "
+    help="scale of the Gumbel noise, a finite number > 0, at least the smallest distance between two words / "
+         "ln(|W| / 1e-6) (about 1/20 to 1/27: below, a word changes with probability under 1e-6) and at most 1e9 x the "
+         "truncation bound (needed at ordinary "
          "epsilon: see docs/mechanisms.md); default: derived from epsilon by MLDP's BRR relation")
 GUMBEL_CANDIDATES = Parameter(
     "gumbel_candidates", float, None, low=0.0, low_open=True, label="gumbel mean_candidates",
     argument="mean_candidates", aliases=("mean_candidates",), example=4.0,
-    help="mean number of candidates of the truncated set (default: the mechanism's, ln(|W| - 1))")
+    help="mean number of candidates of the truncated set, at least 1e-15 (below, no candidate is ever drawn) "
+         "(default: the mechanism's, ln(|W| - 1))")
 GUMBEL_MAX_DISTANCE = Parameter(
     "gumbel_max_distance", float, None, low=0.0, low_open=True, label="gumbel max_distance", argument="max_distance",
-    aliases=("max_distance",), example=12.0, help="largest candidate distance (default: the mechanism's, an upper bound on the vocabulary's diameter)")
+    aliases=("max_distance",), example=12.0, help="largest candidate distance and truncation bound of the noise, at least half the smallest distance "
+    "between two words (below, the input always wins) (default: the mechanism's, an upper bound on the vocabulary's "
+    "diameter)")
 
 
 def lambert_w0(x: float) -> float:
@@ -131,10 +135,11 @@ class TruncatedGumbel(Mechanism):
 
     CHECKS_READ_ARRAYS = True  # the scale checks need the neighbour table's smallest distance and the diameter
     MIN_BOUND_TO_SCALE = 1e-9  # below it the inverse-CDF noise is quantized (1e-12: ~1e4 values), then 0 or NaN
-    # A given scale this far below the smallest gap between words: a difference of two Gumbel(0, b) is
-    # logistic(b), so another word beats the input with probability about exp(-gap / b) each, e^-60 ~ 1e-26
-    # (x 400,000 words: still below 1e-20): every word would be released unchanged.
-    MAX_GAP_TO_SCALE = 60.0
+    # A given scale this far below the smallest gap between words makes the mechanism the identity: a
+    # difference of two Gumbel(0, b) is logistic(b), so another word beats the input with probability at
+    # most about |W| exp(-gap / b); refused when that is below IDENTITY_CHANGE (gap / b > ln(|W| / 1e-6)).
+    IDENTITY_CHANGE = 1e-6
+    MIN_CANDIDATES = 1e-15  # a mean below it draws no candidate (P(k >= 1) < 2^-53): the input always wins
 
     @classmethod
     def check_special(cls, epsilon, artifact=None, scale: Optional[float] = None,
@@ -183,11 +188,20 @@ class TruncatedGumbel(Mechanism):
             source = "derived from epsilon by MLDP's BRR relation"
         else:
             scale, source = float(scale), "given"
-            if min_distance / scale > cls.MAX_GAP_TO_SCALE:
+            ratio = math.log(vocab_size / cls.IDENTITY_CHANGE)
+            if min_distance / scale > ratio:
                 raise ParameterError(
-                    f"the Gumbel scale {scale:.4g} is below 1/{cls.MAX_GAP_TO_SCALE:g} of the smallest distance between "
-                    f"two words ({min_distance:.4g}): the input word would win every draw but with probability below "
-                    "1e-20, so every word would be released unchanged")
+                    f"the Gumbel scale {scale:.4g} is below 1/{ratio:.3g} of the smallest distance between two words "
+                    f"({min_distance:.4g}): a word would be released as another with probability below "
+                    f"{cls.IDENTITY_CHANGE:g}, so every word would be released unchanged")
+        if bound < min_distance / 2:  # every score lies within +-bound of its distance: the input (0) always wins
+            raise ParameterError(
+                f"the truncation bound {bound:.4g} is below half the smallest distance between two words "
+                f"({min_distance:.4g}): the noise could never let another word beat the input, so every word would be "
+                "released unchanged")
+        if mean < cls.MIN_CANDIDATES:
+            raise ParameterError(f"gumbel mean_candidates {mean:g} draws no candidate: every word would be released "
+                                 "unchanged")
         if not (math.isfinite(scale) and scale > 0 and bound / scale >= cls.MIN_BOUND_TO_SCALE):
             raise ParameterError(f"the Gumbel scale {scale:.4g} is above {1 / cls.MIN_BOUND_TO_SCALE:g} x the truncation "
                                  f"bound {bound:.4g}: the noise would be rounded to nothing and every word released "

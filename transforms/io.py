@@ -29,6 +29,7 @@ import functools
 import json
 import math
 import logging
+import os
 import lzma
 import re
 import sys
@@ -566,3 +567,32 @@ def read_text_file(flag: str, path: str) -> str:
         column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1)
         raise TextdpError(f"{flag} {path!r} is not UTF-8: an invalid byte on line {line} (byte {column} of "
                           "the line)") from None
+
+
+_WIDE_MARKS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
+               (b"\xfe\xff", "UTF-16"))
+
+
+def refuse_wide_text(flag: str, paths: Sequence[str], data_format: str) -> None:
+    """Text and JSONL inputs are UTF-8: a local, uncompressed file that starts with a UTF-16/32 byte-order
+    mark, or whose first 4 KiB are more than 10% NUL bytes (UTF-16 without a mark), is refused before the
+    run. Read as UTF-8 such a file is mostly valid: one letter per "word", its NULs kept as layout, which
+    would release every word's length. Only the first bytes are read, never quoted (TextdpError)."""
+    from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+
+    if data_format == "parquet":
+        return
+    for path in paths:
+        if "://" in path or _compression_name(path) or not os.path.isfile(path):  # a FIFO is never opened here
+            continue
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(4096)
+        except OSError:
+            continue  # the guard reports what cannot be read
+        wide = next((f"{name} (it starts with a byte-order mark)" for mark, name in _WIDE_MARKS if head.startswith(mark)),
+                    None)
+        if wide is None and head and head.count(0) > len(head) // 10:
+            wide = "UTF-16, another wide encoding or binary (NUL bytes in its first 4 KiB)"
+        if wide:
+            raise TextdpError(f"{flag}: {path} is {wide}, not UTF-8: convert it (e.g. iconv -f UTF-16 -t UTF-8)")
