@@ -383,6 +383,8 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
         return module.run(argv)
     verbose = "--verbose" in argv
     _quiet_beam(verbose)
+    from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel  (not needed for --help)
+
     say = lambda message: print(f"textdp {name}: error: {message}", file=sys.stderr)  # noqa: E731
     plan, progress_dir = None, None
     try:
@@ -398,15 +400,8 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
         if plan is not None and plan.guard is not None:
             plan.guard.release()
         return _interruption(name, interrupted, " before the run started; nothing was written")
-    except (JobRefused, ValueError, LookupError) as exc:
+    except (JobRefused, TextdpError, ValueError, LookupError) as exc:
         say(_one_line(exc, ran=False))
-        return EXIT_REFUSED
-    except Exception as exc:  # pylint: disable=broad-except
-        from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
-
-        if not isinstance(exc, TextdpError):
-            raise
-        say(str(exc))
         return EXIT_REFUSED
     try:
         if is_local(options):  # TEXTDP_PROGRESS_DIR: a directory of one's own to watch (benchmarks); emptied after
@@ -434,8 +429,6 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
             shutil.rmtree(progress_dir, ignore_errors=True)
         if plan.guard is not None:
             plan.guard.release()
-    from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
-
     try:  # a run can finish and still have done nothing that was asked (e.g. no record to audit)
         lines = plan.report()
     except TextdpError as exc:

@@ -314,9 +314,11 @@ def prepare(options: PipelineOptions) -> Plan:
             lines.append(f"public summary: {opts.public_summary}")
         if amplify:
             lines.append(f"amplification: {paths['amplification']}")
-        headline = _headline(paths["summary"])
-        _refuse_empty_release(paths)
-        return lines + ([headline] if headline else []) + [f"WARNING: {w}" for w in checked.warnings]
+        summary = _read_summary(paths["summary"])
+        if summary is None:  # a summary this machine cannot read (remote, no access): nothing to judge or show
+            return lines + [f"WARNING: {w}" for w in checked.warnings]
+        _refuse_empty_release(summary["records"], paths)
+        return lines + [_headline(summary)] + [f"WARNING: {w}" for w in checked.warnings]
 
     parents = tuple(dict.fromkeys(FileSystems.split(path)[0] if "://" in path
                                   else os.path.dirname(os.path.abspath(path))
@@ -325,14 +327,19 @@ def prepare(options: PipelineOptions) -> Plan:
                 temp_parents=parents, progress=("records", total, "tokens"), guard=checked.guard)
 
 
-def _refuse_empty_release(paths: dict) -> None:
-    """A run that read records and released none did not succeed (every record failed, or the input was
-    not what the flags say): TextdpError, so that run_job exits 1 with one line, never 0."""
+def _read_summary(summary_path: str) -> Optional[dict]:
+    """The run's operator summary, when this machine can read it (local or gs:// access); else None."""
     try:
-        with FileSystems.open(paths["summary"]) as handle:
-            records = json.loads(handle.read().decode("utf-8"))["records"]
-    except Exception:  # pylint: disable=broad-except  (a summary this machine cannot read: nothing to judge)
-        return
+        with FileSystems.open(summary_path) as handle:
+            return json.loads(handle.read().decode("utf-8"))
+    except Exception:  # pylint: disable=broad-except
+        return None
+
+
+def _refuse_empty_release(records: dict, paths: dict) -> None:
+    """A run that read records and released none did not succeed (every record failed, the input was not
+    what the flags say, or sub-sampling dropped everything): TextdpError, so that run_job exits 1 in one
+    line, never 0."""
     dropped = records.get("dropped", 0)
     if records["out"] == 0 and records["failed"] > 0:
         reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(records["failed_by_reason"].items()))
@@ -344,13 +351,8 @@ def _refuse_empty_release(paths: dict) -> None:
                           f"are in {paths['summary']}")
 
 
-def _headline(summary_path: str) -> Optional[str]:
-    """One line of counts from the summary, when this machine can read it (local or gs:// access)."""
-    try:
-        with FileSystems.open(summary_path) as handle:
-            summary = json.loads(handle.read().decode("utf-8"))
-    except Exception:  # pylint: disable=broad-except
-        return None
+def _headline(summary: dict) -> str:
+    """One line of counts from the summary."""
     records, tokens = summary["records"], summary["tokens"]
     reconciled = "" if records["reconciled"] else "  NOT RECONCILED: see the summary"
     dropped = f", {records['dropped']} dropped by --subsample" if "dropped" in records else ""

@@ -44,7 +44,7 @@ from threadpoolctl import threadpool_limits
 from textdp.compact_vocab import SharedVocabularyArtifact
 from textdp.errors import TextdpError
 from textdp.locate import artifact_location, artifact_needs, resolve_artifact, verify_artifact
-from textdp.mechanisms import ALL_MECHANISMS, MAX_EPSILON, check_mechanism, make_mechanism  # noqa: F401
+from textdp.mechanisms import ALL_MECHANISMS, MAX_EPSILON, check_mechanism, check_number, make_mechanism  # noqa: F401
 from textdp.mechanisms import DEFAULT_MECHANISM
 from textdp.records import EMPTY, check_record
 from textdp.summary import privacy_section
@@ -86,12 +86,9 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
             raise TextdpError(f"mechanism must be one of {', '.join(ALL_MECHANISMS)}")
         check_mechanism(mechanism, epsilon, None, **mechanism_params)  # epsilon's range, the mechanism's own checks
         check_oov(oov_policy, unk_token)
-        for name, value in (("max_text_bytes", max_text_bytes), ("threads", threads)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
-                                      or value < 1):
-                raise TextdpError(f"{name} must be None or an integer >= 1")
-        if isinstance(batch_tokens, bool) or not isinstance(batch_tokens, numbers.Integral) or batch_tokens < 1:
-            raise TextdpError("batch_tokens must be an integer >= 1")
+        for name, value in (("max_text_bytes", max_text_bytes), ("threads", threads), ("batch_tokens", batch_tokens)):
+            if value is not None or name == "batch_tokens":  # the first two may be None (no limit, every core)
+                check_number(value, name, low=1, integer=True)
         verify_artifact(artifact, needs=artifact_needs(mechanism, mechanism_params.get("nn", "exact")))
         self.artifact = SharedVocabularyArtifact(resolve_artifact(artifact))
         self.mechanism = make_mechanism(mechanism, self.artifact, float(epsilon), **mechanism_params)
