@@ -40,7 +40,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from benchmarks.harness import imdb_texts, machine, write_results
-from tests.test_fast_text_path import FrozenReferenceTextPrivatizer, FrozenReferenceTokenizer
+from benchmarks.reference_text_path import FrozenReferenceTextPrivatizer, FrozenReferenceTokenizer
 from textdp.compact_vocab import SharedVocabularyArtifact
 from textdp.mechanisms import make_mechanism
 from textdp.store import default_artifact_path
