@@ -1,6 +1,7 @@
 """Packaging for textdp. Dependencies are read from requirements*.txt (the single place they are pinned)."""
 
 import os
+import re
 
 from setuptools import Extension, find_packages, setup
 
@@ -14,7 +15,7 @@ def _requirements(name):
 
 setup(
     name="textdp",
-    version="0.1.0",
+    version=re.search(r'__version__ = "([^"]+)"', open(os.path.join(HERE, "textdp", "version.py"), encoding="utf-8").read()).group(1),
     description="Word-level metric differential privacy for text corpora, as Apache Beam pipelines",
     long_description=open(os.path.join(HERE, "README.md"), encoding="utf-8").read(),
     long_description_content_type="text/markdown",

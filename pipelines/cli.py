@@ -24,7 +24,7 @@ def main(argv=None) -> int:
         print(usage())
         return 0
     if argv[0] in ("-V", "--version"):
-        from textdp import __version__  # pylint: disable=import-outside-toplevel
+        from textdp.version import __version__  # pylint: disable=import-outside-toplevel
 
         print(f"textdp {__version__}")
         return 0

@@ -5,9 +5,8 @@ accounting. It never imports Apache Beam: the Beam code lives in the sibling pac
 ``transforms`` and ``pipelines`` and calls into this one.
 """
 
-__version__ = "0.1.0"
-
-from textdp.api import Privatizer  # noqa: E402  (the public Python API: docs/api.md)
-from textdp.errors import TextdpError  # noqa: E402
+from textdp.api import Privatizer  # the public Python API: docs/api.md
+from textdp.errors import TextdpError
+from textdp.version import __version__
 
 __all__ = ["Privatizer", "TextdpError", "__version__"]

@@ -43,7 +43,7 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-from textdp import __version__
+from textdp.version import __version__
 from textdp.embeddings import BUNDLED_GLOVE, EmbeddingSource, load_embeddings
 from textdp.errors import ArtifactError
 from textdp.verification import file_entry, verify_file

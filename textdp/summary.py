@@ -21,7 +21,7 @@ import json
 import time
 from typing import Dict, Optional, Sequence
 
-from textdp import __version__
+from textdp.version import __version__
 from textdp.statements import (FLOATING_POINT_STATEMENT, STRUCTURE_STATEMENT, coverage_statement, errors_statement,
                                oov_statement, records_statement, seed_statement, shuffle_claim_statement,
                                subsample_statement)
