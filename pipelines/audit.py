@@ -37,7 +37,7 @@ from textdp.audit_pairs import BANDS, base_word_count, base_words, bound_text
 from textdp.audit_selfcheck import planned_tests
 from textdp import gcs
 from textdp.errors import TextdpError
-from textdp.locate import artifact_needs, resolve_artifact, verify_artifact
+from textdp.locate import check_unk_marker, artifact_needs, resolve_artifact, verify_artifact
 from textdp.outputs import OutputGuard
 from textdp.text_privatizer import check_oov
 from transforms.audit_common import AuditConfig
@@ -160,6 +160,7 @@ def prepare_run(options: PipelineOptions) -> Prepared:
         user_pairs = read_pair_list(opts.pair_list)
     manifest = verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
     mech.validate_mechanism(options.view_as(EpsilonGridOptions).epsilon_grid(), artifact, manifest)
+    check_unk_marker(artifact, options.view_as(OovOptions).oov_policy, options.view_as(OovOptions).unk_token)
     output_guard(options)  # refusals only: run_job removes an earlier audit's files under the lock (--overwrite)
     vocab_size = int(manifest["vocab_size"])
     oov_policy = options.view_as(OovOptions).oov_policy

@@ -27,7 +27,7 @@ from pipelines.flags import (MAX_RECORD_BYTES, VACUOUS_EPSILON, AmplifierOptions
 from pipelines.jobs import Plan, run_job
 from textdp import gcs
 from textdp.errors import TextdpError
-from textdp.locate import artifact_needs, verify_artifact
+from textdp.locate import check_unk_marker, artifact_needs, verify_artifact
 from textdp.outputs import OutputGuard, missing_fields
 from textdp.summary import FAILED_PREFIX
 from textdp.text_privatizer import check_oov
@@ -111,6 +111,7 @@ def check(options: PipelineOptions) -> Checked:
         raise TextdpError(f"--artifact {artifact!r} is not a directory")
     manifest = verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
     mech.validate_mechanism((opts.epsilon,), artifact, manifest)  # checks that depend on the vocabulary
+    check_unk_marker(artifact, options.view_as(OovOptions).oov_policy, options.view_as(OovOptions).unk_token)
     gcs.preflight([opts.input], writes=False)  # gs:// refused in seconds, not after minutes of retries
     gcs.preflight([out.output, opts.public_summary or "", opts.diagnostics_output or ""], writes=True)
     inputs = _matches(opts.input)

@@ -14,6 +14,7 @@ from textdp.store import Artifact, build_artifact
 from textdp.verification import sha256_file
 from textdp.embeddings import BUNDLED_GLOVE, EmbeddingSource, load_embeddings
 from textdp.errors import ArtifactError
+from textdp.tokenize import unreadable_entries
 
 GLOVE = EmbeddingSource("bundled", BUNDLED_GLOVE)
 
@@ -34,7 +35,14 @@ def test_manifest_and_contents(small_artifact_dir, small_artifact):
         path = os.path.join(small_artifact_dir, name)
         assert entry == {"sha256": sha256_file(path), "bytes": os.path.getsize(path)}
     assert set(manifest["files"]) == {"vocab.txt", "vectors.npy", "index.ann"}
-    words, vectors = load_embeddings(GLOVE, vocab_size=5000)
+    words, vectors = load_embeddings(GLOVE, vocab_size=5200)  # the source's first entries: the artifact keeps the
+    keep = np.ones(len(words), dtype=bool)                      # first 5,000 the tokenizer reads as themselves
+    keep[unreadable_entries(words)] = False
+    kept = np.flatnonzero(keep)[:5000]
+    words, vectors = [words[i] for i in kept], vectors[kept]
+    dropped = int(np.count_nonzero(~keep[:kept[-1] + 1]))
+    assert 50 < dropped < 200 and manifest["dropped_entries"]["count"] == dropped  # 94 punctuation etc. (",", "u.s.")
+    assert {",", ".", "u.s."} <= set(manifest["dropped_entries"]["examples"])
     assert small_artifact.words == words
     assert isinstance(small_artifact.vectors, np.memmap) and small_artifact.vectors.flags.c_contiguous
     np.testing.assert_array_equal(small_artifact.vectors, vectors)
@@ -144,7 +152,9 @@ def test_default_artifact_built_once_with_progress_then_reused(tmp_path):
     assert all(rc == 0 for _, _, rc in results), [err[-2000:] for _, err, _ in results]
     outs = {out.strip() for out, _, _ in results}
     expected = os.path.join(str(tmp_path / "cache"), "artifacts", os.path.basename(store.default_artifact_path()))
-    assert outs == {f"{expected} 400000"}
+    dropped = json.load(open(os.path.join(expected, "manifest.json")))["dropped_entries"]["count"]
+    assert 8000 < dropped < 9500  # GloVe's entries the tokenizer never reads as one word (8,689 with this tokenizer)
+    assert outs == {f"{expected} {400000 - dropped}"}
     builders = [err for _, err, _ in results if "building the default artifact" in err]
     assert len(builders) == 1 and "building Annoy index" in builders[0]
     # A third call finds it and prints nothing.

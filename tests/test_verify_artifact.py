@@ -22,6 +22,7 @@ from textdp.embeddings import BUNDLED_GLOVE, EmbeddingSource
 from textdp.errors import ArtifactError
 from textdp.locate import ARTIFACT_PARTS, artifact_needs, open_artifact, read_manifest, verify_artifact
 from textdp.neighbours import DISTANCES_FILE, IDS_FILE, TableWriter, knn_rows, metric_points
+from textdp import store
 from textdp.store import MANIFEST, build_artifact, stamp_dir
 from textdp.verification import STAMP_MIN_AGE_NS, stamp_path
 from tests.gcs_emulator import gcs_bucket, gcs_emulator  # noqa: F401 (pytest fixtures)
@@ -195,7 +196,7 @@ def test_only_the_files_the_run_uses_are_checked(fresh_copy, private_cache):
 def test_missing_unreadable_or_unknown_manifest_is_refused(fresh_copy, tmp_path, private_cache):
     manifest_path = os.path.join(fresh_copy, MANIFEST)
     edit_manifest(fresh_copy, lambda m: m.update(format_version=99))
-    with pytest.raises(ArtifactError, match=re.escape(manifest_path) + " has format version 99; this textdp reads version 1"):
+    with pytest.raises(ArtifactError, match=re.escape(manifest_path) + " has format version 99; this textdp reads version " + str(store.FORMAT_VERSION)):
         verify_artifact(fresh_copy)
     with open(manifest_path, "w", encoding="utf-8") as handle:
         handle.write('{"kind": "textdp-vocab')
@@ -250,7 +251,8 @@ def test_needs_of_each_mechanism():
 
 def test_one_manifest_reader_for_the_default_a_directory_and_gcs(default_artifact_dir, small_artifact_dir, gcs_bucket):
     assert read_manifest(None) == read_manifest(default_artifact_dir)
-    assert read_manifest(None)["vocab_size"] == 400000
+    default = read_manifest(None)
+    assert default["vocab_size"] == 400000 - default["dropped_entries"]["count"]  # GloVe 6B minus what no text can hold
     assert verify_artifact(None) == read_manifest(None)
     url = gcs.upload_artifact(small_artifact_dir, f"gs://{gcs_bucket}/artifacts/glove5k/")
     assert read_manifest(url) == read_manifest(small_artifact_dir) == read_manifest(url.rstrip("/"))
@@ -309,8 +311,8 @@ def test_gcs_artifact_without_or_with_an_unknown_manifest_is_refused(uploaded, g
     bucket_name, prefix = gcs.parse_gcs_url(uploaded)
     blob = gcs_emulator.client().bucket(bucket_name).blob(f"{prefix}/{MANIFEST}")
     manifest = json.loads(blob.download_as_bytes())
-    blob.upload_from_string(json.dumps(dict(manifest, format_version=2)))
-    with pytest.raises(ArtifactError, match=re.escape(f"{uploaded}/{MANIFEST} has format version 2")):
+    blob.upload_from_string(json.dumps(dict(manifest, format_version=store.FORMAT_VERSION + 1)))
+    with pytest.raises(ArtifactError, match=re.escape(f"{uploaded}/{MANIFEST} has format version {store.FORMAT_VERSION + 1}")):
         verify_artifact(uploaded)
     blob.upload_from_string(json.dumps({key: value for key, value in manifest.items() if key != "neighbours"}))
     with pytest.raises(ArtifactError, match=re.escape(f"run `textdp neighbours --artifact {uploaded}` first")):

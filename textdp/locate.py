@@ -29,7 +29,10 @@ from textdp.errors import ArtifactError, TextdpError
 from textdp.neighbours import SECTION as NEIGHBOURS_SECTION
 from textdp.store import (MANIFEST, Artifact, Progress, ensure_default_artifact, read_directory_manifest,
                           stamp_dir, stderr_progress)
+from textdp.text_privatizer import check_unk_token
+from textdp.tokenize import unreadable_entries
 from textdp.verification import verify_file
+from textdp.version import __version__
 
 # The parts of an artifact a run can use. Every run opens the vocabulary and the vectors (an
 # ``Artifact`` loads both), Madlib with ``--nn annoy`` also the Annoy index, TEM the neighbour table.
@@ -59,6 +62,15 @@ def open_artifact(location: Optional[str] = None, verify: bool = True,
                   progress: Optional[Progress] = stderr_progress) -> Artifact:
     """Resolve and load an artifact (the default one when ``location`` is empty)."""
     return Artifact(resolve_artifact(location, progress), verify=verify)
+
+
+def check_unk_marker(location: Optional[str], oov_policy: str, unk_token: str) -> None:
+    """Before a run with ``--oov-policy unk``: refuse a marker the tokenizer reads as a word of the artifact's
+    vocabulary (``textdp.text_privatizer.check_unk_token``). A gs:// artifact is not read here: its workers
+    refuse such a marker when they load it (exit 1, one line)."""
+    if oov_policy != "unk" or gcs.is_gcs_url(location):
+        return
+    check_unk_token(unk_token, Artifact(_local_directory(location, None), verify=False).word_to_id)
 
 
 def _local_directory(location: Optional[str], progress: Optional[Progress]) -> str:
@@ -127,7 +139,36 @@ def verify_artifact(location: Optional[str], needs: Iterable[str] = ALWAYS_NEEDE
     for name, entry in files.items():
         verify_file(os.path.join(directory, name), entry, stamps)
     _check_array_shapes(directory, manifest, wanted)
+    _check_vocabulary(directory, manifest, stamps)
     return manifest
+
+
+def _check_vocabulary(directory: str, manifest: dict, stamps: str) -> None:
+    """Refuse a local artifact whose vocabulary holds an entry the tokenizer never reads as itself (an
+    artifact edited by hand: build-index never writes one, ``textdp.store``). Its checksum was just
+    verified, so the result is remembered per vocabulary SHA-256 and textdp version (a stamp file beside the verification stamps):
+    ~2 s once for a 400,000-word vocabulary, nothing after."""
+    sha = manifest["files"][manifest["vocab"]].get("sha256", "")
+    stamp = os.path.join(os.path.dirname(os.path.abspath(stamps)), "vocabulary-checked", f"{__version__}-{sha}")
+    if sha and os.path.exists(stamp):
+        return
+    with open(os.path.join(directory, manifest["vocab"]), encoding="utf-8", newline="\n") as handle:
+        words = handle.read().split("\n")
+    if words and words[-1] == "":
+        words.pop()
+    bad = unreadable_entries(words)
+    if len(bad):
+        raise ArtifactError(
+            f"{directory}/{manifest['vocab']} line {int(bad[0]) + 1} holds {words[bad[0]]!r}, an entry the tokenizer "
+            f"never reads as one word ({len(bad):,} such entries; punctuation, spaces or control characters inside, a "
+            "duplicate or case variant): released, it would change a record's structure. Rebuild the artifact with "
+            "`textdp build-index`, which drops them")
+    try:
+        os.makedirs(os.path.dirname(stamp), exist_ok=True)
+        with open(stamp, "w", encoding="utf-8") as handle:
+            handle.write("ok\n")
+    except OSError:  # a read-only cache only costs the check next time
+        pass
 
 
 def _needed_files(manifest: dict, parts: tuple, where: str, mechanism: Optional[str] = None) -> Dict[str, dict]:

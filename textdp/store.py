@@ -12,7 +12,11 @@ An artifact is a directory holding everything a worker needs to privatize text:
     seed, and the SHA-256 and size of every other file. Later stages (the TEM neighbour table) add
     their own section and files.
 ``vocab.txt``
-    the words, one per line, in frequency order; the line number is the word id.
+    the words, one per line, in frequency order; the line number is the word id. Only entries the
+    tokenizer reads as themselves (``textdp.tokenize.unreadable_entries``): an embedding's other
+    entries (GloVe's punctuation ``,`` ``--``, ``u.s.``, entries with spaces or control characters)
+    are dropped at build time and counted in the manifest's ``dropped_entries``, since they can
+    never be an input word and, released, would change a record's structure (format version 2).
 ``vectors.npy``
     float32, row-major (C order), one row per word: a worker memory-maps it, so row gathers and
     BLAS read straight from the page cache that every process on the machine shares.
@@ -46,9 +50,10 @@ import numpy as np
 from textdp.version import __version__
 from textdp.embeddings import BUNDLED_GLOVE, EmbeddingSource, load_embeddings
 from textdp.errors import ArtifactError
+from textdp.tokenize import unreadable_entries
 from textdp.verification import file_entry, verify_file
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the vocabulary holds only entries the tokenizer reads as themselves
 ARTIFACT_KIND = "textdp-vocabulary"
 MANIFEST = "manifest.json"
 VOCAB_FILE = "vocab.txt"
@@ -87,7 +92,7 @@ def build_artifact(
         raise ArtifactError(f"{output} already exists; artifacts are never overwritten, choose a new directory")
     os.makedirs(os.path.dirname(output), exist_ok=True)
     started = time.perf_counter()
-    words, vectors = load_embeddings(source, vocab_size, progress=say)
+    words, vectors, dropped = _readable_embeddings(source, vocab_size, say)
     n, dim = vectors.shape
     if n < 2:  # every mechanism releases a word other than the input's, so it needs a second one
         raise ArtifactError(f"an artifact needs at least 2 words to privatize anything; the source gave {n}")
@@ -120,10 +125,37 @@ def build_artifact(
             "vectors": VECTORS_FILE,
             "annoy": {"file": ANNOY_FILE, "metric": "euclidean", "trees": int(trees), "seed": int(seed)},
             "files": {name: file_entry(os.path.join(staging, name)) for name in (VOCAB_FILE, VECTORS_FILE, ANNOY_FILE)},
+            "dropped_entries": dropped,
         }
         _write_json(os.path.join(staging, MANIFEST), manifest)
     say(f"artifact ready at {output} in {time.perf_counter() - started:.1f}s")
     return output
+
+
+def _readable_embeddings(source: EmbeddingSource, vocab_size: Optional[int], say: Progress):
+    """(words, vectors, dropped) of the source's first ``vocab_size`` entries that the tokenizer reads as
+    themselves (all of them when None), reading further into the source to make up for the ones dropped.
+    ``dropped``: {"count", "examples" (the first 20, a public vocabulary's entries), "rule"}."""
+    limit = vocab_size
+    while True:
+        words, vectors = load_embeddings(source, limit, progress=say)
+        bad = unreadable_entries(words)
+        kept = len(words) - len(bad)
+        if vocab_size is None or kept >= vocab_size or len(words) < limit:  # enough, or the source is exhausted
+            break
+        limit = vocab_size + 2 * len(bad) + 16
+    keep = np.ones(len(words), dtype=bool)
+    keep[bad] = False
+    take = np.flatnonzero(keep)[:vocab_size]
+    last = int(take[-1]) + 1 if vocab_size is not None and len(take) == vocab_size else len(words)  # entries read
+    bad = bad[bad < last]
+    if len(bad):
+        say(f"dropping {len(bad):,} entries the tokenizer never reads as one word (punctuation, abbreviations "
+            "with a final dot, spaces or control characters inside, case/NFKC variants): they can never be an "
+            "input word and, released, would change a record's structure")
+    dropped = {"count": int(len(bad)), "examples": [words[i] for i in bad[:20]],
+               "rule": "entries the tokenizer does not read as themselves (textdp.tokenize.unreadable_entries)"}
+    return [words[i] for i in take], np.ascontiguousarray(vectors[take]), dropped
 
 
 @contextlib.contextmanager

@@ -35,6 +35,7 @@ Out-of-vocabulary (OOV) policy, for words the vocabulary does not have:
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -56,6 +57,18 @@ def check_oov(policy, unk_token) -> None:
         raise ParameterError(f"oov_policy must be one of {', '.join(OOV_POLICIES)}, got {policy!r}")
     if not isinstance(unk_token, str) or not unk_token or any(char.isspace() for char in unk_token):
         raise ParameterError("unk_token must be a non-empty string without whitespace")
+    if any(unicodedata.category(char).startswith("C") for char in unk_token):
+        raise ParameterError("unk_token must be printable: no control, format, private-use, unassigned or surrogate "
+                             "characters (they are released as structure or are invisible, so a reader would miscount words)")
+
+
+def check_unk_token(unk_token: str, word_to_id) -> None:
+    """Refuse a marker that the tokenizer reads as one vocabulary word (``--unk-token the``): an unknown word
+    would then look exactly like a released ``the``. ParameterError, one line."""
+    batch = Tokenizer(word_to_id).tokenize_batch([unk_token])
+    if len(batch.ids) == 1 and int(batch.ids[0]) >= 0:
+        raise ParameterError(f"unk_token {unk_token!r} is read as the vocabulary word {batch.words[0]!r}: an unknown "
+                             "word would look like a released one; choose a marker that is not a word, such as <unk>")
 
 
 def default_batch_tokens(mechanism: str) -> int:
@@ -82,6 +95,8 @@ class TextPrivatizer:
     def __init__(self, mechanism, words: Sequence[str], word_to_id: Dict[str, int],
                  oov_policy: str = "random", unk_token: str = "<unk>"):
         check_oov(oov_policy, unk_token)
+        if oov_policy == "unk":
+            check_unk_token(unk_token, word_to_id)
         self.mechanism = mechanism
         self.words = words
         self.tokenizer = Tokenizer(word_to_id, words)
