@@ -196,7 +196,7 @@ def test_only_the_files_the_run_uses_are_checked(fresh_copy, private_cache):
 def test_missing_unreadable_or_unknown_manifest_is_refused(fresh_copy, tmp_path, private_cache):
     manifest_path = os.path.join(fresh_copy, MANIFEST)
     edit_manifest(fresh_copy, lambda m: m.update(format_version=99))
-    with pytest.raises(ArtifactError, match=re.escape(manifest_path) + " has format version 99; this textdp reads version " + str(store.FORMAT_VERSION)):
+    with pytest.raises(ArtifactError, match=re.escape(manifest_path) + " has format version 99; this textdp reads version 1 or 2"):
         verify_artifact(fresh_copy)
     with open(manifest_path, "w", encoding="utf-8") as handle:
         handle.write('{"kind": "textdp-vocab')
@@ -313,6 +313,9 @@ def test_gcs_artifact_without_or_with_an_unknown_manifest_is_refused(uploaded, g
     manifest = json.loads(blob.download_as_bytes())
     blob.upload_from_string(json.dumps(dict(manifest, format_version=store.FORMAT_VERSION + 1)))
     with pytest.raises(ArtifactError, match=re.escape(f"{uploaded}/{MANIFEST} has format version {store.FORMAT_VERSION + 1}")):
+        verify_artifact(uploaded)
+    blob.upload_from_string(json.dumps(dict(manifest, format_version=1)))  # its vocabulary is not read before the run
+    with pytest.raises(ArtifactError, match=r"built by an older textdp \(format version 1\).*rebuild it"):
         verify_artifact(uploaded)
     blob.upload_from_string(json.dumps({key: value for key, value in manifest.items() if key != "neighbours"}))
     with pytest.raises(ArtifactError, match=re.escape(f"run `textdp neighbours --artifact {uploaded}` first")):

@@ -100,6 +100,19 @@ def test_a_hand_edited_artifact_with_an_entry_that_is_not_a_word_is_refused_befo
     assert not (tmp_path / "o").exists()
 
 
+def test_a_local_artifact_of_format_version_1_is_used_when_it_holds_only_words(tiny_artifact_dir, tmp_path):
+    """An artifact built before the rule (format 1): used as it is when its vocabulary holds only words, refused
+    with the way out when it holds others (GloVe's punctuation, as every GloVe artifact of version 1 does)."""
+    words_only = str(tmp_path / "v1")
+    shutil.copytree(tiny_artifact_dir, words_only)
+    manifest_path = os.path.join(words_only, "manifest.json")
+    json.dump(dict(json.load(open(manifest_path)), format_version=1), open(manifest_path, "w"))
+    assert verify_artifact(words_only)["format_version"] == 1
+    edited = _hand_edited(words_only, tmp_path / "punct", ",")
+    with pytest.raises(ArtifactError, match=r"holds ',', an entry the tokenizer never reads.*Rebuild the artifact"):
+        verify_artifact(edited)
+
+
 def test_released_records_of_plain_words_keep_their_word_count(small_artifact_dir, imdb_rows):
     """At epsilon 1 Madlib changes nearly every word, over the whole 5k vocabulary (punctuation-like entries
     included before this rule): every record re-tokenizes into as many words as it had. Deterministic given

@@ -27,7 +27,7 @@ import numpy as np
 from textdp import gcs
 from textdp.errors import ArtifactError, TextdpError
 from textdp.neighbours import SECTION as NEIGHBOURS_SECTION
-from textdp.store import (MANIFEST, Artifact, Progress, ensure_default_artifact, read_directory_manifest,
+from textdp.store import (FORMAT_VERSION, MANIFEST, Artifact, Progress, ensure_default_artifact, read_directory_manifest,
                           stamp_dir, stderr_progress)
 from textdp.text_privatizer import check_unk_token
 from textdp.tokenize import unreadable_entries
@@ -129,6 +129,10 @@ def verify_artifact(location: Optional[str], needs: Iterable[str] = ALWAYS_NEEDE
         raise ValueError(f"unknown artifact part(s) {unknown} (expected some of {', '.join(ARTIFACT_PARTS)})")
     if gcs.is_gcs_url(location):
         manifest = gcs.read_remote_manifest(location)
+        if manifest.get("format_version") != FORMAT_VERSION:
+            raise ArtifactError(f"{location} was built by an older textdp (format version {manifest.get('format_version')}) "
+                                "whose vocabulary may hold entries that are not words (punctuation): rebuild it with "
+                                "`textdp build-index` and upload it again")
         files = _needed_files(manifest, wanted, location, getattr(needs, "mechanism", None))
         gcs.check_remote_files(location, files)
         return manifest
@@ -162,7 +166,7 @@ def _check_vocabulary(directory: str, manifest: dict, stamps: str) -> None:
             f"{directory}/{manifest['vocab']} line {int(bad[0]) + 1} holds {words[bad[0]]!r}, an entry the tokenizer "
             f"never reads as one word ({len(bad):,} such entries; punctuation, spaces or control characters inside, a "
             "duplicate or case variant): released, it would change a record's structure. Rebuild the artifact with "
-            "`textdp build-index`, which drops them")
+            "`textdp build-index` (this textdp drops them)")
     try:
         os.makedirs(os.path.dirname(stamp), exist_ok=True)
         with open(stamp, "w", encoding="utf-8") as handle:

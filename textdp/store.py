@@ -54,6 +54,10 @@ from textdp.tokenize import unreadable_entries
 from textdp.verification import file_entry, verify_file
 
 FORMAT_VERSION = 2  # 2: the vocabulary holds only entries the tokenizer reads as themselves
+# Version 1 (before that rule) is still read: a local one whose vocabulary happens to hold only words is used as
+# it is and any other is refused with the way out (textdp.locate.verify_artifact); a gs:// one is refused (its
+# vocabulary is not read before the run).
+READS_VERSIONS = (1, 2)
 ARTIFACT_KIND = "textdp-vocabulary"
 MANIFEST = "manifest.json"
 VOCAB_FILE = "vocab.txt"
@@ -212,9 +216,10 @@ def parse_manifest(raw: bytes, where: str) -> dict:
         raise ArtifactError(f"{where} is not valid JSON (corrupted artifact?)") from None
     if not isinstance(manifest, dict) or manifest.get("kind") != ARTIFACT_KIND:
         raise ArtifactError(f"{where} does not describe a textdp vocabulary artifact")
-    if manifest.get("format_version") != FORMAT_VERSION:
+    if manifest.get("format_version") not in READS_VERSIONS:
         raise ArtifactError(
-            f"{where} has format version {manifest.get('format_version')!r}; this textdp reads version {FORMAT_VERSION}")
+            f"{where} has format version {manifest.get('format_version')!r}; this textdp reads version "
+            f"{' or '.join(map(str, READS_VERSIONS))}")
     for key in ("dimension", "vocab_size", "files", "vocab", "vectors"):
         if key not in manifest:
             raise ArtifactError(f"{where} lacks the field {key!r}")
