@@ -1,0 +1,140 @@
+"""Issue 27, items 1 and 8: runs that fail fail loudly, before and after; --help shows each flag once.
+
+Real runs of ``textdp privatize`` (through the command's own entry, ``pipelines.cli.main``) on the local
+FnApiRunner with the 300-word GloVe artifact of tests/conftest.py; real ``beam.io.ReadFromCsv`` into
+``transforms.Privatize``. Nothing is mocked.
+"""
+
+import argparse
+import json
+import os
+import shutil
+from typing import NamedTuple
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.util import assert_that, equal_to
+
+from pipelines.cli import main as cli_main
+from textdp.summary import DEFAULT_MAX_FAILED_FRACTION
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUNNER = ["--runner", "FnApiRunner"]
+CANARY = "Qwcanaryzorthington"
+
+
+def _run(capsys, args):
+    code = cli_main(args + RUNNER)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _privatize(tmp_path, artifact, *args):
+    return ["privatize", "--epsilon", "10", "--artifact", artifact, "--output", str(tmp_path / "o" / "x"), *args]
+
+
+def _summary(tmp_path):
+    with open(tmp_path / "o" / "x-summary.json", encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _error_lines(err):
+    """stderr without the progress lines (``textdp privatize: 8 / 10 records ...``)."""
+    return [line for line in err.splitlines() if line.strip() and " records (" not in line]
+
+
+def _mixed_jsonl(path, good, bad):
+    """``good`` records with a text field, then ``bad`` records without it (each with the canary elsewhere)."""
+    with open(path, "w", encoding="utf-8") as handle:
+        for i in range(good):
+            handle.write(json.dumps({"id": i, "text": "the good movie was very long"}) + "\n")
+        for i in range(bad):
+            handle.write(json.dumps({"id": good + i, "body": f"{CANARY} wrote this"}) + "\n")
+
+
+# --- 1. before the run: --text-field against the input ------------------------------------------
+
+def test_the_issues_review_field_on_the_example_is_refused_in_one_line_before_the_run(tiny_artifact_dir, tmp_path,
+                                                                                      capsys):
+    """Issue 27: ``--input examples/reviews.jsonl --text-field review`` sent 30 of 30 records to the error
+    output and exited 0. Now: exit 2, one line, naming the fields the input has; nothing is written."""
+    data = tmp_path / "reviews.jsonl"
+    shutil.copy(os.path.join(REPO, "examples", "reviews.jsonl"), data)
+    code, out, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data),
+                                             "--text-field", "review"))
+    assert code == 2 and out == ""
+    assert _error_lines(err) == ["textdp privatize: error: --text-field 'review': no such field in the first 30 JSON "
+                                 "object(s) of the input; fields there: 'id', 'rating', 'text'"]
+    assert not (tmp_path / "o").exists() or os.listdir(tmp_path / "o") == []
+
+
+def test_a_field_of_several_and_the_amplifier_fields_are_checked_too(tiny_artifact_dir, tmp_path, capsys):
+    data = tmp_path / "in.jsonl"
+    data.write_text(json.dumps({"id": 1, "text": f"{CANARY} the movie", "user": "u1"}) + "\n")
+    for flags, named in ((["--text-field", "text,title"], "--text-field 'title'"),
+                         (["--shuffle", "--user-field", "author"], "--user-field 'author'"),
+                         (["--shuffle", "--drop-fields", "id,stamp"], "--drop-fields 'stamp'")):
+        code, _, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data), *flags))
+        assert code == 2 and len(_error_lines(err)) == 1 and named in err and CANARY not in err, (flags, err)
+
+
+# --- 2. after the run: --max-failed-fraction ------------------------------------------------------
+
+def test_a_failed_share_above_the_default_exits_1_in_one_line_and_still_writes_everything(tiny_artifact_dir,
+                                                                                          tmp_path, capsys):
+    """8 good records and 2 without the text field (20% > the default 10%): exit 1, one line with the reason codes
+    and counts (never text); the 8 records, the 2 error records and the summary are written, and the summary
+    records the threshold and that it was exceeded."""
+    data = tmp_path / "in.jsonl"
+    _mixed_jsonl(data, good=8, bad=2)
+    code, out, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data)))
+    assert code == 1 and out == ""
+    assert _error_lines(err) == [
+        "textdp privatize: error: 2 of 10 records failed (20.0%, above --max-failed-fraction 0.1); top reasons: "
+        f"missing_field 2; the error records are at {tmp_path}/o/x-errors-[0-9][0-9][0-9][0-9][0-9].jsonl, the counts "
+        f"in {tmp_path}/o/x-summary.json"]
+    assert CANARY not in out + err
+    summary = _summary(tmp_path)
+    assert summary["records"] == {"in": 10, "out": 8, "failed": 2, "failed_by_reason": {"missing_field": 2},
+                                  "reconciled": True}
+    assert summary["failure_check"] == {"max_failed_fraction": DEFAULT_MAX_FAILED_FRACTION, "failed_fraction": 0.2,
+                                        "exceeded": True, "top_reasons": {"missing_field": 2}}
+    assert "failure_check.failed_fraction" in summary["raw_data_figures"]["figures"]
+    assert sum(1 for _ in open(tmp_path / "o" / "x-00000-of-00001.jsonl")) == 8
+    assert sum(1 for _ in open(tmp_path / "o" / "x-errors-00000.jsonl")) == 2
+
+
+def test_a_failed_share_at_or_below_the_threshold_succeeds_and_says_so(tiny_artifact_dir, tmp_path, capsys):
+    """2 of 10 failed: exit 0 with --max-failed-fraction 0.2 (not above it) and 1.0; exit 1 with 0.19."""
+    data = tmp_path / "in.jsonl"
+    _mixed_jsonl(data, good=8, bad=2)
+    for threshold, expected in (("0.2", 0), ("1", 0), ("0.19", 1)):
+        code, out, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data), "--overwrite",
+                                                 "--max-failed-fraction", threshold))
+        assert code == expected, (threshold, err)
+        check = _summary(tmp_path)["failure_check"]
+        assert check["max_failed_fraction"] == float(threshold) and check["exceeded"] is bool(expected)
+        if expected == 0:
+            assert "records: 10 in, 8 out, 2 failed" in out and _error_lines(err) == []
+
+
+def test_a_run_where_every_record_failed_is_never_a_success_even_at_1(tiny_artifact_dir, tmp_path, capsys):
+    """Every record failed (3 too large, 1 blank line): exit 1 even with --max-failed-fraction 1."""
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps({"body": f"{CANARY} wrote this"}) + "\n" for _ in range(3)) + "\n")
+    code, _, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data), "--text-field", "body",
+                                           "--max-failed-fraction", "1", "--max-record-bytes", "10"))
+    assert code == 1 and len(_error_lines(err)) == 1
+    assert "no record was privatized: 4 of 4 failed (empty 1, too_large 3)" in err and CANARY not in err
+    assert _summary(tmp_path)["failure_check"]["exceeded"] is True
+
+
+@pytest.mark.parametrize("value", ["-0.1", "1.5", "nan", "inf"])
+def test_max_failed_fraction_outside_0_to_1_is_refused_before_the_run(tiny_artifact_dir, tmp_path, capsys, value):
+    data = tmp_path / "in.txt"
+    data.write_text("the good movie\n")
+    code, _, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data),
+                                           f"--max-failed-fraction={value}"))
+    assert code == 2 and _error_lines(err) == [
+        f"textdp privatize: error: --max-failed-fraction must be a number from 0 to 1, got {float(value):g}"]
+    assert not (tmp_path / "o").exists() or os.listdir(tmp_path / "o") == []
