@@ -138,3 +138,110 @@ def test_max_failed_fraction_outside_0_to_1_is_refused_before_the_run(tiny_artif
     assert code == 2 and _error_lines(err) == [
         f"textdp privatize: error: --max-failed-fraction must be a number from 0 to 1, got {float(value):g}"]
     assert not (tmp_path / "o").exists() or os.listdir(tmp_path / "o") == []
+
+
+# --- 3. transforms.Privatize takes beam.Row, NamedTuples and dicts alike ---------------------------
+
+IDENTITY = 1e6  # far below any distance between words: the release is the input (tests/test_madlib.py)
+
+
+class Review(NamedTuple):
+    id: int
+    review: str
+    stars: float
+
+
+@pytest.fixture(scope="module")
+def words(tiny_artifact_dir):
+    from textdp.locate import open_artifact
+
+    return [w for w in open_artifact(tiny_artifact_dir).words if w.isalpha()]
+
+
+def _transform_pipeline():
+    from apache_beam.testing import test_pipeline
+
+    return test_pipeline.TestPipeline(runner="FnApiRunner")
+
+
+def _stats_of(result):
+    return result.stats | beam.Map(lambda s: (s["records"], s["failed"], s["tokens"]))
+
+
+def test_beam_rows_with_a_schema_are_privatized_and_released_as_rows_that_keep_the_schema(tiny_artifact_dir, words):
+    """Rows as ``beam.Select`` (and ``ReadFromCsv``) yield them: read by attribute, released as beam.Row with the
+    same fields, and the released PCollection keeps the schema (a downstream ``beam.Select`` by field works)."""
+    from transforms import Privatize
+
+    texts = [f"a {words[3]} {words[4]}", words[8]]
+    with _transform_pipeline() as pipeline:
+        rows = (pipeline | beam.Create([{"id": 1, "review": texts[0], "stars": 4.5},
+                                        {"id": 2, "review": texts[1], "stars": 1.0}])
+                | beam.Select(id=lambda d: d["id"], review=lambda d: d["review"], stars=lambda d: d["stars"]))
+        result = rows | Privatize(epsilon=IDENTITY, artifact=tiny_artifact_dir, text_fields=["review"])
+        assert_that(result.released | beam.Map(lambda r: (type(r).__name__, r.id, r.review, r.stars)),
+                    equal_to([("Row", 1, texts[0], 4.5), ("Row", 2, texts[1], 1.0)]), label="rows")
+        assert_that(result.released | beam.Select("review") | beam.Map(lambda r: r.review), equal_to(texts),
+                    label="schema kept")
+        assert_that(result.errors, equal_to([]), label="errors")
+        assert_that(_stats_of(result), equal_to([(2, 0, 4)]), label="stats")
+
+
+def test_namedtuples_are_released_as_the_same_class_and_dicts_stay_dicts(tiny_artifact_dir, words):
+    from transforms import Privatize
+
+    tuples = [Review(1, f"the {words[5]}", 3.0), Review(2, words[9], 5.0)]
+    dicts = [r._asdict() for r in tuples]
+    with _transform_pipeline() as pipeline:
+        from_tuples = (pipeline | "Tuples" >> beam.Create(tuples).with_output_types(Review)
+                       | "PrivatizeTuples" >> Privatize(epsilon=IDENTITY, artifact=tiny_artifact_dir,
+                                                        text_fields="review"))
+        from_dicts = (pipeline | "Dicts" >> beam.Create(dicts)
+                      | "PrivatizeDicts" >> Privatize(epsilon=IDENTITY, artifact=tiny_artifact_dir,
+                                                      text_fields="review"))
+        assert_that(from_tuples.released | beam.Map(lambda r: (type(r) is Review, r)),
+                    equal_to([(True, t) for t in tuples]), label="tuples")
+        assert_that(from_dicts.released | "DictKind" >> beam.Map(lambda r: (type(r) is dict, r["id"])),
+                    equal_to([(True, 1), (True, 2)]), label="dicts")
+        assert_that(_stats_of(from_tuples), equal_to([(2, 0, 3)]), label="tuple stats")
+
+
+def test_rows_without_the_text_field_are_missing_field_errors_not_lists(tiny_artifact_dir, words):
+    """Issue 27: a Row went to the errors as "the record is a list". A Row that lacks the text field is a
+    ``missing_field`` error; one whose field is not a string is ``not_a_string``."""
+    from transforms import Privatize
+
+    with _transform_pipeline() as pipeline:
+        rows = (pipeline | beam.Create([{"id": 1, "body": f"{CANARY} {words[3]}"}, {"id": 2, "review": None},
+                                        {"id": 3, "review": f"{words[4]} {CANARY}"}])
+                | beam.Map(lambda d: beam.Row(**d)))  # rows of different fields: no one schema
+        result = rows | Privatize(epsilon=5, artifact=tiny_artifact_dir, text_fields=["review"])
+        assert_that(result.errors | beam.Map(lambda e: (e["reason"], e["detail"], CANARY in json.dumps(e))),
+                    equal_to([("missing_field", "no field 'review'", False),
+                              ("not_a_string", "field 'review' is a null, not a string", False)]), label="errors")
+        assert_that(result.released | beam.Map(lambda r: (type(r).__name__, r.id)), equal_to([("Row", 3)]),
+                    label="released")
+
+
+def _beam_dataframes_work():
+    try:
+        import apache_beam.dataframe.frames  # noqa: F401  (ReadFromCsv needs them; they fail with pandas >= 3)
+    except Exception:  # pylint: disable=broad-except
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _beam_dataframes_work(), reason="Beam's dataframe layer cannot import with this pandas "
+                                                          "(Beam 2.77 with pandas >= 3: 'DataFrame has no attribute "
+                                                          "first'), so beam.io.ReadFromCsv cannot run here")
+def test_read_from_csv_into_privatize(tiny_artifact_dir, words, tmp_path):
+    from transforms import Privatize
+
+    path = tmp_path / "reviews.csv"
+    path.write_text(f"id,review\n1,the {words[5]}\n2,{words[9]} {words[10]}\n", encoding="utf-8")
+    with _transform_pipeline() as pipeline:
+        result = (pipeline | beam.io.ReadFromCsv(str(path))
+                  | Privatize(epsilon=IDENTITY, artifact=tiny_artifact_dir, text_fields=["review"]))
+        assert_that(result.released | beam.Map(lambda r: (r.id, r.review)),
+                    equal_to([(1, f"the {words[5]}"), (2, f"{words[9]} {words[10]}")]), label="released")
+        assert_that(result.errors, equal_to([]), label="errors")
