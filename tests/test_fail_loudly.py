@@ -245,3 +245,48 @@ def test_read_from_csv_into_privatize(tiny_artifact_dir, words, tmp_path):
         assert_that(result.released | beam.Map(lambda r: (r.id, r.review)),
                     equal_to([(1, f"the {words[5]}"), (2, f"{words[9]} {words[10]}")]), label="released")
         assert_that(result.errors, equal_to([]), label="errors")
+
+
+# --- 4. TextdpError subclasses fit Python's conventions -------------------------------------------
+
+def test_errors_are_textdp_errors_and_the_builtin_type_python_code_expects(tiny_artifact_dir, tmp_path):
+    """Each refusal is caught by ``except TextdpError`` (the existing sites) and by the built-in type of its case:
+    TypeError for a wrong kind, ValueError for a bad value, FileNotFoundError for what is not there."""
+    import textdp
+    from textdp.embeddings import parse_source
+    from textdp.errors import ArtifactError, EmbeddingFormatError
+
+    p = textdp.Privatizer(epsilon=10, artifact=tiny_artifact_dir)
+    wrong_kinds = [lambda: p.privatize({"a": "the movie"}), lambda: p.privatize("the movie"),
+                   lambda: p.privatize(7), lambda: p.privatize(["the movie", None]),
+                   lambda: p.privatize_series(["the movie"]),
+                   lambda: textdp.Privatizer(epsilon=10, artifact=7)]
+    bad_values = [lambda: p.privatize(["the movie"], errors="ignore"), lambda: p.privatize(["the"], seed=-1),
+                  lambda: textdp.Privatizer(epsilon=-1, artifact=tiny_artifact_dir),
+                  lambda: textdp.Privatizer(epsilon=10, artifact=tiny_artifact_dir, mechanism="nope"),
+                  lambda: textdp.Privatizer(epsilon=10, artifact=" "),
+                  lambda: textdp.Privatizer(epsilon=10, artifact=tiny_artifact_dir, max_text_bytes=3).privatize(
+                      ["the good movie"])]
+    for case in wrong_kinds:
+        with pytest.raises(TypeError) as caught:
+            case()
+        assert isinstance(caught.value, textdp.TextdpError) and isinstance(caught.value, textdp.TextdpTypeError)
+    for case in bad_values:
+        with pytest.raises(ValueError) as caught:
+            case()
+        assert isinstance(caught.value, textdp.TextdpError) and not isinstance(caught.value, TypeError)
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(tiny_artifact_dir, damaged)
+    os.remove(damaged / "vectors.npy")
+    no_manifest = tmp_path / "no-manifest"
+    no_manifest.mkdir()
+    for where, message in ((tmp_path / "absent", "is not a directory"), (no_manifest, "manifest.json is missing"),
+                           (damaged, "vectors.npy is missing")):
+        with pytest.raises(FileNotFoundError, match=message) as caught:
+            textdp.Privatizer(epsilon=10, artifact=str(where))
+        assert isinstance(caught.value, ArtifactError) and isinstance(caught.value, textdp.ArtifactNotFoundError)
+    with pytest.raises(FileNotFoundError, match="no such file") as caught:
+        parse_source(str(tmp_path / "absent.txt"))
+    assert isinstance(caught.value, EmbeddingFormatError) and isinstance(caught.value, ValueError)
+    assert str(caught.value).startswith(str(tmp_path / "absent.txt"))  # the message, not OSError's errno form

@@ -9,5 +9,7 @@ __version__ = "0.1.0"
 
 from textdp.api import Privatizer  # noqa: E402  (the public Python API: docs/api.md)
 from textdp.errors import TextdpError  # noqa: E402
+from textdp.errors import ArtifactError, ArtifactNotFoundError, ParameterError, TextdpTypeError, TextdpValueError  # noqa: E402,I100
 
-__all__ = ["Privatizer", "TextdpError", "__version__"]
+__all__ = ["Privatizer", "TextdpError", "__version__", "ArtifactError", "ArtifactNotFoundError", "ParameterError",
+           "TextdpTypeError", "TextdpValueError"]
