@@ -290,3 +290,66 @@ def test_errors_are_textdp_errors_and_the_builtin_type_python_code_expects(tiny_
         parse_source(str(tmp_path / "absent.txt"))
     assert isinstance(caught.value, EmbeddingFormatError) and isinstance(caught.value, ValueError)
     assert str(caught.value).startswith(str(tmp_path / "absent.txt"))  # the message, not OSError's errno form
+
+
+# --- 5. --help in sections, each flag once ---------------------------------------------------------
+
+def _help_of(job, capsys):
+    assert cli_main([job, "--help"]) == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("job", ["privatize", "calibrate", "audit", "neighbours"])
+def test_help_shows_each_flag_once_in_sections_and_both_spellings_still_work(job, capsys):
+    """Every flag the job accepts appears once in its --help (its hyphen spelling; the underscore spelling is
+    hidden, still accepted by the parser, and the epilog says so); the flags are in titled sections."""
+    from pipelines.jobs import HELP_SECTION_ORDER, help_parser, parse_job_options
+
+    text = _help_of(job, capsys)
+    parser = help_parser(job)
+    listed = [line.split()[0].rstrip(",") for line in text.splitlines() if line.startswith("  --")]
+    assert len(listed) == len(set(listed)), sorted(x for x in listed if listed.count(x) > 1)
+    assert not [flag for flag in listed if "_" in flag]  # no snake-case spelling is shown
+    for action in parser._actions:  # pylint: disable=protected-access
+        if action.option_strings and action.dest != "help":
+            assert action.option_strings[0] in listed, action.option_strings
+            assert not action.option_strings[0].startswith("--") or "_" not in action.option_strings[0]
+    sections = [line[:-1] for line in text.splitlines() if line and not line.startswith(" ") and line.endswith(":")]
+    assert [s for s in sections if s in HELP_SECTION_ORDER] == [s for s in HELP_SECTION_ORDER if s in sections]
+    assert "mechanism and its parameters" in sections and "runner and workers" in sections
+    assert any(s.startswith("--mechanism ") for s in sections) != (job == "neighbours")
+    # the hidden spellings still parse: the underscore form of every multi-word flag gives the same value
+    two = [a for a in parser._actions if len(a.option_strings) == 2 and "_" in a.option_strings[1]  # noqa: W503
+           and a.type in (int, float) and a.default not in (None, 0)]  # pylint: disable=protected-access
+    assert two
+    required = {"privatize": ["--input=x.txt", "--output=o", "--epsilon=1"]}.get(job, ["--output=o"])
+    if job == "neighbours":
+        required = []
+    for action in two:
+        for spelling in action.option_strings:
+            options = parse_job_options(job, required + [f"{spelling}={action.default}"]).get_all_options()
+            assert options[action.dest] == action.default
+
+
+def test_privatize_help_puts_the_flags_where_a_user_looks(capsys):
+    text = _help_of("privatize", capsys)
+
+    def section(title):
+        body = text.split(f"\n{title}:\n", 1)[1]
+        if title == "runner and workers":  # its first paragraph is the note on Beam's own flags
+            body = body.split("\n\n", 1)[1]
+        return body.split("\n\n", 1)[0]
+
+    io, mechanism, lac, runner = (section("input and output"), section("mechanism and its parameters"),
+                                  section("LAC Amplifier: de-linking, shuffle, sub-sampling (docs/lac.md)"),
+                                  section("runner and workers"))
+    for flag in ("--input", "--output", "--text-field", "--format", "--max-failed-fraction", "--public-summary"):
+        assert f"  {flag} " in io, flag
+    for flag in ("--mechanism", "--epsilon", "--artifact", "--oov-policy", "--seed"):
+        assert f"  {flag} " in mechanism, flag
+    for flag in ("--shuffle", "--user-field", "--drop-fields", "--subsample", "--k-threshold", "--delta"):
+        assert f"  {flag} " in lac, flag
+    for flag in ("--blas-threads", "--verbose", "--batch-tokens"):
+        assert f"  {flag} " in runner, flag
+    assert text.startswith("usage: textdp privatize --input INPUT --output OUTPUT --epsilon EPSILON [flags]\n")
+    assert f"Default {DEFAULT_MAX_FAILED_FRACTION:g}: a healthy corpus" in " ".join(text.split())
