@@ -319,7 +319,9 @@ def prepare(options: PipelineOptions) -> Plan:
             lines.append(f"amplification: {paths['amplification']}")
         summary = _read_summary(paths["summary"])
         if summary is None:  # a summary this machine cannot read (remote, no access): nothing to judge or show
-            return lines + [f"WARNING: {w}" for w in checked.warnings]
+            return lines + [f"WARNING: {w}" for w in checked.warnings] + [
+                "WARNING: the summary cannot be read from here, so the failed share was not checked against "
+                "--max-failed-fraction; its failure_check section says whether it was exceeded"]
         _refuse_empty_release(summary["records"], paths)
         _refuse_failed_share(summary, paths)
         return lines + [_headline(summary)] + [f"WARNING: {w}" for w in checked.warnings]

@@ -353,3 +353,19 @@ def test_privatize_help_puts_the_flags_where_a_user_looks(capsys):
         assert f"  {flag} " in runner, flag
     assert text.startswith("usage: textdp privatize --input INPUT --output OUTPUT --epsilon EPSILON [flags]\n")
     assert f"Default {DEFAULT_MAX_FAILED_FRACTION:g}: a healthy corpus" in " ".join(text.split())
+
+
+def test_when_the_summary_cannot_be_read_the_report_says_the_share_was_not_checked(tiny_artifact_dir, tmp_path):
+    """A summary this machine cannot read (a remote output without access): the report does not claim the check
+    passed; it says it was not made. Here the run's plan reports before any run wrote a summary."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.privatize import prepare
+
+    data = tmp_path / "in.txt"
+    data.write_text("the good movie\n")
+    plan = prepare(PipelineOptions(["--runner=FnApiRunner", f"--artifact={tiny_artifact_dir}", f"--input={data}",
+                                    f"--output={tmp_path / 'o' / 'x'}", "--epsilon=10"]))
+    lines = plan.report()
+    assert lines[-1] == ("WARNING: the summary cannot be read from here, so the failed share was not checked against "
+                         "--max-failed-fraction; its failure_check section says whether it was exceeded")
