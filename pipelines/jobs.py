@@ -132,7 +132,8 @@ INPUT_OUTPUT, MECHANISM, AMPLIFIER, RUNNER = ("input and output", "mechanism and
                                               "runner and workers")
 HELP_SECTIONS = {"PrivatizeOptions": INPUT_OUTPUT, "OutputOptions": INPUT_OUTPUT, "ArtifactOptions": MECHANISM,
                  "MechanismOptions": MECHANISM, "SeedOptions": MECHANISM, "OovOptions": MECHANISM,
-                 "EpsilonGridOptions": MECHANISM, "CalibrateOptions": "calibration", "NeighbourOptions": "neighbour table",
+                 "EpsilonGridOptions": MECHANISM, "CalibrateOptions": "calibration",
+                 "NeighbourOptions": "neighbour table",
                  "AuditOptions": "audit checks and attacks", "AmplifierOptions": AMPLIFIER,
                  "WorkerResourceOptions": RUNNER}
 HELP_SECTION_OF_FLAG = {"epsilon": MECHANISM, "batch_tokens": RUNNER, "diagnostics_output": RUNNER}

@@ -9,7 +9,8 @@ __version__ = "0.1.0"
 
 from textdp.api import Privatizer  # noqa: E402  (the public Python API: docs/api.md)
 from textdp.errors import TextdpError  # noqa: E402
-from textdp.errors import ArtifactError, ArtifactNotFoundError, ParameterError, TextdpTypeError, TextdpValueError  # noqa: E402,I100
+from textdp.errors import (ArtifactError, ArtifactNotFoundError, ParameterError,  # noqa: E402,I100
+                           TextdpTypeError, TextdpValueError)
 
 __all__ = ["Privatizer", "TextdpError", "__version__", "ArtifactError", "ArtifactNotFoundError", "ParameterError",
            "TextdpTypeError", "TextdpValueError"]

@@ -130,8 +130,9 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
         if isinstance(texts, (str, bytes)):
             raise TextdpTypeError("privatize takes a list of strings; for one text use privatize([text])[0]")
         if isinstance(texts, Mapping) or hasattr(texts, "columns"):
-            raise TextdpTypeError(f"privatize takes a list of strings, not a {type(texts).__name__} (iterating it would "
-                              "privatize its keys or column names): pass list(d.values()) or use privatize_series")
+            raise TextdpTypeError(f"privatize takes a list of strings, not a {type(texts).__name__} (iterating it "
+                                  "would privatize its keys or column names): pass list(d.values()) or use "
+                                  "privatize_series")
         if not isinstance(texts, Iterable):
             raise TextdpTypeError(f"privatize takes a list of strings, not {type(texts).__name__}")
         if errors not in ERROR_POLICIES:

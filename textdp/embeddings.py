@@ -51,7 +51,8 @@ def parse_source(spec: str, vocab_file: Optional[str] = None) -> EmbeddingSource
     if vocab_file:
         raise EmbeddingFormatError(vocab_file, "--vocab-file is only used with a .npy matrix")
     if not os.path.exists(spec):
-        raise EmbeddingNotFoundError(spec, f"no such file (and not a bundled source; the bundled one is {BUNDLED_GLOVE!r})")
+        raise EmbeddingNotFoundError(spec, f"no such file (and not a bundled source; the bundled one is "
+                                           f"{BUNDLED_GLOVE!r})")
     return EmbeddingSource("word2vec-text" if _has_count_dim_header(spec) else "glove-text", spec)
 
 

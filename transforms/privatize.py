@@ -11,8 +11,8 @@
 Input elements are strings (``text_fields`` empty: each string is a text) or rows whose fields in
 ``text_fields`` are privatized: dicts, ``beam.Row``s (``beam.io.ReadFromCsv``, ``beam.Select``) or
 NamedTuples, each released as the same kind (a Row or NamedTuple PCollection keeps its schema).
-With ``keyed=True`` they are ``(key, record)`` pairs instead, the key naming where the record came from (``textdp privatize`` passes ``(file, line)``): error records
-then carry it, and seeded runs derive each record's generator from it.
+With ``keyed=True`` they are ``(key, record)`` pairs instead, the key naming where the record came
+from (``textdp privatize`` passes ``(file, line)``): error records then carry it, and seeded runs derive each record's generator from it.
 
 Records are batched to about ``batch_tokens`` words per mechanism call whatever their sizes (the
 exact nearest-word search streams the whole vector matrix once per call, so batching by records
