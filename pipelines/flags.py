@@ -24,6 +24,7 @@ from textdp.mechanisms import (ALL_MECHANISMS, DEFAULT_MECHANISM, EPSILON_RANGE_
                                MIN_EPSILON, REGISTRY, all_parameters, artifact_for_checks, available_class,
                                check_epsilon, check_mechanism, mechanism_parameters, users_of)
 from textdp.neighbours import METRICS
+from textdp.summary import DEFAULT_MAX_FAILED_FRACTION
 from textdp.text_privatizer import DEFAULT_BATCH_TOKENS, LARGE_BATCH_TOKENS, OOV_POLICIES
 from transforms.amplifier import AmplifierConfig
 from transforms.shuffle import DEFAULT_RECORDS_PER_SHARD
@@ -203,6 +204,15 @@ class PrivatizeOptions(PipelineOptions):
             help="for tests and operations: write one JSON line per bundle with the worker's pid, how often its "
                  "process loaded the artifact, its BLAS threads and a SHA-256 fingerprint of its generator's first "
                  "noise draws (no input text, no noise values) to this prefix")
+
+        parser.add_argument(
+            "--max-failed-fraction", "--max_failed_fraction", dest="max_failed_fraction", type=float,
+            default=DEFAULT_MAX_FAILED_FRACTION, metavar="F",
+            help=f"a run in which more than this share of the records in (0 to 1) goes to the error output exits 1 "
+                 f"with one line naming the top reasons; its outputs and summary are still written. Default "
+                 f"{DEFAULT_MAX_FAILED_FRACTION:g}: a healthy corpus loses a few records at most, and more usually "
+                 "means the input is not what the flags say (another field, format or encoding). 1 never fails on the "
+                 "share, but a run that privatized no record at all always exits 1")
 
     def text_fields(self, data_format: str) -> tuple:
         if data_format == "text":

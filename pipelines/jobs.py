@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import difflib
 import importlib
 import logging
@@ -124,26 +125,90 @@ def option_classes(job: Job) -> list:
     return [getattr(flags, group) if isinstance(group, str) else group for group in job.groups]
 
 
+# --help's sections: the section of each flag group (pipelines/flags.py), a few flags placed by their meaning
+# instead, and the order of the sections (each mechanism's own parameters follow the mechanism's section)
+INPUT_OUTPUT, MECHANISM, AMPLIFIER, RUNNER = ("input and output", "mechanism and its parameters",
+                                              "LAC Amplifier: de-linking, shuffle, sub-sampling (docs/lac.md)",
+                                              "runner and workers")
+HELP_SECTIONS = {"PrivatizeOptions": INPUT_OUTPUT, "OutputOptions": INPUT_OUTPUT, "ArtifactOptions": MECHANISM,
+                 "MechanismOptions": MECHANISM, "SeedOptions": MECHANISM, "OovOptions": MECHANISM,
+                 "EpsilonGridOptions": MECHANISM, "CalibrateOptions": "calibration",
+                 "NeighbourOptions": "neighbour table",
+                 "AuditOptions": "audit checks and attacks", "AmplifierOptions": AMPLIFIER,
+                 "WorkerResourceOptions": RUNNER}
+HELP_SECTION_OF_FLAG = {"epsilon": MECHANISM, "batch_tokens": RUNNER, "diagnostics_output": RUNNER}
+FIRST_IN_SECTION = ("input", "format", "text_field", "output", "overwrite", "mechanism", "epsilon", "epsilons",
+                    "artifact")
+HELP_SECTION_ORDER = (INPUT_OUTPUT, MECHANISM, "calibration", "neighbour table", "audit checks and attacks", AMPLIFIER,
+                      RUNNER)
+RUNNER_NOTE = ("Beam's own flags (--runner, --direct_num_workers, --direct_running_mode, --project, --region, "
+               "--temp_location, ...) are accepted too")
+
+
+class OneSpellingFormatter(argparse.HelpFormatter):
+    """Shows each flag once: ``--text-field``, not also its underscore spelling ``--text_field`` (still accepted)."""
+
+    def _format_action_invocation(self, action):
+        shown = [o for o in action.option_strings if not (o.startswith("--") and "_" in o
+                                                          and "--" + o[2:].replace("_", "-") in action.option_strings)]
+        if len(shown) < len(action.option_strings):
+            action = copy.copy(action)
+            action.option_strings = shown
+        return super()._format_action_invocation(action)
+
+
 def help_parser(name: str) -> argparse.ArgumentParser:
-    """The job's flags as one argparse parser (its --help; the templates' parameters), help overrides applied."""
+    """The job's flags as one argparse parser (its --help; the templates' parameters), help overrides applied.
+    Its --help shows the flags in sections (``HELP_SECTIONS``), each flag once (``OneSpellingFormatter``)."""
     job = JOBS[name]
     if not job.beam:
         return importlib.import_module(job.module).build_parser()
     module = importlib.import_module(job.module)
+    required = " ".join(f"--{dest.replace('_', '-')} {dest.upper()}" for dest in job.required)
     parser = argparse.ArgumentParser(
         prog=f"textdp {name}", description=(module.__doc__ or job.description).split("\n\n")[0].replace("``", ""),
-        epilog="Beam's own flags (--runner, --direct_num_workers, --direct_running_mode, --project, --region, "
-               "--temp_location, ...) are accepted too; any other argument is refused. Exit codes: 0 done, "
-               "1 failed while running, 2 refused before starting, 130 interrupted (Ctrl-C), 143 terminated "
-               "(SIGTERM).")
+        usage=f"textdp {name} {required} [flags]".replace("  ", " "), formatter_class=OneSpellingFormatter,
+        epilog="Any other argument is refused. Exit codes: 0 done, 1 failed while running, 2 refused before "
+               "starting, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).")
+    section_of = {}
     for cls in option_classes(job):
+        before = len(parser._actions)  # pylint: disable=protected-access
         cls._add_argparse_args(parser)  # pylint: disable=protected-access
+        for action in parser._actions[before:]:  # pylint: disable=protected-access
+            section_of[action.dest] = HELP_SECTION_OF_FLAG.get(action.dest, HELP_SECTIONS.get(cls.__name__, RUNNER))
     for action in parser._actions:  # pylint: disable=protected-access
         if action.dest in job.help_overrides:
             action.help = job.help_overrides[action.dest]
         if action.dest in job.required and action.help and "required" not in action.help:
             action.help += " (required)"
+    _sections(parser, section_of)
+    hidden = [o for a in parser._actions for o in a.option_strings  # pylint: disable=protected-access
+              if "_" in o and "--" + o[2:].replace("_", "-") in a.option_strings]
+    if hidden:
+        parser.epilog = (f"Each flag of several words is also accepted with underscores instead of hyphens "
+                         f"({hidden[0]}). {parser.epilog}")
     return parser
+
+
+def _sections(parser: argparse.ArgumentParser, section_of: Dict[str, str]) -> None:
+    """Moves the flags of the parser's plain options list into their --help sections (a flag that a flag group
+    already put in an argparse group of its own, a mechanism's parameters, stays there); display only."""
+    loose = parser._optionals._group_actions  # pylint: disable=protected-access
+    groups = {title: parser.add_argument_group(title, RUNNER_NOTE if title == RUNNER else None)
+              for title in HELP_SECTION_ORDER if title in section_of.values()}
+    first = {dest: index for index, dest in enumerate(FIRST_IN_SECTION)}
+    for action in sorted(loose, key=lambda a: first.get(a.dest, len(first))):  # stable: the rest keep their order
+        if action.dest in section_of:
+            groups[section_of[action.dest]]._group_actions.append(action)  # pylint: disable=protected-access
+            loose.remove(action)
+
+    def rank(group) -> tuple:
+        title = group.title or ""
+        if title.startswith("--mechanism "):  # a mechanism's own parameters: after the mechanism's section
+            return (HELP_SECTION_ORDER.index(MECHANISM), 1)
+        return (HELP_SECTION_ORDER.index(title), 0) if title in HELP_SECTION_ORDER else (-1, 0)
+
+    parser._action_groups.sort(key=rank)  # pylint: disable=protected-access  (a stable sort: the rest keep order)
 
 
 def _accepted_parser(job: Job) -> argparse.ArgumentParser:

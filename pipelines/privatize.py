@@ -90,6 +90,8 @@ def check(options: PipelineOptions) -> Checked:
     check_oov(options.view_as(OovOptions).oov_policy, options.view_as(OovOptions).unk_token)
     if not 1 <= opts.max_record_bytes <= MAX_RECORD_BYTES or (opts.batch_tokens is not None and opts.batch_tokens < 1):
         raise TextdpError(f"--max-record-bytes must be between 1 and {MAX_RECORD_BYTES:,} and --batch-tokens >= 1")
+    if not 0 <= opts.max_failed_fraction <= 1:
+        raise TextdpError(f"--max-failed-fraction must be a number from 0 to 1, got {opts.max_failed_fraction:g}")
     data_format = opts.format or infer_format(opts.input)
     if data_format is None:
         raise TextdpError(f"cannot infer the format of {opts.input!r} from its extension; give --format "
@@ -253,7 +255,8 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
         "input_pattern": opts.input, "output": paths["output"], "errors_output": paths["errors"],
         "data_format": data_format, "text_fields": text_fields, "max_record_bytes": opts.max_record_bytes,
         "amplifier_steps": amplifier.steps() if amplify else None, "warnings": checked.warnings,
-        "amplification_report": paths["amplification"] if amplify else None})
+        "amplification_report": paths["amplification"] if amplify else None,
+        "max_failed_fraction": opts.max_failed_fraction})
 
     pipeline = beam.Pipeline(options=options)
     read = pipeline | "Read" >> ReadRecords(opts.input, data_format, text_fields, opts.max_record_bytes,
@@ -317,8 +320,11 @@ def prepare(options: PipelineOptions) -> Plan:
             lines.append(f"amplification: {paths['amplification']}")
         summary = _read_summary(paths["summary"])
         if summary is None:  # a summary this machine cannot read (remote, no access): nothing to judge or show
-            return lines + [f"WARNING: {w}" for w in checked.warnings]
+            return lines + [f"WARNING: {w}" for w in checked.warnings] + [
+                "WARNING: the summary cannot be read from here, so the failed share was not checked against "
+                "--max-failed-fraction; its failure_check section says whether it was exceeded"]
         _refuse_empty_release(summary["records"], paths)
+        _refuse_failed_share(summary, paths)
         return lines + [_headline(summary)] + [f"WARNING: {w}" for w in checked.warnings]
 
     parents = tuple(dict.fromkeys(FileSystems.split(path)[0] if "://" in path
@@ -350,6 +356,17 @@ def _refuse_empty_release(records: dict, paths: dict) -> None:
     if records["out"] == 0 and dropped > 0:
         raise TextdpError(f"no record was released: --subsample dropped all {dropped} of {records['in']}; the counts "
                           f"are in {paths['summary']}")
+
+
+def _refuse_failed_share(summary: dict, paths: dict) -> None:
+    """More records failed than --max-failed-fraction allows (the pipeline judged it: the summary's
+    ``failure_check``): TextdpError, so that run_job exits 1 in one line; the outputs stay written."""
+    from textdp.summary import failure_line  # pylint: disable=import-outside-toplevel
+
+    check = summary.get("failure_check")
+    if check and check["exceeded"]:
+        raise TextdpError(f"{failure_line(summary['records'], check)}; the error records are at {paths['errors']}, "
+                          f"the counts in {paths['summary']}")
 
 
 def _headline(summary: dict) -> str:

@@ -6,7 +6,9 @@ accounting. It never imports Apache Beam: the Beam code lives in the sibling pac
 """
 
 from textdp.api import Privatizer  # the public Python API: docs/api.md
-from textdp.errors import TextdpError
+from textdp.errors import (ArtifactError, ArtifactNotFoundError, ParameterError, TextdpError, TextdpTypeError,
+                           TextdpValueError)
 from textdp.version import __version__
 
-__all__ = ["Privatizer", "TextdpError", "__version__"]
+__all__ = ["Privatizer", "TextdpError", "__version__", "ArtifactError", "ArtifactNotFoundError", "ParameterError",
+           "TextdpTypeError", "TextdpValueError"]

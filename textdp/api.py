@@ -20,8 +20,15 @@ An empty or blank string has no word to protect and is returned as it is. ``priv
 leaves missing values (None, NaN, pandas.NA) missing and applies the same rules to the rest. A
 mapping (a dict: iterating it would privatize its keys), a DataFrame (its column names), and
 anything that is not iterable are refused with ``TextdpError`` naming the kind. Every error the API
-raises on purpose is a ``TextdpError`` (bad mechanism parameters are ``ParameterError``, also a
-``ValueError``).
+raises on purpose is a ``TextdpError``, and also the built-in type Python code expects (textdp/errors.py):
+a ``TypeError`` for a value of the wrong kind (a dict, a DataFrame, an element that is not a string),
+a ``ValueError`` for a bad value (bad mechanism parameters are ``ParameterError``; an element larger
+than ``max_text_bytes``), a ``FileNotFoundError`` for an artifact that is not there.
+
+Failed share. The API has no ``max_failed_fraction`` (the command's ``--max-failed-fraction``): with
+``errors="raise"`` (the default) the first unusable element raises, a threshold of zero; ``errors="none"``
+is the caller's explicit choice to get None for each unusable element, and ``last_stats["failed"]``
+says how many there were.
 
 Threads and processes. A ``Privatizer`` is thread-safe: calls from several threads run one at a
 time (a lock; the exact search already uses every core inside one call). It can be pickled, so
@@ -42,11 +49,11 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from textdp.compact_vocab import SharedVocabularyArtifact
-from textdp.errors import TextdpError
+from textdp.errors import TextdpTypeError, TextdpValueError
 from textdp.locate import artifact_location, artifact_needs, resolve_artifact, verify_artifact
 from textdp.mechanisms import ALL_MECHANISMS, MAX_EPSILON, check_mechanism, check_number, make_mechanism  # noqa: F401
 from textdp.mechanisms import DEFAULT_MECHANISM
-from textdp.records import EMPTY, check_record
+from textdp.records import EMPTY, NOT_A_TEXT, check_record
 from textdp.summary import privacy_section
 from textdp.text_privatizer import TextPrivatizer, check_oov
 
@@ -83,7 +90,7 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
                                batch_tokens=batch_tokens, **mechanism_params)  # what a pickle holds
         artifact = artifact_location(artifact)
         if mechanism not in ALL_MECHANISMS:
-            raise TextdpError(f"mechanism must be one of {', '.join(ALL_MECHANISMS)}")
+            raise TextdpValueError(f"mechanism must be one of {', '.join(ALL_MECHANISMS)}")
         check_mechanism(mechanism, epsilon, None, **mechanism_params)  # epsilon's range, the mechanism's own checks
         check_oov(oov_policy, unk_token)
         for name, value in (("max_text_bytes", max_text_bytes), ("threads", threads), ("batch_tokens", batch_tokens)):
@@ -121,16 +128,17 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
         yourself).
         """
         if isinstance(texts, (str, bytes)):
-            raise TextdpError("privatize takes a list of strings; for one text use privatize([text])[0]")
+            raise TextdpTypeError("privatize takes a list of strings; for one text use privatize([text])[0]")
         if isinstance(texts, Mapping) or hasattr(texts, "columns"):
-            raise TextdpError(f"privatize takes a list of strings, not a {type(texts).__name__} (iterating it would "
-                              "privatize its keys or column names): pass list(d.values()) or use privatize_series")
+            raise TextdpTypeError(f"privatize takes a list of strings, not a {type(texts).__name__} (iterating it "
+                                  "would privatize its keys or column names): pass list(d.values()) or use "
+                                  "privatize_series")
         if not isinstance(texts, Iterable):
-            raise TextdpError(f"privatize takes a list of strings, not {type(texts).__name__}")
+            raise TextdpTypeError(f"privatize takes a list of strings, not {type(texts).__name__}")
         if errors not in ERROR_POLICIES:
-            raise TextdpError(f"errors must be one of {', '.join(ERROR_POLICIES)}")
+            raise TextdpValueError(f"errors must be one of {', '.join(ERROR_POLICIES)}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
-            raise TextdpError("seed must be an integer >= 0")
+            raise TextdpValueError("seed must be an integer >= 0")
         seed = None if seed is None else int(seed)
         with self._lock:
             return self._privatize(list(texts), seed, errors)
@@ -148,7 +156,8 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
                 continue
             failed += 1
             if errors == "raise":
-                raise TextdpError(f"text {index}: {problem[1]} (reason {problem[0]}); pass errors='none' to get None")
+                kind = TextdpTypeError if problem[0] == NOT_A_TEXT else TextdpValueError  # not a string / too large
+                raise kind(f"text {index}: {problem[1]} (reason {problem[0]}); pass errors='none' to get None")
         stats = {"tokens": 0, "changed_tokens": 0, "unknown_tokens": 0}
         with threadpool_limits(limits=1, user_api="blas"):  # the search's own threads, not a BLAS pool each
             for chunk in self._chunks(texts, usable):
@@ -185,7 +194,7 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
         import pandas as pd  # pylint: disable=import-outside-toplevel
 
         if not isinstance(series, pd.Series):
-            raise TextdpError("privatize_series takes a pandas Series; use privatize for a list")
+            raise TextdpTypeError("privatize_series takes a pandas Series; use privatize for a list")
         values = series.tolist()
         missing = series.isna().tolist()
         present = [i for i in range(len(values)) if not missing[i]]

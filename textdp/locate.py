@@ -25,7 +25,7 @@ from typing import Dict, Iterable, Optional
 import numpy as np
 
 from textdp import gcs
-from textdp.errors import ArtifactError, TextdpError
+from textdp.errors import ArtifactError, ArtifactNotFoundError, TextdpTypeError, TextdpValueError
 from textdp.neighbours import SECTION as NEIGHBOURS_SECTION
 from textdp.store import (FORMAT_VERSION, MANIFEST, Artifact, Progress, ensure_default_artifact, read_directory_manifest,
                           stamp_dir, stderr_progress)
@@ -77,7 +77,7 @@ def _local_directory(location: Optional[str], progress: Optional[Progress]) -> s
     if not location:
         return ensure_default_artifact(progress)
     if not os.path.isdir(location):
-        raise ArtifactError(f"{location} is not a directory (expected a textdp artifact)")
+        raise ArtifactNotFoundError(f"{location} is not a directory (expected a textdp artifact)")
     return location
 
 
@@ -235,7 +235,7 @@ def artifact_location(value) -> Optional[str]:
     if isinstance(value, os.PathLike):
         value = os.fspath(value)
     if value is not None and not isinstance(value, str):
-        raise TextdpError(f"artifact must be a path or gs:// URL (str or os.PathLike), not {type(value).__name__}")
+        raise TextdpTypeError(f"artifact must be a path or gs:// URL (str or os.PathLike), not {type(value).__name__}")
     if value is not None and not value.strip():  # an unset shell variable: never a silent switch to the default
-        raise TextdpError("artifact is empty; leave it out (None) for the bundled default")
+        raise TextdpValueError("artifact is empty; leave it out (None) for the bundled default")
     return value

@@ -1,7 +1,10 @@
 """Records as textdp privatizes them: which texts a record holds, and the record to release.
 
-A record is a ``str`` (a line of text) or a ``dict`` (a JSONL object or Parquet row) whose
-``text_fields`` hold the texts to privatize; every other field passes through unchanged. This
+A record is a ``str`` (a line of text) or a row whose ``text_fields`` hold the texts to privatize;
+every other field passes through unchanged. A row is a ``dict`` (a JSONL object or Parquet row), a
+``beam.Row`` (what ``beam.io.ReadFromCsv`` and ``beam.Select`` yield) or a ``NamedTuple``: the last two
+are read by attribute and released as the same kind (a ``beam.Row`` with the same fields, the same
+NamedTuple class). This
 module is the Beam-free part of the ``Privatize`` transform and of ``textdp.Privatizer``: it checks
 a record (a reason code and a plain-language detail, never the text), takes its texts out, and
 puts the released texts (and, for the shuffle accounting, the record's shape) back.
@@ -56,6 +59,17 @@ def kind_of(value) -> str:
     return "a value of another type"
 
 
+def row_fields(record) -> Optional[dict]:
+    """The fields of a row record as a dict (a dict itself; a ``beam.Row`` or a ``NamedTuple``: both have
+    ``_asdict``), or None for anything else (a plain tuple or list is not a row)."""
+    if isinstance(record, dict):
+        return record
+    if isinstance(record, (str, bytes, list)) or (isinstance(record, tuple) and not hasattr(record, "_fields")):
+        return None
+    as_dict = getattr(record, "_asdict", None)
+    return dict(as_dict()) if callable(as_dict) else None
+
+
 def check_record(record, text_fields: Sequence[str], max_text_bytes: Optional[int] = None) -> Optional[Tuple[str, str]]:
     """None if ``record`` can be privatized, else (reason code, detail). Details never quote the text.
 
@@ -69,14 +83,15 @@ def check_record(record, text_fields: Sequence[str], max_text_bytes: Optional[in
             return NOT_A_TEXT, f"the record is {kind_of(record)}, not a string"
         texts = [record]
     else:
-        if not isinstance(record, dict):
+        fields = row_fields(record)
+        if fields is None:
             return NOT_AN_OBJECT, f"the record is {kind_of(record)}, not an object with text fields"
         for field in text_fields:
-            if field not in record:
+            if field not in fields:
                 return MISSING_FIELD, f"no field {field!r}"
-            if not isinstance(record[field], str):
-                return NOT_A_STRING, f"field {field!r} is {kind_of(record[field])}, not a string"
-        texts = [record[field] for field in text_fields]
+            if not isinstance(fields[field], str):
+                return NOT_A_STRING, f"field {field!r} is {kind_of(fields[field])}, not a string"
+        texts = [fields[field] for field in text_fields]
     if all(not text.strip() for text in texts):
         return EMPTY, "no text" if not text_fields else "every text field is empty"
     if max_text_bytes is not None:
@@ -88,7 +103,11 @@ def check_record(record, text_fields: Sequence[str], max_text_bytes: Optional[in
 
 def record_texts(record, text_fields: Sequence[str]) -> List[str]:
     """The texts of a checked record, in field order."""
-    return [record] if not text_fields else [record[field] for field in text_fields]
+    if not text_fields:
+        return [record]
+    if isinstance(record, dict):
+        return [record[field] for field in text_fields]
+    return [getattr(record, field) for field in text_fields]  # a beam.Row or NamedTuple
 
 
 def record_shape(text_shapes: Sequence[Tuple[int, str]]) -> dict:
@@ -103,13 +122,19 @@ def released_record(record, text_fields: Sequence[str], released: Sequence[str],
     """The record to release: its texts replaced by ``released`` (in field order).
 
     With ``shape_field`` the record becomes a dict carrying its shape in that field (a line of text
-    becomes ``{"text": released, shape_field: shape}``), for the Amplifier, which removes it.
+    becomes ``{"text": released, shape_field: shape}``), for the Amplifier, which removes it. Without it
+    a ``beam.Row`` or ``NamedTuple`` is released as the same kind.
     """
     if not text_fields:
         if shape_field:
             return {"text": released[0], shape_field: record_shape(text_shapes)}
         return released[0]
-    out = dict(record)
+    if not isinstance(record, dict) and not shape_field:
+        replaced = dict(zip(text_fields, released))
+        if isinstance(record, tuple):  # a NamedTuple: the same class
+            return record._replace(**replaced)
+        return type(record)(**dict(row_fields(record), **replaced))  # a beam.Row: the same fields, in order
+    out = dict(record) if isinstance(record, dict) else row_fields(record)
     for field, text in zip(text_fields, released):
         out[field] = text
     if shape_field:

@@ -49,7 +49,7 @@ import numpy as np
 
 from textdp.version import __version__
 from textdp.embeddings import BUNDLED_GLOVE, EmbeddingSource, load_embeddings
-from textdp.errors import ArtifactError
+from textdp.errors import ArtifactError, ArtifactNotFoundError
 from textdp.tokenize import unreadable_entries
 from textdp.verification import file_entry, verify_file
 
@@ -242,7 +242,7 @@ def read_directory_manifest(artifact_dir: str) -> dict:
         with open(path, "rb") as handle:
             raw = handle.read()
     except FileNotFoundError:
-        raise ArtifactError(f"{artifact_dir} is not a textdp artifact: {MANIFEST} is missing") from None
+        raise ArtifactNotFoundError(f"{artifact_dir} is not a textdp artifact: {MANIFEST} is missing") from None
     except IsADirectoryError:
         raise ArtifactError(f"{path} is a directory, not a manifest") from None
     return parse_manifest(raw, path)

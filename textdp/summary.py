@@ -34,7 +34,8 @@ FILE_REASONS = ("unreadable_file", "truncated_file", "schema_mismatch")
 
 RAW_DATA_FIGURES = ("records.in", "records.failed", "records.failed_by_reason", "records.dropped",
                     "records.reconciled", "records.files_not_read_to_end", "tokens.total", "tokens.changed", "tokens.changed_fraction",
-                    "tokens.unknown", "tokens.unknown_fraction", "privacy.unknown_words")
+                    "tokens.unknown", "tokens.unknown_fraction", "privacy.unknown_words",
+                    "failure_check.failed_fraction", "failure_check.exceeded", "failure_check.top_reasons")
 
 RAW_DATA_STATEMENT = (
     "This summary is for the operator and must NOT be published with the output: the figures listed in "
@@ -69,6 +70,40 @@ def privacy_section(mechanism_statement: dict, oov_policy: str, unk_token: str, 
     return statement
 
 
+# --max-failed-fraction's default: a healthy corpus loses a few records at most (a blank line, an oversized or
+# malformed one); when more than a tenth fail, the input is usually not what the flags say (another field,
+# format or encoding), and an output missing a tenth of the corpus should not pass for a finished run.
+DEFAULT_MAX_FAILED_FRACTION = 0.1
+TOP_REASONS = 3  # reasons named in the failure line
+
+
+def failed_fraction(records: dict) -> float:
+    """Failed records / records in. A file-level error record (an unreadable file) may stand for records that
+    were never counted in, so the denominator is at least out + failed + dropped; 0.0 for an empty input."""
+    total = max(records["in"], records["out"] + records["failed"] + records.get("dropped", 0))
+    return records["failed"] / total if total else 0.0
+
+
+def failure_check(records: dict, max_failed_fraction: float) -> dict:
+    """Whether the run's failed share exceeds ``max_failed_fraction``, or nothing at all was privatized (never a
+    success, whatever the threshold); with the top reasons (codes and counts: never text)."""
+    fraction = failed_fraction(records)
+    nothing = records["out"] == 0 and records["failed"] > 0
+    reasons = sorted(records["failed_by_reason"].items(), key=lambda item: (-item[1], item[0]))[:TOP_REASONS]
+    return {"max_failed_fraction": max_failed_fraction, "failed_fraction": fraction,
+            "exceeded": fraction > max_failed_fraction or nothing,
+            "top_reasons": {reason: count for reason, count in reasons}}
+
+
+def failure_line(records: dict, check: dict) -> str:
+    """The one line of a run whose failure check failed: counts and reason codes, never text."""
+    reasons = ", ".join(f"{reason} {count}" for reason, count in check["top_reasons"].items())
+    more = len(records["failed_by_reason"]) - len(check["top_reasons"])
+    reasons += f", and {more} other reason{'s' if more > 1 else ''}" if more > 0 else ""
+    return (f"{records['failed']} of {records['in']} records failed ({check['failed_fraction']:.1%}, above "
+            f"--max-failed-fraction {check['max_failed_fraction']:g}); top reasons: {reasons}")
+
+
 def _record_counts(counts: Dict[str, int]) -> dict:
     records_in = int(counts.get("records_in", 0))
     records_out = int(counts.get("records_out", 0))
@@ -96,8 +131,10 @@ def build_summary(counts: Dict[str, int], *, input_pattern: str, output: str, er
                   artifact: dict, oov_policy: str, unk_token: str, seed: Optional[int],
                   max_record_bytes: int, amplifier_steps: Optional[dict] = None,
                   amplification_report: Optional[str] = None, public_summary: Optional[str] = None,
-                  warnings: Sequence[str] = (), extra: Optional[dict] = None) -> dict:
-    """The operator's summary for one run, from the counters combined in the pipeline."""
+                  warnings: Sequence[str] = (), extra: Optional[dict] = None,
+                  max_failed_fraction: Optional[float] = None) -> dict:
+    """The operator's summary for one run, from the counters combined in the pipeline. With
+    ``max_failed_fraction`` (privatize's flag) also ``failure_check``: the threshold and whether it was exceeded."""
     tokens = int(counts.get("tokens", 0))
     changed = int(counts.get("changed_tokens", 0))
     unknown = int(counts.get("unknown_tokens", 0))
@@ -131,8 +168,10 @@ def build_summary(counts: Dict[str, int], *, input_pattern: str, output: str, er
                                    amplifier_steps, amplification_report),
         "warnings": list(warnings),
     }
+    if max_failed_fraction is not None:
+        summary["failure_check"] = failure_check(summary["records"], max_failed_fraction)
     summary["raw_data_figures"]["figures"] = [
-        figure for figure in RAW_DATA_FIGURES if figure.split(".")[1] in summary[figure.split(".")[0]]]
+        figure for figure in RAW_DATA_FIGURES if figure.split(".")[1] in summary.get(figure.split(".")[0], {})]
     if amplification_report:
         summary["amplification_report"] = amplification_report
     if extra:

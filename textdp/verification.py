@@ -48,7 +48,7 @@ import time
 import uuid
 from typing import Optional
 
-from textdp.errors import ArtifactError
+from textdp.errors import ArtifactError, ArtifactNotFoundError
 
 STAMP_MIN_AGE_NS = 2_000_000_000
 _STAT_FIELDS = ("dev", "ino", "size", "mtime_ns", "ctime_ns")
@@ -77,7 +77,7 @@ def verify_file(path: str, entry: dict, stamp_dir: Optional[str] = None) -> None
     try:
         before = os.stat(path)
     except FileNotFoundError:
-        raise ArtifactError(f"{path} is missing (incomplete artifact)") from None
+        raise ArtifactNotFoundError(f"{path} is missing (incomplete artifact)") from None
     if not stat.S_ISREG(before.st_mode):
         raise ArtifactError(f"{path} is not a regular file (damaged artifact)")
     expected_bytes, expected_sha = int(entry["bytes"]), entry["sha256"]

@@ -8,10 +8,11 @@
     result.errors     # error records: reason code and detail, never the text
     result.stats      # one dict: records, tokens, changed_tokens, unknown_tokens, failed, failed:<reason>
 
-Input elements are strings (``text_fields`` empty: each string is a text) or dicts (the fields in
-``text_fields`` are privatized). With ``keyed=True`` they are ``(key, record)`` pairs instead, the
-key naming where the record came from (``textdp privatize`` passes ``(file, line)``): error records
-then carry it, and seeded runs derive each record's generator from it.
+Input elements are strings (``text_fields`` empty: each string is a text) or rows whose fields in
+``text_fields`` are privatized: dicts, ``beam.Row``s (``beam.io.ReadFromCsv``, ``beam.Select``) or
+NamedTuples, each released as the same kind (a Row or NamedTuple PCollection keeps its schema).
+With ``keyed=True`` they are ``(key, record)`` pairs instead, the key naming where the record came
+from (``textdp privatize`` passes ``(file, line)``): error records then carry it, and seeded runs derive each record's generator from it.
 
 Records are batched to about ``batch_tokens`` words per mechanism call whatever their sizes (the
 exact nearest-word search streams the whole vector matrix once per call, so batching by records
@@ -30,7 +31,7 @@ import apache_beam as beam
 from apache_beam.utils import shared
 
 from textdp.locate import artifact_location
-from textdp.records import as_pair
+from textdp.records import as_pair, row_fields
 from textdp.mechanisms import check_mechanism, mechanism_parameters
 from textdp.text_privatizer import check_oov, default_batch_tokens
 from transforms.perturb import PerturbConfig, PerturbTokens
@@ -43,9 +44,21 @@ def estimated_tokens(element, text_fields: Sequence[str], keyed: bool) -> int:
     record = element[1] if keyed else element
     if isinstance(record, str):
         return record.count(" ") + 1
-    if isinstance(record, dict):
-        return sum(record[f].count(" ") + 1 for f in text_fields if isinstance(record.get(f), str)) or 1
+    fields = row_fields(record)  # a dict, beam.Row or NamedTuple
+    if fields is not None:
+        return sum(fields[f].count(" ") + 1 for f in text_fields if isinstance(fields.get(f), str)) or 1
     return 1
+
+
+def _schema_type(element_type):
+    """``element_type`` if it is a schema (a beam.Row's RowTypeConstraint or a NamedTuple class), else None."""
+    from apache_beam.typehints.row_type import RowTypeConstraint  # pylint: disable=import-outside-toplevel
+
+    if isinstance(element_type, RowTypeConstraint):
+        return element_type
+    if isinstance(element_type, type) and issubclass(element_type, tuple) and hasattr(element_type, "_fields"):
+        return element_type
+    return None
 
 
 class SumCounts(beam.CombineFn):
@@ -128,6 +141,7 @@ class Privatize(beam.PTransform):
 
     def expand(self, records):
         fields, keyed = self.config.text_fields, self.keyed
+        schema = _schema_type(records.element_type)
         worker = self.worker or WorkerConfig.for_options(records.pipeline.options)
         if not keyed:
             records = records | "Key" >> beam.Map(lambda record: (None, record))
@@ -143,7 +157,10 @@ class Privatize(beam.PTransform):
                    | "Perturb" >> beam.ParDo(PerturbTokens(self.shared_handle, self.config, self.diagnostics,
                                                            worker)).with_outputs(
                        PerturbTokens.ERRORS, PerturbTokens.STATS, PerturbTokens.DIAGNOSTICS, main="released"))
+        released = outputs.released
+        if schema is not None and fields and not keyed and self.config.shape_field is None:
+            released.element_type = schema  # Rows / NamedTuples out as they came in: downstream keeps the schema
         batch_stats = outputs[PerturbTokens.STATS]
         stats = batch_stats | "SumStats" >> beam.CombineGlobally(SumCounts())
-        return PrivatizeResult(outputs.released, outputs[PerturbTokens.ERRORS], batch_stats, stats,
+        return PrivatizeResult(released, outputs[PerturbTokens.ERRORS], batch_stats, stats,
                                outputs[PerturbTokens.DIAGNOSTICS])
