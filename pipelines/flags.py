@@ -208,7 +208,7 @@ class PrivatizeOptions(PipelineOptions):
         parser.add_argument(
             "--max-failed-fraction", "--max_failed_fraction", dest="max_failed_fraction", type=float,
             default=DEFAULT_MAX_FAILED_FRACTION, metavar="F",
-            help=f"a run in which more than this share of the records in (0 to 1) goes to the error output exits 1 "
+            help=f"a run in which more than this share of the records in (0 to 1; blank records left out) goes to the error output exits 1 "
                  f"with one line naming the top reasons; its outputs and summary are still written. Default "
                  f"{DEFAULT_MAX_FAILED_FRACTION:g}: a healthy corpus loses a few records at most, and more usually "
                  "means the input is not what the flags say (another field, format or encoding). 1 never fails on the "

@@ -118,6 +118,21 @@ def test_a_failed_share_at_or_below_the_threshold_succeeds_and_says_so(tiny_arti
             assert "records: 10 in, 8 out, 2 failed" in out and _error_lines(err) == []
 
 
+def test_blank_lines_between_paragraphs_do_not_count_toward_the_failed_share(tiny_artifact_dir, tmp_path, capsys):
+    """A text corpus of 4 paragraphs separated by blank lines (3 blank of 7 lines): exit 0 at the default 0.1, the
+    blank lines still counted as error records; one other failure among the 4 texts (25%) exits 1."""
+    data = tmp_path / "in.txt"
+    data.write_text("the movie was good\n\nthe plot was fine\n\na long day\n\nthe end\n")
+    code, out, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data)))
+    assert code == 0, err
+    summary = _summary(tmp_path)
+    assert summary["records"]["failed_by_reason"] == {"empty": 3} and summary["failure_check"]["failed_fraction"] == 0
+    data.write_text("the movie was good\n\nthe plot was fine\n\na long day\n\n" + "word " * 40 + "\n")
+    code, _, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data), "--overwrite",
+                                           "--max-record-bytes", "100"))
+    assert code == 1 and "1 of 4 non-blank records failed (25.0%" in err and "too_large 1" in err
+
+
 def test_a_run_where_every_record_failed_is_never_a_success_even_at_1(tiny_artifact_dir, tmp_path, capsys):
     """Every record failed (3 too large, 1 blank line): exit 1 even with --max-failed-fraction 1."""
     data = tmp_path / "in.jsonl"

@@ -78,10 +78,13 @@ TOP_REASONS = 3  # reasons named in the failure line
 
 
 def failed_fraction(records: dict) -> float:
-    """Failed records / records in. A file-level error record (an unreadable file) may stand for records that
-    were never counted in, so the denominator is at least out + failed + dropped; 0.0 for an empty input."""
-    total = max(records["in"], records["out"] + records["failed"] + records.get("dropped", 0))
-    return records["failed"] / total if total else 0.0
+    """Failed records / records in, blank records (``empty``: a blank line between paragraphs, a record with an
+    empty text) left out of both: they hold nothing to privatize and are counted in the error output as ever. A
+    file-level error record (an unreadable file) may stand for records that were never counted in, so the
+    denominator is at least out + failed + dropped; 0.0 for an input of blank records only."""
+    blank = records.get("failed_by_reason", {}).get("empty", 0)
+    total = max(records["in"], records["out"] + records["failed"] + records.get("dropped", 0)) - blank
+    return (records["failed"] - blank) / total if total > 0 else 0.0
 
 
 def failure_check(records: dict, max_failed_fraction: float) -> dict:
@@ -100,8 +103,11 @@ def failure_line(records: dict, check: dict) -> str:
     reasons = ", ".join(f"{reason} {count}" for reason, count in check["top_reasons"].items())
     more = len(records["failed_by_reason"]) - len(check["top_reasons"])
     reasons += f", and {more} other reason{'s' if more > 1 else ''}" if more > 0 else ""
-    return (f"{records['failed']} of {records['in']} records failed ({check['failed_fraction']:.1%}, above "
-            f"--max-failed-fraction {check['max_failed_fraction']:g}); top reasons: {reasons}")
+    blank = records.get("failed_by_reason", {}).get("empty", 0)
+    counted = (f"{records['failed'] - blank} of {records['in'] - blank} non-blank records failed" if blank
+               else f"{records['failed']} of {records['in']} records failed")
+    return (f"{counted} ({check['failed_fraction']:.1%}, above --max-failed-fraction "
+            f"{check['max_failed_fraction']:g}); top reasons: {reasons}")
 
 
 def _record_counts(counts: Dict[str, int]) -> dict:
