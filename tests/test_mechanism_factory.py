@@ -24,7 +24,7 @@ def artifact(neighbour_artifact_dir):  # noqa: F811
 
 @pytest.mark.parametrize("name", ALL_MECHANISMS)
 def test_every_mechanism_keeps_the_interface(artifact, name):
-    mech = make_mechanism(name, artifact, 3.0, **OWN_PARAMS[name])
+    mech = make_mechanism(name, artifact, 3.0, **OWN_PARAMS.get(name, {}))  # a mechanism not listed: its defaults
     assert mech.name == name
     ids = np.random.default_rng(0).integers(0, artifact.vocab_size, 3000)
     first = mech.privatize_ids(ids, np.random.default_rng(7))

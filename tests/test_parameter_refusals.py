@@ -30,7 +30,7 @@ from textdp.errors import TextdpError
 from textdp.exponential import exact_distribution
 from textdp.locate import open_artifact
 from textdp.mahalanobis import Mahalanobis
-from textdp.mechanisms import ALL_MECHANISMS, MAX_EPSILON, MIN_EPSILON, make_mechanism
+from textdp.mechanisms import ALL_MECHANISMS, MAX_EPSILON, MIN_EPSILON, REGISTRY, make_mechanism
 from textdp.santext import SanText, rarest_ids
 from transforms.privatize import Privatize
 
@@ -160,6 +160,24 @@ EXTREMES = [
     ("santext", {}), ("santext+", {"p": 1.0, "sensitive_fraction": 1.0}), ("santext+", {"p": 1e-9, "sensitive_fraction": 0.0002}),
     ("custext", {"k": 2}), ("custext", {"k": 5000}),
 ]
+
+
+def declared_extremes(listed):
+    """A registered mechanism not listed above runs at its defaults and with each declared numeric
+    parameter at each closed end of its declared range (from the class's declarations alone)."""
+    cases = []
+    for name, cls in REGISTRY.items():
+        if name in {n for n, _ in listed}:
+            continue
+        cases.append((name, {}))
+        for param in cls.PARAMETERS:
+            if param.cli and param.type in (int, float):
+                cases += [(name, {param.name: param.type(end)}) for end, is_open in
+                          ((param.low, param.low_open), (param.high, param.high_open)) if end is not None and not is_open]
+    return cases
+
+
+EXTREMES = EXTREMES + declared_extremes(EXTREMES)
 
 
 @pytest.mark.parametrize("epsilon", [MIN_EPSILON, 1.0, MAX_EPSILON])

@@ -60,6 +60,7 @@ BUILT_IN = {
     "santext": "textdp.santext:SanText",
     "santext+": "textdp.santext:SanTextPlus",
     "custext": "textdp.custext:CusText",
+    "clusant": "textdp.clusant:CluSanT",
 }
 ALL_MECHANISMS: Tuple[str, ...] = tuple(BUILT_IN)
 DEFAULT_MECHANISM = "madlib"  # what every entry point runs when no mechanism is named
