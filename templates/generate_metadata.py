@@ -1,10 +1,12 @@
-"""Write (or check) ``templates/<job>/metadata.json`` from the jobs' own flag declarations.
+"""Write ``templates/<job>/metadata.json`` from the jobs' own flag declarations, at build time.
 
-    python templates/generate_metadata.py            # regenerate every job that exists
-    python templates/generate_metadata.py --check    # exit 1 if a committed file has drifted
+    python templates/generate_metadata.py privatize              # before `gcloud dataflow flex-template build`
+    python templates/generate_metadata.py --output-dir DIR       # every job, under DIR/<job>/metadata.json
 
-Run it after changing any flag of privatize, neighbours, calibrate or build-index;
-``tests/test_templates.py`` fails until the committed files match the code again.
+The files are not committed: they are a function of the code and of the mechanisms installed (the
+built-in ones and any registered through the ``textdp.mechanisms`` entry point group), so they are made
+where the template is built (docs/scale.md's build loop runs this first). A mechanism added to the
+registry then appears in the templates with no file of its own.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 from templates.jobs import JOBS, JobUnavailable, metadata, template_dir_name  # noqa: E402
 
 
-def metadata_path(job: str) -> str:
-    return os.path.join(HERE, template_dir_name(job), "metadata.json")
+def metadata_path(job: str, output_dir: str = HERE) -> str:
+    return os.path.join(output_dir, template_dir_name(job), "metadata.json")
 
 
 def render(job: str) -> str:
@@ -30,24 +32,22 @@ def render(job: str) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on any drift")
+    parser.add_argument("--output-dir", default=HERE, help="where <job>/metadata.json goes (default: templates/)")
     parser.add_argument("jobs", nargs="*", default=sorted(JOBS), help=f"jobs to handle (default: all of {sorted(JOBS)})")
     args = parser.parse_args(argv)
     status = 0
     for job in args.jobs:
-        path = metadata_path(job)
+        if job not in JOBS:
+            print(f"unknown job {job!r} (expected one of {', '.join(sorted(JOBS))})", file=sys.stderr)
+            status = 2
+            continue
         try:
             text = render(job)
         except JobUnavailable as exc:
             print(f"skipped {job}: {exc}", file=sys.stderr)
             status = 1
             continue
-        if args.check:
-            current = open(path, encoding="utf-8").read() if os.path.exists(path) else None
-            if current != text:
-                print(f"{path} is out of date: run python templates/generate_metadata.py {job}", file=sys.stderr)
-                status = 1
-            continue
+        path = metadata_path(job, args.output_dir)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(text)
