@@ -2,8 +2,8 @@
 5,000-word GloVe fixture with its K=40 Euclidean neighbour table; then the CLI (privatize, calibrate,
 audit) with the FnApiRunner.
 
-Statistical tests: 4 G-tests of the sampler against the closed form (200,000 draws each) at
-significance 1e-4: a correct sampler fails this file with probability below 4e-4. Power: the same
+Statistical tests: 3 G-tests of the sampler against the closed form (200,000 draws each) at
+significance 1e-4: a correct sampler fails this file with probability below 3e-4. Power: the same
 draws are rejected (p < 1e-4) against the law at 1.25 x epsilon and against the law with the two
 stages' epsilons swapped (those checks fail only if the sampler is wrong in that way, or by a chance
 the test states as below 1e-4 when the alternative is far enough, which the asserted distance shows).
