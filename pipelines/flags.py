@@ -22,7 +22,8 @@ from textdp import accounting
 from textdp.calibration import DEFAULT_SAMPLES
 from textdp.mechanisms import (ALL_MECHANISMS, DEFAULT_MECHANISM, EPSILON_RANGE_HELP, MAX_EPSILON,  # noqa: F401
                                MIN_EPSILON, REGISTRY, all_parameters, artifact_for_checks, available_class,
-                               check_epsilon, check_mechanism, mechanism_parameters, users_of)
+                               check_epsilon, check_mechanism, mechanism_parameters, registered, users_of)
+from pipelines.custom_flags import argv_mechanism, custom_mechanism, named_mechanism  # noqa: I100
 from textdp.neighbours import METRICS
 from textdp.text_privatizer import DEFAULT_BATCH_TOKENS, LARGE_BATCH_TOKENS, OOV_POLICIES
 from transforms.amplifier import AmplifierConfig
@@ -69,17 +70,24 @@ class MechanismOptions(PipelineOptions):
     (``textdp.mechanism_base.Parameter``): one flag per public parameter name, ``--<name>`` (and
     ``--<name-with-hyphens>``), dest = template parameter = Python keyword = summary key, in an
     argparse group per mechanism (a shared parameter in the group of the first mechanism that takes it;
-    its help names every mechanism that does)."""
+    its help names every mechanism that does). A mechanism named by an import path (or given as a class in
+    ``PipelineOptions(..., mechanism=Class)``) adds its own group: ``pipelines/custom_flags.py``."""
+
+    def __init__(self, flags=None, **kwargs):
+        with argv_mechanism(flags):  # --mechanism package.module:Class: that class's flags parse too
+            super().__init__(flags, **kwargs)
 
     @classmethod
     def _add_argparse_args(cls, parser):
         parser.add_argument(
-            "--mechanism", dest="mechanism", choices=ALL_MECHANISMS, default=DEFAULT_MECHANISM,
+            "--mechanism", dest="mechanism", default=DEFAULT_MECHANISM,
             help=f"privacy mechanism (docs/mechanisms.md; default {DEFAULT_MECHANISM}): " + ", ".join(
                 cls.summary_line() if cls else f"{name} (not available in this installation)"
-                for name, cls in ((name, available_class(name)) for name in ALL_MECHANISMS)))
+                for name, cls in ((name, available_class(name)) for name in registered()))
+            + "; or the import path package.module:Class of your own Mechanism subclass (docs/mechanisms.md, "
+              "'Bring your own mechanism')")
         placed = set()
-        for name, mechanism in REGISTRY.items():
+        for name, mechanism in named_mechanism(REGISTRY.items()):
             params = [p for p in mechanism.PARAMETERS if p.cli and p.name not in placed]
             if not params:
                 continue
@@ -87,7 +95,7 @@ class MechanismOptions(PipelineOptions):
             for param in params:
                 placed.add(param.name)
                 kwargs = {"dest": param.name, "default": param.default,
-                          "help": f"{', '.join(users_of(param.name))}: {param.help}"}
+                          "help": f"{', '.join(users_of(param.name)) or name}: {param.help}"}
                 if param.choices:
                     kwargs["choices"] = param.choices
                 else:
@@ -101,7 +109,7 @@ class MechanismOptions(PipelineOptions):
         ``location``) also the checks that depend on the vocabulary."""
         from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
 
-        own = mechanism_parameters(self.mechanism)
+        own = mechanism_parameters(self.mechanism)  # refuses an unknown or unusable mechanism (one line)
         for name, param in all_parameters().items():
             if param.cli and name not in own and getattr(self, name) != param.default:
                 raise TextdpError(f"--{name.replace('_', '-')} applies to --mechanism {', '.join(users_of(name))} only")
@@ -114,6 +122,7 @@ class MechanismOptions(PipelineOptions):
         """Keyword arguments (public parameter names) of ``textdp.mechanisms.make_mechanism`` for the chosen
         mechanism only (``every``: those of every mechanism)."""
         values = {name: getattr(self, name) for name, param in all_parameters().items() if param.cli}
+        values.update(custom_mechanism(self))  # the parameters of a mechanism not in the registry
         accepted = mechanism_parameters(self.mechanism)
         return values if every else {key: value for key, value in values.items() if key in accepted}
 

@@ -45,7 +45,7 @@ from textdp.compact_vocab import SharedVocabularyArtifact
 from textdp.errors import TextdpError
 from textdp.locate import artifact_location, artifact_needs, resolve_artifact, verify_artifact
 from textdp.mechanisms import ALL_MECHANISMS, MAX_EPSILON, check_mechanism, check_number, make_mechanism  # noqa: F401
-from textdp.mechanisms import DEFAULT_MECHANISM
+from textdp.mechanisms import DEFAULT_MECHANISM, mechanism_reference
 from textdp.records import EMPTY, check_record
 from textdp.summary import privacy_section
 from textdp.text_privatizer import TextPrivatizer, check_oov
@@ -62,7 +62,8 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
     """A loaded mechanism over a vocabulary artifact, ready to privatize lists of strings.
 
     Keyword arguments mirror ``textdp privatize``'s flags: ``epsilon`` (required, in
-    [1e-30, 1e6]: ``textdp.mechanisms.check_epsilon``), ``mechanism`` (any of ``textdp.mechanisms.ALL_MECHANISMS``), ``artifact`` (a directory
+    [1e-30, 1e6]: ``textdp.mechanisms.check_epsilon``), ``mechanism`` (a registered name, an import path
+    ``package.module:Class`` or a ``textdp.mechanism_base.Mechanism`` subclass: docs/mechanisms.md), ``artifact`` (a directory
     or gs:// URL; None: the bundled GloVe 6B 50d artifact, built once into the cache), ``oov_policy``
     (random, unk, keep), ``unk_token``, ``max_text_bytes``; ``threads``: threads of the exact
     nearest-word search (default: this machine's cores); ``batch_tokens``: about how many words go
@@ -75,15 +76,14 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
 
     CHARS_PER_WORD = 6  # characters per word (with spaces and punctuation) of English text, for batching
 
-    def __init__(self, epsilon: float, mechanism: str = DEFAULT_MECHANISM, artifact: Optional[str] = None,
+    def __init__(self, epsilon: float, mechanism=DEFAULT_MECHANISM, artifact: Optional[str] = None,
                  oov_policy: str = "random", unk_token: str = "<unk>", max_text_bytes: Optional[int] = None,
                  threads: Optional[int] = None, batch_tokens: int = API_BATCH_TOKENS, **mechanism_params):
+        mechanism = mechanism_reference(mechanism)  # TextdpError for an unknown or unusable mechanism
         self._arguments = dict(epsilon=epsilon, mechanism=mechanism, artifact=artifact, oov_policy=oov_policy,
                                unk_token=unk_token, max_text_bytes=max_text_bytes, threads=threads,
                                batch_tokens=batch_tokens, **mechanism_params)  # what a pickle holds
         artifact = artifact_location(artifact)
-        if mechanism not in ALL_MECHANISMS:
-            raise TextdpError(f"mechanism must be one of {', '.join(ALL_MECHANISMS)}")
         check_mechanism(mechanism, epsilon, None, **mechanism_params)  # epsilon's range, the mechanism's own checks
         check_oov(oov_policy, unk_token)
         for name, value in (("max_text_bytes", max_text_bytes), ("threads", threads), ("batch_tokens", batch_tokens)):

@@ -76,7 +76,7 @@ class WriteAuditOutputs(beam.DoFn):
         mechanisms = {eps: config.build_mechanism(artifact, eps) for eps in config.epsilons}
         summary = {
             "job": "audit", "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "mechanism": config.mechanism, "epsilons": list(config.epsilons),
+            "mechanism": mechanisms[config.epsilons[0]].name, "epsilons": list(config.epsilons),
             "parameters": {f"{eps:g}": m.parameters() for eps, m in mechanisms.items()},
             "artifact": artifact.describe(), "oov_policy": config.oov_policy, "randomness": info["randomness"],
             "checks": info["checks"],

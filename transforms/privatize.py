@@ -35,7 +35,7 @@ from textdp.mechanisms import check_mechanism, mechanism_parameters
 from textdp.text_privatizer import check_oov, default_batch_tokens
 from transforms.perturb import PerturbConfig, PerturbTokens
 from transforms.worker import WorkerConfig
-from textdp.mechanisms import DEFAULT_MECHANISM, accepted_keywords  # noqa: I100  (kept apart: a merge-friendly line)
+from textdp.mechanisms import DEFAULT_MECHANISM, accepted_keywords, mechanism_reference  # noqa: I100  (kept apart: a merge-friendly line)
 
 
 def estimated_tokens(element, text_fields: Sequence[str], keyed: bool) -> int:
@@ -82,8 +82,8 @@ class PrivatizeResult(NamedTuple):
 class Privatize(beam.PTransform):
     """Privatize strings or dict records word by word (see the module docstring).
 
-    Keyword arguments mirror ``textdp privatize``'s flags: ``epsilon``, ``mechanism`` (any of
-    ``textdp.mechanisms.ALL_MECHANISMS``), ``artifact`` (directory or gs://; None: the bundled GloVe
+    Keyword arguments mirror ``textdp privatize``'s flags: ``epsilon``, ``mechanism`` (a registered name, an
+    import path ``package.module:Class`` or a ``Mechanism`` subclass, as ``RunInference`` takes a handler), ``artifact`` (directory or gs://; None: the bundled GloVe
     artifact), ``text_fields``, ``oov_policy``, ``unk_token``, ``seed`` (tests only: not private),
     ``max_text_bytes``, ``batch_tokens``; any other keyword is a parameter of the mechanism
     by its public name, the same as its flag (``nn``, ``search_k`` for Madlib; ``gamma``, ``beta`` for TEM;
@@ -95,13 +95,14 @@ class Privatize(beam.PTransform):
     batches instead of records moves one element per ~``batch_tokens`` words through the shuffle.
     """
 
-    def __init__(self, epsilon: float, mechanism: str = DEFAULT_MECHANISM, artifact: Optional[str] = None,
+    def __init__(self, epsilon: float, mechanism=DEFAULT_MECHANISM, artifact: Optional[str] = None,
                  text_fields: Sequence[str] = (), oov_policy: str = "random", unk_token: str = "<unk>",
                  seed: Optional[int] = None, max_text_bytes: Optional[int] = None,
                  batch_tokens: Optional[int] = None, shape_field: Optional[str] = None, keyed: bool = False,
                  diagnostics: bool = False, worker: Optional[WorkerConfig] = None, redistribute: bool = False,
                  label: Optional[str] = None, **mechanism_params):
         super().__init__(label)
+        mechanism = mechanism_reference(mechanism)  # a name, an import path or a Mechanism subclass (docs/mechanisms.md)
         check_oov(oov_policy, unk_token)
         if batch_tokens is None:
             batch_tokens = default_batch_tokens(mechanism)
