@@ -112,3 +112,24 @@ class CappedExponential(Mechanism):
             "sampling": "exact: inverse-CDF draws from the closed form over the whole vocabulary",
             "coverage": {"covered": "all"},
         }
+
+
+# --- classes the refusal tests name by import path (tests/test_custom_mechanism.py) ----------------------------
+
+
+class Nameless(CappedExponential):
+    """A mechanism whose class forgot its name: refused (a summary could not say what ran)."""
+
+    name = ""
+
+
+class Impostor(CappedExponential):
+    """A different class under a built-in's name: refused (a summary would name the wrong mechanism)."""
+
+    name = "madlib"
+
+
+class NotAMechanism:  # pylint: disable=too-few-public-methods
+    """Has a name, but is no Mechanism subclass: refused."""
+
+    name = "not-a-mechanism"
