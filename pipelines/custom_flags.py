@@ -21,6 +21,15 @@ from textdp.mechanisms import all_parameters, mechanism_class, registered
 _IN_FORCE: contextvars.ContextVar = contextvars.ContextVar("textdp_argv_mechanism", default=None)
 
 
+class MechanismChoices(tuple):
+    """``--mechanism``'s choices: the registered names (what ``--help`` and a Flex Template's regex list) and any
+    import path ``package.module:Class`` (which ``textdp.mechanisms.mechanism_class`` resolves and checks; a
+    template's image holds textdp's own mechanisms only, so its regex does not admit a path)."""
+
+    def __contains__(self, value) -> bool:
+        return tuple.__contains__(self, value) or (isinstance(value, str) and ":" in value)
+
+
 def mechanism_in_argv(argv: Optional[Sequence[str]]) -> Optional[str]:
     """The value of the last ``--mechanism`` in ``argv`` (``--mechanism=X`` or ``--mechanism X``), or None."""
     found = None

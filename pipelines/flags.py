@@ -23,7 +23,7 @@ from textdp.calibration import DEFAULT_SAMPLES
 from textdp.mechanisms import (ALL_MECHANISMS, DEFAULT_MECHANISM, EPSILON_RANGE_HELP, MAX_EPSILON,  # noqa: F401
                                MIN_EPSILON, REGISTRY, all_parameters, artifact_for_checks, available_class,
                                check_epsilon, check_mechanism, mechanism_parameters, registered, users_of)
-from pipelines.custom_flags import argv_mechanism, custom_mechanism, named_mechanism  # noqa: I100
+from pipelines.custom_flags import MechanismChoices, argv_mechanism, custom_mechanism, named_mechanism  # noqa: I100
 from textdp.neighbours import METRICS
 from textdp.text_privatizer import DEFAULT_BATCH_TOKENS, LARGE_BATCH_TOKENS, OOV_POLICIES
 from transforms.amplifier import AmplifierConfig
@@ -80,12 +80,13 @@ class MechanismOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
         parser.add_argument(
-            "--mechanism", dest="mechanism", default=DEFAULT_MECHANISM,
+            "--mechanism", dest="mechanism", choices=MechanismChoices(registered()), default=DEFAULT_MECHANISM,
             help=f"privacy mechanism (docs/mechanisms.md; default {DEFAULT_MECHANISM}): " + ", ".join(
                 cls.summary_line() if cls else f"{name} (not available in this installation)"
                 for name, cls in ((name, available_class(name)) for name in registered()))
-            + "; or the import path package.module:Class of your own Mechanism subclass (docs/mechanisms.md, "
-              "'Bring your own mechanism')")
+            + "; on the command line also the import path package.module:Class of your own Mechanism subclass "
+              "(docs/mechanisms.md, 'Bring your own mechanism'; not in a Flex Template, whose image holds textdp's "
+              "own mechanisms)")
         placed = set()
         for name, mechanism in named_mechanism(REGISTRY.items()):
             params = [p for p in mechanism.PARAMETERS if p.cli and p.name not in placed]
