@@ -25,6 +25,7 @@ from textdp.mechanisms import (ALL_MECHANISMS, DEFAULT_MECHANISM, EPSILON_RANGE_
                                check_epsilon, check_mechanism, mechanism_parameters, registered, users_of)
 from pipelines.custom_flags import MechanismChoices, argv_mechanism, custom_mechanism, named_mechanism  # noqa: I100
 from textdp.neighbours import METRICS
+from textdp.spec import PrivacySpec
 from textdp.text_privatizer import DEFAULT_BATCH_TOKENS, LARGE_BATCH_TOKENS, OOV_POLICIES
 from transforms.amplifier import AmplifierConfig
 from transforms.shuffle import DEFAULT_RECORDS_PER_SHARD
@@ -103,21 +104,23 @@ class MechanismOptions(PipelineOptions):
                     kwargs["type"] = param.type
                 group.add_argument(*param.flags, **kwargs)
 
-    def validate_mechanism(self, epsilons, location=None, manifest=None) -> None:
+    def validate_mechanism(self, epsilons, location=None, manifest=None, oov_policy="random", unk_token="<unk>"):
         """Refuse, before any worker starts, a flag of another mechanism given a value, and the mechanism's
         parameters at each of ``epsilons`` that it cannot use (its own checks:
         ``textdp.mechanisms.check_mechanism``). With ``manifest`` (what ``verify_artifact`` returned for
-        ``location``) also the checks that depend on the vocabulary."""
+        ``location``) also the checks that depend on the vocabulary. Returns the run's validated
+        ``textdp.spec.PrivacySpec``, which the job builds its configuration from."""
         from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
 
         own = mechanism_parameters(self.mechanism)  # refuses an unknown or unusable mechanism (one line)
         for name, param in all_parameters().items():
             if param.cli and name not in own and getattr(self, name) != param.default:
                 raise TextdpError(f"--{name.replace('_', '-')} applies to --mechanism {', '.join(users_of(name))} only")
-        artifact = None if manifest is None else artifact_for_checks(self.mechanism, location, manifest)
-        for epsilon in epsilons:
-            check_epsilon(epsilon, "--epsilon")
-            check_mechanism(self.mechanism, epsilon, artifact, **self.mechanism_kwargs())
+        spec = PrivacySpec(self.mechanism, tuple(epsilons), self.mechanism_kwargs(), location, oov_policy, unk_token,
+                           epsilon_label="--epsilon")  # the one epsilon rule, the mechanism's checks: once
+        if manifest is not None:
+            spec.check_artifact(artifact_for_checks(self.mechanism, location, manifest))
+        return spec
 
     def mechanism_kwargs(self, every: bool = False) -> dict:
         """Keyword arguments (public parameter names) of ``textdp.mechanisms.make_mechanism`` for the chosen

@@ -43,12 +43,13 @@ from threadpoolctl import threadpool_limits
 
 from textdp.compact_vocab import SharedVocabularyArtifact
 from textdp.errors import TextdpError
-from textdp.locate import artifact_location, artifact_needs, resolve_artifact, verify_artifact
+from textdp.locate import resolve_artifact, verify_artifact
 from textdp.mechanisms import ALL_MECHANISMS, MAX_EPSILON, check_mechanism, check_number, make_mechanism  # noqa: F401
-from textdp.mechanisms import DEFAULT_MECHANISM, mechanism_reference
+from textdp.mechanisms import DEFAULT_MECHANISM
+from textdp.spec import PrivacySpec
 from textdp.records import EMPTY, check_record
 from textdp.summary import privacy_section
-from textdp.text_privatizer import TextPrivatizer, check_oov
+from textdp.text_privatizer import TextPrivatizer
 
 ERROR_POLICIES = ("raise", "none")
 # Words per mechanism call in the API, for every mechanism (the pipeline uses 4,096 for the
@@ -79,19 +80,17 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
     def __init__(self, epsilon: float, mechanism=DEFAULT_MECHANISM, artifact: Optional[str] = None,
                  oov_policy: str = "random", unk_token: str = "<unk>", max_text_bytes: Optional[int] = None,
                  threads: Optional[int] = None, batch_tokens: int = API_BATCH_TOKENS, **mechanism_params):
-        mechanism = mechanism_reference(mechanism)  # TextdpError for an unknown or unusable mechanism
-        self._arguments = dict(epsilon=epsilon, mechanism=mechanism, artifact=artifact, oov_policy=oov_policy,
+        # mechanism, its parameters, epsilon, artifact and OOV policy, validated once (textdp/spec.py)
+        self.spec = PrivacySpec(mechanism, (epsilon,), mechanism_params, artifact, oov_policy, unk_token)
+        self._arguments = dict(epsilon=epsilon, mechanism=self.spec.mechanism, artifact=artifact, oov_policy=oov_policy,
                                unk_token=unk_token, max_text_bytes=max_text_bytes, threads=threads,
                                batch_tokens=batch_tokens, **mechanism_params)  # what a pickle holds
-        artifact = artifact_location(artifact)
-        check_mechanism(mechanism, epsilon, None, **mechanism_params)  # epsilon's range, the mechanism's own checks
-        check_oov(oov_policy, unk_token)
         for name, value in (("max_text_bytes", max_text_bytes), ("threads", threads), ("batch_tokens", batch_tokens)):
             if value is not None or name == "batch_tokens":  # the first two may be None (no limit, every core)
                 check_number(value, name, low=1, integer=True)
-        verify_artifact(artifact, needs=artifact_needs(mechanism, mechanism_params.get("nn", "exact")))
-        self.artifact = SharedVocabularyArtifact(resolve_artifact(artifact))
-        self.mechanism = make_mechanism(mechanism, self.artifact, float(epsilon), **mechanism_params)
+        verify_artifact(self.spec.artifact, needs=self.spec.needs())
+        self.artifact = SharedVocabularyArtifact(resolve_artifact(self.spec.artifact))
+        self.mechanism = self.spec.make(self.artifact)
         self.oov_policy = oov_policy
         self.unk_token = unk_token
         self.max_text_bytes = None if max_text_bytes is None else int(max_text_bytes)

@@ -29,13 +29,13 @@ from typing import NamedTuple, Optional, Sequence
 import apache_beam as beam
 from apache_beam.utils import shared
 
-from textdp.locate import artifact_location
 from textdp.records import as_pair
-from textdp.mechanisms import check_mechanism, mechanism_parameters
-from textdp.text_privatizer import check_oov, default_batch_tokens
+from textdp.mechanisms import mechanism_parameters
+from textdp.text_privatizer import default_batch_tokens
 from transforms.perturb import PerturbConfig, PerturbTokens
 from transforms.worker import WorkerConfig
-from textdp.mechanisms import DEFAULT_MECHANISM, accepted_keywords, mechanism_reference  # noqa: I100  (kept apart: a merge-friendly line)
+from textdp.mechanisms import DEFAULT_MECHANISM, accepted_keywords, mechanism_name, mechanism_reference  # noqa: I100
+from textdp.spec import PrivacySpec  # noqa: I100  (kept apart: merge-friendly lines)
 
 
 def estimated_tokens(element, text_fields: Sequence[str], keyed: bool) -> int:
@@ -103,7 +103,6 @@ class Privatize(beam.PTransform):
                  label: Optional[str] = None, **mechanism_params):
         super().__init__(label)
         mechanism = mechanism_reference(mechanism)  # a name, an import path or a Mechanism subclass (docs/mechanisms.md)
-        check_oov(oov_policy, unk_token)
         if batch_tokens is None:
             batch_tokens = default_batch_tokens(mechanism)
         if batch_tokens < 1:
@@ -113,12 +112,12 @@ class Privatize(beam.PTransform):
         accepted = mechanism_parameters(mechanism)  # raises for an unknown mechanism
         unknown = sorted(set(mechanism_params) - set(accepted_keywords(mechanism)))
         if unknown:
-            raise ValueError(f"{', '.join(unknown)}: not parameters of mechanism {mechanism!r} "
+            raise ValueError(f"{', '.join(unknown)}: not parameters of mechanism {mechanism_name(mechanism)!r} "
                              f"(its parameters: {', '.join(accepted) or 'none'})")
-        check_mechanism(mechanism, epsilon, None, **mechanism_params)  # epsilon's range, the mechanism's own checks
-        self.config = PerturbConfig(artifact=artifact_location(artifact), mechanism=mechanism, epsilon=float(epsilon),
-                                    params=PerturbConfig.mechanism_params(**mechanism_params), oov_policy=oov_policy,
-                                    unk_token=unk_token, seed=seed, text_fields=tuple(text_fields),
+        spec = PrivacySpec(mechanism, (epsilon,), mechanism_params, artifact, oov_policy, unk_token)  # validated once
+        self.config = PerturbConfig(artifact=spec.artifact, mechanism=spec.mechanism, epsilon=spec.epsilon,
+                                    params=spec.params, oov_policy=spec.oov_policy,
+                                    unk_token=spec.unk_token, seed=seed, text_fields=tuple(text_fields),
                                     shape_field=shape_field, max_text_bytes=max_text_bytes)
         self.batch_tokens = int(batch_tokens)
         self.keyed = bool(keyed)
