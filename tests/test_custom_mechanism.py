@@ -115,7 +115,9 @@ def test_the_class_object_goes_through_the_api_and_pickles_as_its_import_path(ne
     copy = pickle.loads(pickle.dumps(privatizer))
     assert copy.parameters() == privatizer.parameters()
     assert mechanism_reference(CappedExponential) == IMPORT_PATH
-    assert "exp(3 * min(d(x, x'), 1.5))" in privatizer.privacy_statement()["per_token"]  # its own statement
+    statement = privatizer.privacy_statement()
+    assert "exp(3 * min(d(x, x'), 1.5))" in statement["per_token"]  # its own statement, said to be its own:
+    assert "tests.custom_mechanism.CappedExponential is not one of textdp's built-in" in statement["statement_source"]
 
 
 def test_a_class_that_cannot_be_imported_is_carried_as_itself(neighbour_artifact_dir):  # noqa: F811

@@ -45,7 +45,7 @@ from textdp.compact_vocab import SharedVocabularyArtifact
 from textdp.errors import TextdpError
 from textdp.locate import resolve_artifact, verify_artifact
 from textdp.mechanisms import ALL_MECHANISMS, MAX_EPSILON, check_mechanism, check_number, make_mechanism  # noqa: F401
-from textdp.mechanisms import DEFAULT_MECHANISM
+from textdp.mechanisms import DEFAULT_MECHANISM, statement_of
 from textdp.spec import PrivacySpec
 from textdp.records import EMPTY, check_record
 from textdp.summary import privacy_section
@@ -200,7 +200,7 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
 
     def privacy_statement(self, seed_used: bool = False) -> dict:
         """The privacy statement of the public summary for output made by this Privatizer."""
-        return privacy_section(self.mechanism.privacy_statement(), self.oov_policy, self.unk_token, None, seed_used)
+        return privacy_section(statement_of(self.mechanism), self.oov_policy, self.unk_token, None, seed_used)
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.parameters().items())

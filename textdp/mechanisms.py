@@ -243,6 +243,19 @@ def mechanism_name(reference) -> str:
     return mechanism_class(reference).name
 
 
+def statement_of(mechanism) -> dict:
+    """The privacy statement a summary copies from ``mechanism``: its ``privacy_statement()``, and for a mechanism
+    that is not one of textdp's built-in ones a ``statement_source`` saying whose sentences they are (textdp
+    states a user's guarantee as the class declares it; it neither derived nor tested it)."""
+    statement = dict(mechanism.privacy_statement())
+    cls = type(mechanism)
+    if cls.name not in BUILT_IN or available_class(cls.name) is not cls:
+        statement["statement_source"] = (
+            f"the mechanism's own: {cls.__module__}.{cls.__qualname__} is not one of textdp's built-in mechanisms; "
+            "its guarantee is stated as the class declares it, not derived or tested by textdp")
+    return statement
+
+
 def available_class(name: str) -> Optional[type]:
     """The class of mechanism ``name``, or None when this installation cannot import it."""
     try:

@@ -28,7 +28,7 @@ from apache_beam.metrics import Metrics
 
 from textdp.calibration import K_VALUES, WordCalibrator, build_summary
 from textdp.locate import open_artifact
-from textdp.mechanisms import make_mechanism, mechanism_reference
+from textdp.mechanisms import make_mechanism, mechanism_reference, statement_of
 from textdp.report import build_report_files
 from textdp.tokenize import UNKNOWN_ID, Tokenizer
 from transforms.worker import NAMESPACE, WorkerConfig, WorkerState
@@ -196,7 +196,7 @@ class WriteCalibrationOutputs(beam.DoFn):
             artifact_info=artifact.describe(), nn_statement=info["nn_statement"],
             parameters={f"{eps:g}": m.parameters() for eps, m in mechanisms.items()},
             words_info=words, randomness=info["randomness"], max_nw=info["max_nw"], min_sw=info["min_sw"],
-            coverage=info["coverage"], privacy_statements={eps: m.privacy_statement() for eps, m in mechanisms.items()},
+            coverage=info["coverage"], privacy_statements={eps: statement_of(m) for eps, m in mechanisms.items()},
             created_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         summary["outputs"] = {"table": TABLE_FILE, "summary": SUMMARY_FILE, "report": "report.html"}
         files = build_report_files(rows, summary)

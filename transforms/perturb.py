@@ -33,7 +33,7 @@ from apache_beam.metrics import Metrics
 from textdp.allocator import allocator_settings
 from textdp.compact_vocab import SharedVocabularyArtifact
 from textdp.locate import resolve_artifact
-from textdp.mechanisms import make_mechanism, mechanism_reference
+from textdp.mechanisms import make_mechanism, mechanism_reference, statement_of
 from textdp.nearest import search_threads
 from textdp.records import check_record, record_texts, released_record
 from textdp.text_privatizer import TextPrivatizer
@@ -244,7 +244,7 @@ class WriteSummary(beam.DoFn):
 
         holder = self._state.value
         mechanism = holder.mechanism
-        common = dict(mechanism_parameters=mechanism.parameters(), mechanism_statement=mechanism.privacy_statement(),
+        common = dict(mechanism_parameters=mechanism.parameters(), mechanism_statement=statement_of(mechanism),
                       artifact=holder.artifact.describe(), oov_policy=self.config.oov_policy,
                       unk_token=self.config.unk_token, seed=self.config.seed,
                       warnings=self.context.get("warnings") or [])
