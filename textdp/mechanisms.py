@@ -1,4 +1,11 @@
-"""Mechanism factory: the one place that turns a mechanism name and its parameters into an object.
+"""Mechanism registry and factory: the one place that turns a mechanism reference and its parameters into an
+object.
+
+A mechanism reference is a registered name (a built-in one of ``BUILT_IN``, or one an installed package
+registers through the entry point group ``textdp.mechanisms``), an import path ``package.module:Class`` or a
+``Mechanism`` subclass; ``mechanism_class`` resolves every one of them and refuses the rest in one line, and
+``mechanism_reference`` gives the picklable form configurations carry (docs/mechanisms.md, "Bring your own
+mechanism").
 
 The contract every mechanism keeps (Madlib, TEM, Mahalanobis, Vickrey, TruncatedGumbel, SanText,
 SanText+, CusText), so that the pipeline never needs to know which one runs:
