@@ -120,6 +120,8 @@ class MechanismOptions(PipelineOptions):
                            epsilon_label="--epsilon")  # the one epsilon rule, the mechanism's checks: once
         if manifest is not None:
             spec.check_artifact(artifact_for_checks(self.mechanism, location, manifest))
+        if not isinstance(self.mechanism, str):  # a class given in PipelineOptions(..., mechanism=Class): its import
+            self.mechanism = spec.mechanism  # path from here on, so the options serialize (a local class stays itself)
         return spec
 
     def mechanism_kwargs(self, every: bool = False) -> dict:
