@@ -77,7 +77,7 @@ def validate(options: PipelineOptions) -> dict:
     if opts.word_list and not FileSystems.exists(opts.word_list):
         raise TextdpError(f"--word-list {opts.word_list!r} does not exist")
     manifest = verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
-    mech.validate_mechanism(options.view_as(EpsilonGridOptions).epsilon_grid(), artifact, manifest)  # build_pipeline's spec
+    mech.validate_mechanism(options.view_as(EpsilonGridOptions).epsilon_grid(), artifact, manifest)
     output_guard(options)
     return manifest
 

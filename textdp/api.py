@@ -64,8 +64,8 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
 
     Keyword arguments mirror ``textdp privatize``'s flags: ``epsilon`` (required, in
     [1e-30, 1e6]: ``textdp.mechanisms.check_epsilon``), ``mechanism`` (a registered name, an import path
-    ``package.module:Class`` or a ``textdp.mechanism_base.Mechanism`` subclass: docs/mechanisms.md), ``artifact`` (a directory
-    or gs:// URL; None: the bundled GloVe 6B 50d artifact, built once into the cache), ``oov_policy``
+    ``package.module:Class`` or a ``textdp.mechanism_base.Mechanism`` subclass: docs/mechanisms.md),
+    ``artifact`` (a directory or gs:// URL; None: the bundled GloVe 6B 50d artifact, built once into the cache), ``oov_policy``
     (random, unk, keep), ``unk_token``, ``max_text_bytes``; ``threads``: threads of the exact
     nearest-word search (default: this machine's cores); ``batch_tokens``: about how many words go
     into one mechanism call (default 65,536; a long list is privatized in such batches, so memory

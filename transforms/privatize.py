@@ -83,8 +83,8 @@ class Privatize(beam.PTransform):
     """Privatize strings or dict records word by word (see the module docstring).
 
     Keyword arguments mirror ``textdp privatize``'s flags: ``epsilon``, ``mechanism`` (a registered name, an
-    import path ``package.module:Class`` or a ``Mechanism`` subclass, as ``RunInference`` takes a handler), ``artifact`` (directory or gs://; None: the bundled GloVe
-    artifact), ``text_fields``, ``oov_policy``, ``unk_token``, ``seed`` (tests only: not private),
+    import path ``package.module:Class`` or a ``Mechanism`` subclass, as ``RunInference`` takes a handler),
+    ``artifact`` (directory or gs://; None: the bundled GloVe artifact), ``text_fields``, ``oov_policy``, ``unk_token``, ``seed`` (tests only: not private),
     ``max_text_bytes``, ``batch_tokens``; any other keyword is a parameter of the mechanism
     by its public name, the same as its flag (``nn``, ``search_k`` for Madlib; ``gamma``, ``beta`` for TEM;
     ``lam``; ``vickrey_t``; ``custext_k``; ...: the ``PARAMETERS`` its class declares).
@@ -102,7 +102,7 @@ class Privatize(beam.PTransform):
                  diagnostics: bool = False, worker: Optional[WorkerConfig] = None, redistribute: bool = False,
                  label: Optional[str] = None, **mechanism_params):
         super().__init__(label)
-        mechanism = mechanism_reference(mechanism)  # a name, an import path or a Mechanism subclass (docs/mechanisms.md)
+        mechanism = mechanism_reference(mechanism)  # a name, an import path or a Mechanism subclass
         if batch_tokens is None:
             batch_tokens = default_batch_tokens(mechanism)
         if batch_tokens < 1:
