@@ -105,6 +105,12 @@ def test_an_entry_point_that_shadows_a_built_in_is_refused(tmp_path, monkeypatch
     assert not [name for name in os.listdir(tmp_path) if name.startswith("out")]  # nothing ran
     with pytest.raises(ParameterError, match=f"registers a mechanism named {built_in!r}"):
         textdp.Privatizer(epsilon=3, mechanism=built_in, artifact=neighbour_artifact_dir)
+    # the flags are still built (from textdp's own mechanisms): --help works, and a Beam pipeline of other code in
+    # the same process still parses its options
+    assert cli_main(["privatize", "--help"]) == 0 and "--mechanism" in capsys.readouterr().out
+    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=import-outside-toplevel
+
+    assert PipelineOptions(["--runner=FnApiRunner"]).get_all_options()["runner"] == "FnApiRunner"
 
 
 def test_the_class_object_goes_through_the_api_and_pickles_as_its_import_path(neighbour_artifact_dir):  # noqa: F811

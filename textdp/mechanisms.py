@@ -131,26 +131,34 @@ REFERENCE_HELP = ("a registered name, an import path 'package.module:Class' or a
 def _entry_points() -> Dict[str, str]:
     """{name: "module:Class"} of the mechanisms installed packages register (group ``textdp.mechanisms``), read
     with importlib.metadata once per ``sys.path`` (a scan costs milliseconds; a path added later is read then).
-    One that takes a built-in's name is refused: a run could not tell which of the two the user means."""
-    found = _scan_entry_points(tuple(sys.path))
-    if isinstance(found, TextdpError):
-        raise found
-    return found
+    One that takes a built-in's name is left out here and refused by ``mechanism_class``."""
+    return _scan_entry_points(tuple(sys.path))[0]
+
+
+def _refuse_shadowing() -> None:
+    """Refuse every resolution while an installed package registers a built-in's name: a run could not tell which
+    of the two the user means. (The flags and --help are still built, from the built-in ones, so that the refusal
+    is this one line and not a parse error, and a Beam pipeline of other code in the process still parses.)"""
+    problem = _scan_entry_points(tuple(sys.path))[1]
+    if problem:
+        raise ParameterError(problem)
 
 
 @functools.lru_cache(maxsize=8)
-def _scan_entry_points(_path: tuple):
+def _scan_entry_points(_path: tuple) -> Tuple[Dict[str, str], Optional[str]]:
     from importlib.metadata import entry_points  # pylint: disable=import-outside-toplevel
 
     found: Dict[str, str] = {}
+    problem = None
     for point in entry_points(group=ENTRY_POINT_GROUP):
         if point.name in BUILT_IN:
             dist = getattr(getattr(point, "dist", None), "name", None) or "an installed package"
-            return ParameterError(f"{dist} registers a mechanism named {point.name!r} (entry point group "
-                              f"{ENTRY_POINT_GROUP}), which is the name of textdp's built-in mechanism; rename or "
-                              "uninstall it")
+            problem = problem or (f"{dist} registers a mechanism named {point.name!r} (entry point group "
+                                  f"{ENTRY_POINT_GROUP}), which is the name of textdp's built-in mechanism; rename "
+                                  "or uninstall it")
+            continue
         found.setdefault(point.name, point.value)
-    return found
+    return found, problem
 
 
 def registered() -> Dict[str, str]:
@@ -179,6 +187,12 @@ def mechanism_class(reference) -> type:
     one line for an unknown name, a path that does not import, an object that is no Mechanism subclass, a
     custom class without a name or whose name is a different registered mechanism's (raised as ParameterError,
     a TextdpError and a ValueError, like every refused parameter)."""
+    _refuse_shadowing()
+    return _class_of(reference)
+
+
+def _class_of(reference) -> type:
+    """``mechanism_class`` without the check of the installed entry points (the registry's own lookups)."""
     if isinstance(reference, type):
         return _custom(reference, f"mechanism {reference.__module__}.{reference.__qualname__}")
     if not isinstance(reference, str):
@@ -215,7 +229,7 @@ def _custom(cls, what: str) -> type:
     if not isinstance(cls.name, str) or not cls.name.strip() or ":" in cls.name:
         raise ParameterError(f"{what} has no usable name (its class attribute name must be a non-empty string "
                           "without ':')")
-    if cls.name in registered() and mechanism_class(cls.name) is not cls:
+    if cls.name in registered() and _class_of(cls.name) is not cls:
         raise ParameterError(f"{what} is named {cls.name!r}, the name of a different registered mechanism; give it "
                           "a name of its own")
     known = all_parameters()
@@ -266,7 +280,7 @@ def statement_of(mechanism) -> dict:
 def available_class(name: str) -> Optional[type]:
     """The class of mechanism ``name``, or None when this installation cannot import it."""
     try:
-        return mechanism_class(name)
+        return _class_of(name)
     except TextdpError:
         return None
 
@@ -277,7 +291,7 @@ class _Registry(Mapping):
     def __getitem__(self, name: str) -> type:
         if name not in registered():
             raise KeyError(name)
-        return mechanism_class(name)
+        return _class_of(name)
 
     def __contains__(self, name) -> bool:
         return name in registered()
