@@ -159,8 +159,10 @@ def prepare_run(options: PipelineOptions) -> Prepared:
     if opts.pair_list:
         user_pairs = read_pair_list(opts.pair_list)
     manifest = verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
-    mech.validate_mechanism(options.view_as(EpsilonGridOptions).epsilon_grid(), artifact, manifest)
-    check_unk_marker(artifact, options.view_as(OovOptions).oov_policy, options.view_as(OovOptions).unk_token)
+    oov = options.view_as(OovOptions)
+    spec = mech.validate_mechanism(options.view_as(EpsilonGridOptions).epsilon_grid(), artifact, manifest,
+                                   oov.oov_policy, oov.unk_token)  # the run's validated spec (textdp/spec.py)
+    check_unk_marker(artifact, oov.oov_policy, oov.unk_token)
     output_guard(options)  # refusals only: run_job removes an earlier audit's files under the lock (--overwrite)
     vocab_size = int(manifest["vocab_size"])
     oov_policy = options.view_as(OovOptions).oov_policy
@@ -187,8 +189,8 @@ def prepare_run(options: PipelineOptions) -> Prepared:
     pairs_total = band_pair_count + len(user_pairs) + oov_pair_count
     tests = planned_tests(max(pairs_total, 1), len(epsilons))
     config = AuditConfig(
-        artifact=artifact, mechanism=mech.mechanism, epsilons=epsilons,
-        mechanism_params=tuple(sorted(mech.mechanism_kwargs().items())), oov_policy=oov_policy, seed=seed,
+        artifact=spec.artifact, mechanism=spec.mechanism, epsilons=spec.epsilons,
+        mechanism_params=spec.params, oov_policy=spec.oov_policy, seed=seed,
         draws=opts.draws, false_alarm_rate=opts.false_alarm_rate, planned_tests=tests, window=opts.linkage_window,
         linkage_sizes=sizes, mc_draws=opts.mc_draws)
     closed = closed_form(mech.mechanism)

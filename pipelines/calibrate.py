@@ -162,10 +162,9 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
     seed = options.view_as(SeedOptions).seed
     epsilons = options.view_as(EpsilonGridOptions).epsilon_grid()
     elements, words_info = elements or _elements(options, int(manifest["vocab_size"]))
-    config = CalibrationConfig(artifact=options.view_as(ArtifactOptions).artifact, mechanism=mech.mechanism,
-                               epsilons=epsilons, samples=opts.samples,
-                               params=tuple(sorted(mech.mechanism_kwargs().items())), prune=not opts.no_prune,
-                               seed=seed)
+    spec = mech.validate_mechanism(epsilons, options.view_as(ArtifactOptions).artifact)  # textdp/spec.py
+    config = CalibrationConfig(artifact=spec.artifact, mechanism=spec.mechanism, epsilons=spec.epsilons,
+                               samples=opts.samples, params=spec.params, prune=not opts.no_prune, seed=seed)
     worker = options.view_as(WorkerResourceOptions).worker_config(progress_dir)
     run_info = {
         "words": words_info,

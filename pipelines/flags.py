@@ -22,9 +22,11 @@ from textdp import accounting
 from textdp.calibration import DEFAULT_SAMPLES
 from textdp.mechanisms import (ALL_MECHANISMS, DEFAULT_MECHANISM, EPSILON_RANGE_HELP, MAX_EPSILON,  # noqa: F401
                                MIN_EPSILON, REGISTRY, all_parameters, artifact_for_checks, available_class,
-                               check_epsilon, check_mechanism, mechanism_parameters, users_of)
+                               check_epsilon, check_mechanism, mechanism_parameters, registered, users_of)
+from pipelines.custom_flags import MechanismChoices, argv_mechanism, custom_mechanism, named_mechanism  # noqa: I100
 from textdp.neighbours import METRICS
 from textdp.summary import DEFAULT_MAX_FAILED_FRACTION
+from textdp.spec import PrivacySpec
 from textdp.text_privatizer import DEFAULT_BATCH_TOKENS, LARGE_BATCH_TOKENS, OOV_POLICIES
 from transforms.amplifier import AmplifierConfig
 from transforms.shuffle import DEFAULT_RECORDS_PER_SHARD
@@ -70,17 +72,25 @@ class MechanismOptions(PipelineOptions):
     (``textdp.mechanism_base.Parameter``): one flag per public parameter name, ``--<name>`` (and
     ``--<name-with-hyphens>``), dest = template parameter = Python keyword = summary key, in an
     argparse group per mechanism (a shared parameter in the group of the first mechanism that takes it;
-    its help names every mechanism that does)."""
+    its help names every mechanism that does). A mechanism named by an import path (or given as a class in
+    ``PipelineOptions(..., mechanism=Class)``) adds its own group: ``pipelines/custom_flags.py``."""
+
+    def __init__(self, flags=None, **kwargs):
+        with argv_mechanism(flags):  # --mechanism package.module:Class: that class's flags parse too
+            super().__init__(flags, **kwargs)
 
     @classmethod
     def _add_argparse_args(cls, parser):
         parser.add_argument(
-            "--mechanism", dest="mechanism", choices=ALL_MECHANISMS, default=DEFAULT_MECHANISM,
+            "--mechanism", dest="mechanism", choices=MechanismChoices(registered()), default=DEFAULT_MECHANISM,
             help=f"privacy mechanism (docs/mechanisms.md; default {DEFAULT_MECHANISM}): " + ", ".join(
                 cls.summary_line() if cls else f"{name} (not available in this installation)"
-                for name, cls in ((name, available_class(name)) for name in ALL_MECHANISMS)))
+                for name, cls in ((name, available_class(name)) for name in registered()))
+            + "; on the command line also the import path package.module:Class of your own Mechanism subclass "
+              "(docs/mechanisms.md, 'Bring your own mechanism'; not in a Flex Template, whose image holds textdp's "
+              "own mechanisms)")
         placed = set()
-        for name, mechanism in REGISTRY.items():
+        for name, mechanism in named_mechanism(REGISTRY.items()):
             params = [p for p in mechanism.PARAMETERS if p.cli and p.name not in placed]
             if not params:
                 continue
@@ -88,33 +98,38 @@ class MechanismOptions(PipelineOptions):
             for param in params:
                 placed.add(param.name)
                 kwargs = {"dest": param.name, "default": param.default,
-                          "help": f"{', '.join(users_of(param.name))}: {param.help}"}
+                          "help": f"{', '.join(users_of(param.name)) or name}: {param.help}"}
                 if param.choices:
                     kwargs["choices"] = param.choices
                 else:
                     kwargs["type"] = param.type
                 group.add_argument(*param.flags, **kwargs)
 
-    def validate_mechanism(self, epsilons, location=None, manifest=None) -> None:
+    def validate_mechanism(self, epsilons, location=None, manifest=None, oov_policy="random", unk_token="<unk>"):
         """Refuse, before any worker starts, a flag of another mechanism given a value, and the mechanism's
         parameters at each of ``epsilons`` that it cannot use (its own checks:
         ``textdp.mechanisms.check_mechanism``). With ``manifest`` (what ``verify_artifact`` returned for
-        ``location``) also the checks that depend on the vocabulary."""
+        ``location``) also the checks that depend on the vocabulary. Returns the run's validated
+        ``textdp.spec.PrivacySpec``, which the job builds its configuration from."""
         from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
 
-        own = mechanism_parameters(self.mechanism)
+        own = mechanism_parameters(self.mechanism)  # refuses an unknown or unusable mechanism (one line)
         for name, param in all_parameters().items():
             if param.cli and name not in own and getattr(self, name) != param.default:
                 raise TextdpError(f"--{name.replace('_', '-')} applies to --mechanism {', '.join(users_of(name))} only")
-        artifact = None if manifest is None else artifact_for_checks(self.mechanism, location, manifest)
-        for epsilon in epsilons:
-            check_epsilon(epsilon, "--epsilon")
-            check_mechanism(self.mechanism, epsilon, artifact, **self.mechanism_kwargs())
+        spec = PrivacySpec(self.mechanism, tuple(epsilons), self.mechanism_kwargs(), location, oov_policy, unk_token,
+                           epsilon_label="--epsilon")  # the one epsilon rule, the mechanism's checks: once
+        if manifest is not None:
+            spec.check_artifact(artifact_for_checks(self.mechanism, location, manifest))
+        if not isinstance(self.mechanism, str):  # a class given in PipelineOptions(..., mechanism=Class): its import
+            self.mechanism = spec.mechanism  # path from here on, so the options serialize (a local class stays itself)
+        return spec
 
     def mechanism_kwargs(self, every: bool = False) -> dict:
         """Keyword arguments (public parameter names) of ``textdp.mechanisms.make_mechanism`` for the chosen
         mechanism only (``every``: those of every mechanism)."""
         values = {name: getattr(self, name) for name, param in all_parameters().items() if param.cli}
+        values.update(custom_mechanism(self))  # the parameters of a mechanism not in the registry
         accepted = mechanism_parameters(self.mechanism)
         return values if every else {key: value for key, value in values.items() if key in accepted}
 

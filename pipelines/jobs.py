@@ -243,7 +243,18 @@ def _suggestion(argument: str, parser: argparse.ArgumentParser) -> str:
 
 
 def parse_job_options(name: str, argv: Sequence[str]):
-    """``PipelineOptions`` for the job, or ``JobRefused``: unknown arguments, bad values, missing flags."""
+    """``PipelineOptions`` for the job, or ``JobRefused``: unknown arguments, bad values, missing flags. A
+    ``--mechanism package.module:Class`` that does not resolve is refused first (TextdpError); one that does
+    adds its class's parameter flags (``pipelines/custom_flags.py``)."""
+    if JOBS[name].beam and any(str(arg).startswith("--mechanism") for arg in argv):
+        from pipelines.custom_flags import argv_mechanism  # pylint: disable=import-outside-toplevel
+
+        with argv_mechanism(argv, strict=True):
+            return _parse_job_options(name, argv)
+    return _parse_job_options(name, argv)
+
+
+def _parse_job_options(name: str, argv: Sequence[str]):
     from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=import-outside-toplevel
 
     job = JOBS[name]
@@ -441,7 +452,12 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
     argv = list(sys.argv[1:] if argv is None else argv)
     job = JOBS[name]
     if "-h" in argv or "--help" in argv:
-        help_parser(name).print_help()
+        with contextlib.ExitStack() as scope:
+            if job.beam and any(arg.startswith("--mechanism") for arg in argv):  # its own flags' group too
+                from pipelines.custom_flags import argv_mechanism  # pylint: disable=import-outside-toplevel
+
+                scope.enter_context(argv_mechanism(argv))
+            help_parser(name).print_help()
         return EXIT_OK
     module = importlib.import_module(job.module)
     if not job.beam:

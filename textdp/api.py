@@ -50,12 +50,13 @@ from threadpoolctl import threadpool_limits
 
 from textdp.compact_vocab import SharedVocabularyArtifact
 from textdp.errors import TextdpTypeError, TextdpValueError
-from textdp.locate import artifact_location, artifact_needs, resolve_artifact, verify_artifact
+from textdp.locate import resolve_artifact, verify_artifact
 from textdp.mechanisms import ALL_MECHANISMS, MAX_EPSILON, check_mechanism, check_number, make_mechanism  # noqa: F401
-from textdp.mechanisms import DEFAULT_MECHANISM
+from textdp.mechanisms import DEFAULT_MECHANISM, statement_of
 from textdp.records import EMPTY, NOT_A_TEXT, check_record
+from textdp.spec import PrivacySpec
 from textdp.summary import privacy_section
-from textdp.text_privatizer import TextPrivatizer, check_oov
+from textdp.text_privatizer import TextPrivatizer
 
 ERROR_POLICIES = ("raise", "none")
 # Words per mechanism call in the API, for every mechanism (the pipeline uses 4,096 for the
@@ -69,8 +70,9 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
     """A loaded mechanism over a vocabulary artifact, ready to privatize lists of strings.
 
     Keyword arguments mirror ``textdp privatize``'s flags: ``epsilon`` (required, in
-    [1e-30, 1e6]: ``textdp.mechanisms.check_epsilon``), ``mechanism`` (any of ``textdp.mechanisms.ALL_MECHANISMS``), ``artifact`` (a directory
-    or gs:// URL; None: the bundled GloVe 6B 50d artifact, built once into the cache), ``oov_policy``
+    [1e-30, 1e6]: ``textdp.mechanisms.check_epsilon``), ``mechanism`` (a registered name, an import path
+    ``package.module:Class`` or a ``textdp.mechanism_base.Mechanism`` subclass: docs/mechanisms.md),
+    ``artifact`` (a directory or gs:// URL; None: the bundled GloVe 6B 50d artifact, built once into the cache), ``oov_policy``
     (random, unk, keep), ``unk_token``, ``max_text_bytes``; ``threads``: threads of the exact
     nearest-word search (default: this machine's cores); ``batch_tokens``: about how many words go
     into one mechanism call (default 65,536; a long list is privatized in such batches, so memory
@@ -82,23 +84,20 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
 
     CHARS_PER_WORD = 6  # characters per word (with spaces and punctuation) of English text, for batching
 
-    def __init__(self, epsilon: float, mechanism: str = DEFAULT_MECHANISM, artifact: Optional[str] = None,
+    def __init__(self, epsilon: float, mechanism=DEFAULT_MECHANISM, artifact: Optional[str] = None,
                  oov_policy: str = "random", unk_token: str = "<unk>", max_text_bytes: Optional[int] = None,
                  threads: Optional[int] = None, batch_tokens: int = API_BATCH_TOKENS, **mechanism_params):
-        self._arguments = dict(epsilon=epsilon, mechanism=mechanism, artifact=artifact, oov_policy=oov_policy,
+        # mechanism, its parameters, epsilon, artifact and OOV policy, validated once (textdp/spec.py)
+        self.spec = PrivacySpec(mechanism, (epsilon,), mechanism_params, artifact, oov_policy, unk_token)
+        self._arguments = dict(epsilon=epsilon, mechanism=self.spec.mechanism, artifact=artifact, oov_policy=oov_policy,
                                unk_token=unk_token, max_text_bytes=max_text_bytes, threads=threads,
                                batch_tokens=batch_tokens, **mechanism_params)  # what a pickle holds
-        artifact = artifact_location(artifact)
-        if mechanism not in ALL_MECHANISMS:
-            raise TextdpValueError(f"mechanism must be one of {', '.join(ALL_MECHANISMS)}")
-        check_mechanism(mechanism, epsilon, None, **mechanism_params)  # epsilon's range, the mechanism's own checks
-        check_oov(oov_policy, unk_token)
         for name, value in (("max_text_bytes", max_text_bytes), ("threads", threads), ("batch_tokens", batch_tokens)):
             if value is not None or name == "batch_tokens":  # the first two may be None (no limit, every core)
                 check_number(value, name, low=1, integer=True)
-        verify_artifact(artifact, needs=artifact_needs(mechanism, mechanism_params.get("nn", "exact")))
-        self.artifact = SharedVocabularyArtifact(resolve_artifact(artifact))
-        self.mechanism = make_mechanism(mechanism, self.artifact, float(epsilon), **mechanism_params)
+        verify_artifact(self.spec.artifact, needs=self.spec.needs())
+        self.artifact = SharedVocabularyArtifact(resolve_artifact(self.spec.artifact))
+        self.mechanism = self.spec.make(self.artifact)
         self.oov_policy = oov_policy
         self.unk_token = unk_token
         self.max_text_bytes = None if max_text_bytes is None else int(max_text_bytes)
@@ -210,7 +209,7 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
 
     def privacy_statement(self, seed_used: bool = False) -> dict:
         """The privacy statement of the public summary for output made by this Privatizer."""
-        return privacy_section(self.mechanism.privacy_statement(), self.oov_policy, self.unk_token, None, seed_used)
+        return privacy_section(statement_of(self.mechanism), self.oov_policy, self.unk_token, None, seed_used)
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.parameters().items())

@@ -94,11 +94,12 @@ def pair_bound(mechanism, distance: float) -> float:
     return math.inf
 
 
-def bound_text(mechanism_name: str) -> str:
-    """How the guarantee of a pair is computed, for the report (the class's ``BOUND_TEXT``)."""
-    from textdp.mechanisms import REGISTRY  # pylint: disable=import-outside-toplevel
+def bound_text(mechanism) -> str:
+    """How the guarantee of a pair is computed, for the report (the class's ``BOUND_TEXT``; ``mechanism``: any
+    mechanism reference)."""
+    from textdp.mechanisms import available_class  # pylint: disable=import-outside-toplevel
 
-    cls = REGISTRY.get(mechanism_name)
+    cls = available_class(mechanism)
     specific = cls.BOUND_TEXT if cls is not None else "as the mechanism states it"
     return f"the mechanism's own per-token bound at the pair's distance (token_epsilon0(d)): {specific}"
 

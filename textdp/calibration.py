@@ -275,10 +275,9 @@ class WordCalibrator:
 
     def __init__(self, artifact, mechanism: str, mechanisms: Dict[float, object], samples: int = DEFAULT_SAMPLES,
                  prune: bool = True, ks: Sequence[int] = K_VALUES):
-        from textdp.mechanisms import REGISTRY  # pylint: disable=import-outside-toplevel
+        from textdp.mechanisms import mechanism_class  # pylint: disable=import-outside-toplevel
 
-        if mechanism not in REGISTRY:
-            raise ValueError(f"unknown mechanism {mechanism!r} (expected one of {', '.join(REGISTRY)})")
+        mechanism_class(mechanism)  # any mechanism reference; TextdpError (a ValueError) if unknown
         if samples < 1:
             raise ValueError("samples must be >= 1")
         self.artifact = artifact
@@ -486,7 +485,7 @@ DEFINITIONS = {
 }
 
 
-def build_summary(rows: Sequence[dict], *, mechanism: str, epsilons: Sequence[float], samples: int,
+def build_summary(rows: Sequence[dict], *, mechanism, epsilons: Sequence[float], samples: int,
                   artifact_info: dict, nn_statement: str, parameters: dict, words_info: dict, randomness: str,
                   max_nw: Optional[float], min_sw: Optional[float], coverage: float,
                   privacy_statements: Dict[float, dict], created_utc: str = "") -> dict:
@@ -494,14 +493,15 @@ def build_summary(rows: Sequence[dict], *, mechanism: str, epsilons: Sequence[fl
     use_exact = bool(rows) and all(r.get("n_w_exact") is not None for r in rows)
     from textdp.mechanisms import mechanism_class  # pylint: disable=import-outside-toplevel
 
-    label = mechanism_class(mechanism).exact_label()
+    cls = mechanism_class(mechanism)  # any mechanism reference; the summary shows its class's name
+    label = cls.exact_label()
     recommendation = recommend(rows, max_nw=max_nw, min_sw=min_sw, coverage=coverage, use_exact=use_exact,
                                exact_label=label)
     chosen = recommendation["recommended_epsilon"]
     return {
         "job": "calibrate",
         "created_utc": created_utc,
-        "mechanism": mechanism,
+        "mechanism": cls.name,
         "parameters": parameters,
         "nn_statement": nn_statement,
         "artifact": artifact_info,

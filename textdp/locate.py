@@ -99,12 +99,10 @@ class ArtifactNeeds(tuple):
 def artifact_needs(mechanism: str = "", nn: str = "exact") -> tuple:
     """The parts of the artifact a privatize or calibrate run with this mechanism reads: what the mechanism's
     class declares (``Mechanism.artifact_parts``) beyond the vocabulary and vectors."""
-    from textdp.mechanisms import DEFAULT_MECHANISM, REGISTRY  # pylint: disable=import-outside-toplevel
+    from textdp.mechanisms import DEFAULT_MECHANISM, mechanism_class  # pylint: disable=import-outside-toplevel
 
-    mechanism = mechanism or DEFAULT_MECHANISM
-    if mechanism not in REGISTRY:
-        raise ValueError(f"unknown mechanism {mechanism!r}")
-    return ArtifactNeeds(ALWAYS_NEEDED + REGISTRY[mechanism].artifact_parts(nn=nn), mechanism)
+    cls = mechanism_class(mechanism or DEFAULT_MECHANISM)  # any mechanism reference (TextdpError if unknown)
+    return ArtifactNeeds(ALWAYS_NEEDED + cls.artifact_parts(nn=nn), cls.name)
 
 
 def verify_artifact(location: Optional[str], needs: Iterable[str] = ALWAYS_NEEDED,

@@ -1,4 +1,11 @@
-"""Mechanism factory: the one place that turns a mechanism name and its parameters into an object.
+"""Mechanism registry and factory: the one place that turns a mechanism reference and its parameters into an
+object.
+
+A mechanism reference is a registered name (a built-in one of ``BUILT_IN``, or one an installed package
+registers through the entry point group ``textdp.mechanisms``), an import path ``package.module:Class`` or a
+``Mechanism`` subclass; ``mechanism_class`` resolves every one of them and refuses the rest in one line, and
+``mechanism_reference`` gives the picklable form configurations carry (docs/mechanisms.md, "Bring your own
+mechanism").
 
 The contract every mechanism keeps (Madlib, TEM, Mahalanobis, Vickrey, TruncatedGumbel, SanText,
 SanText+, CusText), so that the pipeline never needs to know which one runs:
@@ -39,8 +46,10 @@ classes, and the functions every entry point uses to check and build a mechanism
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
+import sys
 import numbers
 from collections.abc import Mapping
 from typing import Dict, Iterator, Optional, Tuple
@@ -115,26 +124,164 @@ def check_epsilon(epsilon, what: str = "epsilon") -> float:
     return value
 
 
-def mechanism_class(name: str):
-    """The class of mechanism ``name`` (imported on demand; TextdpError if unknown or not importable)."""
-    if name not in BUILT_IN:
-        raise TextdpError(f"unknown mechanism {name!r}; expected one of {', '.join(ALL_MECHANISMS)}")
-    module_name, class_name = BUILT_IN[name].split(":")
+ENTRY_POINT_GROUP = "textdp.mechanisms"  # other installed packages register mechanisms here: name = "module:Class"
+REFERENCE_HELP = ("a registered name, an import path 'package.module:Class' or a textdp.mechanism_base.Mechanism "
+                  "subclass")
+
+
+def _entry_points() -> Dict[str, str]:
+    """{name: "module:Class"} of the mechanisms installed packages register (group ``textdp.mechanisms``), read
+    with importlib.metadata once per ``sys.path`` (a scan costs milliseconds; a path added later is read then).
+    One that takes a built-in's name is left out here and refused by ``mechanism_class``."""
+    return _scan_entry_points(tuple(sys.path))[0]
+
+
+def _refuse_shadowing() -> None:
+    """Refuse every resolution while an installed package registers a built-in's name: a run could not tell which
+    of the two the user means. (The flags and --help are still built, from the built-in ones, so that the refusal
+    is this one line and not a parse error, and a Beam pipeline of other code in the process still parses.)"""
+    problem = _scan_entry_points(tuple(sys.path))[1]
+    if problem:
+        raise ParameterError(problem)
+
+
+@functools.lru_cache(maxsize=8)
+def _scan_entry_points(_path: tuple) -> Tuple[Dict[str, str], Optional[str]]:
+    from importlib.metadata import entry_points  # pylint: disable=import-outside-toplevel
+
+    found: Dict[str, str] = {}
+    problem = None
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        if point.name in BUILT_IN:
+            dist = getattr(getattr(point, "dist", None), "name", None) or "an installed package"
+            problem = problem or (f"{dist} registers a mechanism named {point.name!r} (entry point group "
+                                  f"{ENTRY_POINT_GROUP}), which is the name of textdp's built-in mechanism; rename "
+                                  "or uninstall it")
+            continue
+        found.setdefault(point.name, point.value)
+    return found, problem
+
+
+def registered() -> Dict[str, str]:
+    """{name: "module:Class"} of every registered mechanism: the built-in ones, then the entry points'."""
+    return {**BUILT_IN, **_entry_points()}
+
+
+def _import_class(path: str, what: str):
+    """The object at import path ``module:Attribute`` (TextdpError naming ``what`` if it does not import)."""
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise ParameterError(f"{what}: {path!r} is not an import path 'package.module:Class'")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise TextdpError(f"--mechanism {name} is not available in this installation ({module_name} cannot be "
-                          f"imported: {exc})") from None
-    cls = getattr(module, class_name)
-    if not (isinstance(cls, type) and issubclass(cls, Mechanism) and cls.name == name):
-        raise TypeError(f"{BUILT_IN[name]} is not the Mechanism class named {name!r}")
+        target = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            target = getattr(target, part)
+    except Exception as exc:  # pylint: disable=broad-except  (ImportError, an error raised by the module, ...)
+        raise ParameterError(f"{what}: {path!r} cannot be imported ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
+    return target
+
+
+def mechanism_class(reference) -> type:
+    """The class of mechanism ``reference``: a registered name (built-in or entry point), an import path
+    ``package.module:Class`` or a Mechanism subclass. The one place a reference is resolved; TextdpError in
+    one line for an unknown name, a path that does not import, an object that is no Mechanism subclass, a
+    custom class without a name or whose name is a different registered mechanism's (raised as ParameterError,
+    a TextdpError and a ValueError, like every refused parameter)."""
+    _refuse_shadowing()
+    return _class_of(reference)
+
+
+def _class_of(reference) -> type:
+    """``mechanism_class`` without the check of the installed entry points (the registry's own lookups)."""
+    if isinstance(reference, type):
+        return _custom(reference, f"mechanism {reference.__module__}.{reference.__qualname__}")
+    if not isinstance(reference, str):
+        raise ParameterError(f"a mechanism is {REFERENCE_HELP}, not a {type(reference).__name__}")
+    names = registered()
+    if reference in names:
+        path = names[reference]
+        if reference in BUILT_IN:
+            module_name = path.split(":")[0]
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                raise ParameterError(f"--mechanism {reference} is not available in this installation ({module_name} "
+                                  f"cannot be imported: {exc})") from None
+            cls = getattr(module, path.split(":")[1])
+            if not (isinstance(cls, type) and issubclass(cls, Mechanism) and cls.name == reference):
+                raise TypeError(f"{path} is not the Mechanism class named {reference!r}")
+            return cls
+        cls = _import_class(path, f"mechanism {reference!r} (entry point group {ENTRY_POINT_GROUP})")
+        if not (isinstance(cls, type) and issubclass(cls, Mechanism) and cls.name == reference):
+            raise ParameterError(f"mechanism {reference!r} (entry point group {ENTRY_POINT_GROUP}): {path} is not a "
+                              f"Mechanism subclass named {reference!r}")
+        return cls
+    if ":" in reference:
+        return _custom(_import_class(reference, "mechanism"), f"mechanism {reference}")
+    raise ParameterError(f"unknown mechanism {reference!r}; expected one of {', '.join(names)}, or an import path "
+                      "'package.module:Class' of a Mechanism subclass")
+
+
+def _custom(cls, what: str) -> type:
+    """``cls`` if it is a Mechanism subclass that can run beside the registered ones (see mechanism_class)."""
+    if not (isinstance(cls, type) and issubclass(cls, Mechanism)) or cls is Mechanism:
+        raise ParameterError(f"{what} is not a subclass of textdp.mechanism_base.Mechanism")
+    if not isinstance(cls.name, str) or not cls.name.strip() or ":" in cls.name:
+        raise ParameterError(f"{what} has no usable name (its class attribute name must be a non-empty string "
+                          "without ':')")
+    if cls.name in registered() and _class_of(cls.name) is not cls:
+        raise ParameterError(f"{what} is named {cls.name!r}, the name of a different registered mechanism; give it "
+                          "a name of its own")
+    known = all_parameters()
+    for param in cls.PARAMETERS:
+        if param.cli and known.get(param.name, param) is not param:
+            raise ParameterError(f"{what} declares a parameter {param.name!r} of its own, but the registered "
+                              f"mechanisms {', '.join(users_of(param.name))} already use that name (a flag and "
+                              "summary key mean one thing): rename it or reuse their Parameter")
     return cls
+
+
+def mechanism_reference(reference):
+    """The picklable reference a config carries for ``reference``: the name of a registered mechanism, the import
+    path of an importable class, else the class itself (resolved, hence checked, by ``mechanism_class``)."""
+    cls = mechanism_class(reference)
+    if cls.name in registered() and mechanism_class(cls.name) is cls:
+        return cls.name
+    if isinstance(reference, str):
+        return reference
+    path = f"{cls.__module__}:{cls.__qualname__}"
+    if "<" not in path and cls.__module__ != "__main__":
+        try:
+            if _import_class(path, "") is cls:
+                return path
+        except ParameterError:
+            pass
+    return cls
+
+
+def mechanism_name(reference) -> str:
+    """The name summaries and reports show for ``reference``: its class's ``name``."""
+    return mechanism_class(reference).name
+
+
+def statement_of(mechanism) -> dict:
+    """The privacy statement a summary copies from ``mechanism``: its ``privacy_statement()``, and for a mechanism
+    that is not one of textdp's built-in ones a ``statement_source`` saying whose sentences they are (textdp
+    states a user's guarantee as the class declares it; it neither derived nor tested it)."""
+    statement = dict(mechanism.privacy_statement())
+    cls = type(mechanism)
+    if cls.name not in BUILT_IN or available_class(cls.name) is not cls:
+        statement["statement_source"] = (
+            f"the mechanism's own: {cls.__module__}.{cls.__qualname__} is not one of textdp's built-in mechanisms; "
+            "its guarantee is stated as the class declares it, not derived or tested by textdp")
+    return statement
 
 
 def available_class(name: str) -> Optional[type]:
     """The class of mechanism ``name``, or None when this installation cannot import it."""
     try:
-        return mechanism_class(name)
+        return _class_of(name)
     except TextdpError:
         return None
 
@@ -143,21 +290,21 @@ class _Registry(Mapping):
     """{name: class} of every registered mechanism this installation can import (read-only, on demand)."""
 
     def __getitem__(self, name: str) -> type:
-        if name not in BUILT_IN:
+        if name not in registered():
             raise KeyError(name)
-        return mechanism_class(name)
+        return _class_of(name)
 
     def __contains__(self, name) -> bool:
-        return name in BUILT_IN
+        return name in registered()
 
     def __iter__(self) -> Iterator[str]:
-        return (name for name in BUILT_IN if available_class(name) is not None)
+        return (name for name in registered() if available_class(name) is not None)
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
 
     def get(self, name, default=None):
-        return available_class(name) if name in BUILT_IN else default
+        return available_class(name) if name in registered() else default
 
 
 REGISTRY = _Registry()
@@ -251,6 +398,7 @@ def _constructor_keywords(cls, public: dict) -> dict:
 def _resolve(name: str, params: dict):
     """(class, {public name: value} of mechanism ``name`` among ``params``); see make_mechanism."""
     cls = mechanism_class(name)
+    name = cls.name
     fixed = cls.FIXED
     elsewhere = {}
     for other in REGISTRY.values():

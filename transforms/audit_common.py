@@ -19,7 +19,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from textdp.locate import open_artifact
-from textdp.mechanisms import make_mechanism
+from textdp.mechanisms import make_mechanism, mechanism_reference
 from transforms.worker import WorkerConfig, WorkerState
 
 NAMESPACE = "textdp"
@@ -30,7 +30,7 @@ class AuditConfig:
     """Everything a worker needs (picklable, small)."""
 
     artifact: Optional[str]
-    mechanism: str
+    mechanism: object  # a mechanism reference: registered name, import path or Mechanism subclass
     epsilons: Tuple[float, ...]
     mechanism_params: Tuple[Tuple[str, object], ...] = ()
     oov_policy: str = "random"
@@ -44,6 +44,9 @@ class AuditConfig:
     window: int = 20
     linkage_sizes: Tuple[int, ...] = (100, 1000, 10000)
     mc_draws: int = 200000
+
+    def __post_init__(self):  # a name, import path or class -> its picklable reference (textdp.mechanisms)
+        object.__setattr__(self, "mechanism", mechanism_reference(self.mechanism))
 
     @property
     def searches_nearest(self) -> bool:

@@ -12,6 +12,7 @@ from apache_beam.io.filesystems import FileSystems
 from textdp.audit_attacks import BAND_LABELS, mcdiarmid_margin, summarise_inversion
 from textdp.audit_report import DEFINITIONS, REPORT, build_report_files, summarise_linkage
 from textdp.audit_selfcheck import summarise_self_check
+from textdp.mechanisms import statement_of
 from transforms.audit_common import AuditConfig, holder_state
 from transforms.io import write_json
 
@@ -76,7 +77,7 @@ class WriteAuditOutputs(beam.DoFn):
         mechanisms = {eps: config.build_mechanism(artifact, eps) for eps in config.epsilons}
         summary = {
             "job": "audit", "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "mechanism": config.mechanism, "epsilons": list(config.epsilons),
+            "mechanism": mechanisms[config.epsilons[0]].name, "epsilons": list(config.epsilons),
             "parameters": {f"{eps:g}": m.parameters() for eps, m in mechanisms.items()},
             "artifact": artifact.describe(), "oov_policy": config.oov_policy, "randomness": info["randomness"],
             "checks": info["checks"],
@@ -110,7 +111,7 @@ class WriteAuditOutputs(beam.DoFn):
         if "linkage" in info["checks"] and corpus:
             summary["linkage"] = {"likelihood": info["likelihood"], "window_words": config.window,
                                   "per_epsilon": summarise_linkage(linkage_rows)}
-        summary["privacy_statement"] = mechanisms[config.epsilons[0]].privacy_statement()
+        summary["privacy_statement"] = statement_of(mechanisms[config.epsilons[0]])  # with whose it is, if not textdp's
         summary["definitions"] = DEFINITIONS
         summary["outputs"] = {"summary": SUMMARY_FILE, "report": REPORT}
         files = build_report_files(summary, self_check_rows)

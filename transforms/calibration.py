@@ -28,7 +28,7 @@ from apache_beam.metrics import Metrics
 
 from textdp.calibration import K_VALUES, WordCalibrator, build_summary
 from textdp.locate import open_artifact
-from textdp.mechanisms import make_mechanism
+from textdp.mechanisms import make_mechanism, mechanism_reference, statement_of
 from textdp.report import build_report_files
 from textdp.tokenize import UNKNOWN_ID, Tokenizer
 from transforms.worker import NAMESPACE, WorkerConfig, WorkerState
@@ -42,12 +42,15 @@ class CalibrationConfig:
     """Everything a worker needs to compute the statistics (picklable, small)."""
 
     artifact: Optional[str]
-    mechanism: str
+    mechanism: Any  # a mechanism reference: registered name, import path or Mechanism subclass
     epsilons: Tuple[float, ...]
     samples: int
     params: Tuple[Tuple[str, Any], ...] = ()  # the mechanism's keyword parameters, sorted (name, value) pairs
     prune: bool = True
     seed: Optional[int] = None
+
+    def __post_init__(self):  # a name, import path or class -> its picklable reference (textdp.mechanisms)
+        object.__setattr__(self, "mechanism", mechanism_reference(self.mechanism))
 
     def artifact_tag(self) -> str:
         """Shared cache key: the artifact alone (every calibration of it shares one loaded copy)."""
@@ -193,7 +196,7 @@ class WriteCalibrationOutputs(beam.DoFn):
             artifact_info=artifact.describe(), nn_statement=info["nn_statement"],
             parameters={f"{eps:g}": m.parameters() for eps, m in mechanisms.items()},
             words_info=words, randomness=info["randomness"], max_nw=info["max_nw"], min_sw=info["min_sw"],
-            coverage=info["coverage"], privacy_statements={eps: m.privacy_statement() for eps, m in mechanisms.items()},
+            coverage=info["coverage"], privacy_statements={eps: statement_of(m) for eps, m in mechanisms.items()},
             created_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         summary["outputs"] = {"table": TABLE_FILE, "summary": SUMMARY_FILE, "report": "report.html"}
         files = build_report_files(rows, summary)

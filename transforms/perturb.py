@@ -33,7 +33,7 @@ from apache_beam.metrics import Metrics
 from textdp.allocator import allocator_settings
 from textdp.compact_vocab import SharedVocabularyArtifact
 from textdp.locate import resolve_artifact
-from textdp.mechanisms import make_mechanism
+from textdp.mechanisms import make_mechanism, mechanism_reference, statement_of
 from textdp.nearest import search_threads
 from textdp.records import check_record, record_texts, released_record
 from textdp.text_privatizer import TextPrivatizer
@@ -45,7 +45,7 @@ class PerturbConfig:
     """Everything a worker needs to build the privatizer; also the Shared cache tag."""
 
     artifact: Optional[str]
-    mechanism: str
+    mechanism: Any  # a mechanism reference: registered name, import path or Mechanism subclass
     epsilon: float
     # the mechanism's own keyword parameters (textdp.mechanisms.make_mechanism), as sorted (name, value) pairs
     params: Tuple[Tuple[str, Any], ...] = ()
@@ -57,6 +57,9 @@ class PerturbConfig:
     # (text input: {"text": released, field: ...}), for the shuffle accounting (transforms/shuffle.py)
     shape_field: Optional[str] = None
     max_text_bytes: Optional[int] = None
+
+    def __post_init__(self):  # a name, import path or class -> its picklable reference (textdp.mechanisms)
+        object.__setattr__(self, "mechanism", mechanism_reference(self.mechanism))
 
     def tag(self) -> str:
         """The Shared cache key: the state depends on the artifact and the mechanism's parameters only."""
@@ -241,7 +244,7 @@ class WriteSummary(beam.DoFn):
 
         holder = self._state.value
         mechanism = holder.mechanism
-        common = dict(mechanism_parameters=mechanism.parameters(), mechanism_statement=mechanism.privacy_statement(),
+        common = dict(mechanism_parameters=mechanism.parameters(), mechanism_statement=statement_of(mechanism),
                       artifact=holder.artifact.describe(), oov_policy=self.config.oov_policy,
                       unk_token=self.config.unk_token, seed=self.config.seed,
                       warnings=self.context.get("warnings") or [])

@@ -30,13 +30,13 @@ from typing import NamedTuple, Optional, Sequence
 import apache_beam as beam
 from apache_beam.utils import shared
 
-from textdp.locate import artifact_location
 from textdp.records import as_pair, row_fields
-from textdp.mechanisms import check_mechanism, mechanism_parameters
-from textdp.text_privatizer import check_oov, default_batch_tokens
+from textdp.mechanisms import mechanism_parameters
+from textdp.text_privatizer import default_batch_tokens
 from transforms.perturb import PerturbConfig, PerturbTokens
 from transforms.worker import WorkerConfig
-from textdp.mechanisms import DEFAULT_MECHANISM, accepted_keywords  # noqa: I100  (kept apart: a merge-friendly line)
+from textdp.mechanisms import DEFAULT_MECHANISM, accepted_keywords, mechanism_name, mechanism_reference  # noqa: I100
+from textdp.spec import PrivacySpec  # noqa: I100  (kept apart: merge-friendly lines)
 
 
 def estimated_tokens(element, text_fields: Sequence[str], keyed: bool) -> int:
@@ -95,9 +95,9 @@ class PrivatizeResult(NamedTuple):
 class Privatize(beam.PTransform):
     """Privatize strings or dict records word by word (see the module docstring).
 
-    Keyword arguments mirror ``textdp privatize``'s flags: ``epsilon``, ``mechanism`` (any of
-    ``textdp.mechanisms.ALL_MECHANISMS``), ``artifact`` (directory or gs://; None: the bundled GloVe
-    artifact), ``text_fields``, ``oov_policy``, ``unk_token``, ``seed`` (tests only: not private),
+    Keyword arguments mirror ``textdp privatize``'s flags: ``epsilon``, ``mechanism`` (a registered name, an
+    import path ``package.module:Class`` or a ``Mechanism`` subclass, as ``RunInference`` takes a handler),
+    ``artifact`` (directory or gs://; None: the bundled GloVe artifact), ``text_fields``, ``oov_policy``, ``unk_token``, ``seed`` (tests only: not private),
     ``max_text_bytes``, ``batch_tokens``; any other keyword is a parameter of the mechanism
     by its public name, the same as its flag (``nn``, ``search_k`` for Madlib; ``gamma``, ``beta`` for TEM;
     ``lam``; ``vickrey_t``; ``custext_k``; ...: the ``PARAMETERS`` its class declares).
@@ -108,14 +108,14 @@ class Privatize(beam.PTransform):
     batches instead of records moves one element per ~``batch_tokens`` words through the shuffle.
     """
 
-    def __init__(self, epsilon: float, mechanism: str = DEFAULT_MECHANISM, artifact: Optional[str] = None,
+    def __init__(self, epsilon: float, mechanism=DEFAULT_MECHANISM, artifact: Optional[str] = None,
                  text_fields: Sequence[str] = (), oov_policy: str = "random", unk_token: str = "<unk>",
                  seed: Optional[int] = None, max_text_bytes: Optional[int] = None,
                  batch_tokens: Optional[int] = None, shape_field: Optional[str] = None, keyed: bool = False,
                  diagnostics: bool = False, worker: Optional[WorkerConfig] = None, redistribute: bool = False,
                  label: Optional[str] = None, **mechanism_params):
         super().__init__(label)
-        check_oov(oov_policy, unk_token)
+        mechanism = mechanism_reference(mechanism)  # a name, an import path or a Mechanism subclass
         if batch_tokens is None:
             batch_tokens = default_batch_tokens(mechanism)
         if batch_tokens < 1:
@@ -125,12 +125,12 @@ class Privatize(beam.PTransform):
         accepted = mechanism_parameters(mechanism)  # raises for an unknown mechanism
         unknown = sorted(set(mechanism_params) - set(accepted_keywords(mechanism)))
         if unknown:
-            raise ValueError(f"{', '.join(unknown)}: not parameters of mechanism {mechanism!r} "
+            raise ValueError(f"{', '.join(unknown)}: not parameters of mechanism {mechanism_name(mechanism)!r} "
                              f"(its parameters: {', '.join(accepted) or 'none'})")
-        check_mechanism(mechanism, epsilon, None, **mechanism_params)  # epsilon's range, the mechanism's own checks
-        self.config = PerturbConfig(artifact=artifact_location(artifact), mechanism=mechanism, epsilon=float(epsilon),
-                                    params=PerturbConfig.mechanism_params(**mechanism_params), oov_policy=oov_policy,
-                                    unk_token=unk_token, seed=seed, text_fields=tuple(text_fields),
+        spec = PrivacySpec(mechanism, (epsilon,), mechanism_params, artifact, oov_policy, unk_token)  # validated once
+        self.config = PerturbConfig(artifact=spec.artifact, mechanism=spec.mechanism, epsilon=spec.epsilon,
+                                    params=spec.params, oov_policy=spec.oov_policy,
+                                    unk_token=spec.unk_token, seed=seed, text_fields=tuple(text_fields),
                                     shape_field=shape_field, max_text_bytes=max_text_bytes)
         self.batch_tokens = int(batch_tokens)
         self.keyed = bool(keyed)

@@ -1,0 +1,100 @@
+"""``PrivacySpec``: what a run releases with, in one object, validated once (issue 26, item 2).
+
+A spec holds the mechanism (a reference: registered name, import path or Mechanism subclass, kept in the
+picklable form ``textdp.mechanisms.mechanism_reference`` gives), its parameters by their public names, the
+epsilon(s), the artifact's location and the out-of-vocabulary policy. Building one checks everything that can
+be checked without loading the artifact, with the one epsilon rule (``textdp.mechanisms.check_epsilon``), each
+declared parameter's check and the mechanism's own (``check_mechanism``), and the OOV policy
+(``textdp.text_privatizer.check_oov``); a refusal is one ``TextdpError`` line (``ParameterError`` for the
+mechanism and epsilon). ``textdp.Privatizer``, ``transforms.Privatize`` and the jobs' ``MechanismOptions``
+(privatize, calibrate, audit) build their spec and take the mechanism, parameters and epsilons from it, so none
+re-checks them in its own way. Checks that need the vocabulary run later, once the artifact is known
+(``check_artifact``).
+
+Why a module of its own and not textdp/mechanisms.py: the registry knows mechanisms; a spec also holds the
+artifact and the text policy (textdp/locate.py, textdp/text_privatizer.py), which the registry need not import.
+textdp has no user-facing case policy (the tokenizer's case rule is fixed), so the spec has no field for one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Tuple
+
+from textdp.errors import ParameterError
+from textdp.mechanisms import (DEFAULT_MECHANISM, check_epsilon, check_mechanism, make_mechanism, mechanism_class,
+                               mechanism_reference)
+
+
+@dataclass(frozen=True)
+class PrivacySpec:
+    """Mechanism reference + parameters (public names) + epsilons + artifact + OOV policy, validated on construction.
+
+    ``epsilons``: one epsilon (privatize, the API, the transform) or a grid (calibrate, audit); a number is taken
+    as a grid of one. ``params``: a mapping or (name, value) pairs; kept as sorted pairs of the public names the
+    mechanism takes (parameters of other mechanisms at their defaults, as the jobs' flags pass them, are dropped).
+    ``epsilon_label``: how a refused epsilon is named (``--epsilon`` on the command line)."""
+
+    mechanism: Any = DEFAULT_MECHANISM
+    epsilons: Tuple[float, ...] = ()
+    params: Tuple[Tuple[str, Any], ...] = ()
+    artifact: Optional[str] = None
+    oov_policy: str = "random"
+    unk_token: str = "<unk>"
+    epsilon_label: str = field(default="epsilon", compare=False, repr=False)
+
+    def __post_init__(self):
+        from textdp.locate import artifact_location  # pylint: disable=import-outside-toplevel
+        from textdp.text_privatizer import check_oov  # pylint: disable=import-outside-toplevel
+
+        reference = mechanism_reference(self.mechanism)  # refuses an unknown or unusable mechanism
+        given = self.epsilons if isinstance(self.epsilons, (tuple, list)) else (self.epsilons,)
+        if not given:
+            raise ParameterError(f"{self.epsilon_label} is required")
+        epsilons = tuple(check_epsilon(value, self.epsilon_label) for value in given)  # the one epsilon rule
+        params = dict(self.params.items() if hasattr(self.params, "items") else self.params)
+        public: dict = {}
+        for epsilon in epsilons:  # each declared parameter's check and the mechanism's own, at every epsilon
+            public = check_mechanism(reference, epsilon, None, **params)
+        check_oov(self.oov_policy, self.unk_token)
+        object.__setattr__(self, "mechanism", reference)
+        object.__setattr__(self, "epsilons", epsilons)
+        object.__setattr__(self, "params", tuple(sorted(public.items())))
+        object.__setattr__(self, "artifact", artifact_location(self.artifact))
+
+    # --- what the run uses ----------------------------------------------------------------------------------
+    @property
+    def epsilon(self) -> float:
+        """The epsilon of a one-epsilon spec."""
+        if len(self.epsilons) != 1:
+            raise ParameterError(f"this spec has {len(self.epsilons)} epsilons, not one")
+        return self.epsilons[0]
+
+    @property
+    def mechanism_class(self) -> type:
+        return mechanism_class(self.mechanism)
+
+    @property
+    def name(self) -> str:
+        """The mechanism's name, as summaries show it."""
+        return self.mechanism_class.name
+
+    def keywords(self) -> dict:
+        """The mechanism's parameters by public name (``make_mechanism``'s keywords)."""
+        return dict(self.params)
+
+    def needs(self) -> tuple:
+        """The artifact parts the run reads (``textdp.locate.artifact_needs``)."""
+        from textdp.locate import artifact_needs  # pylint: disable=import-outside-toplevel
+
+        return artifact_needs(self.mechanism, self.keywords().get("nn", "exact"))
+
+    def check_artifact(self, artifact) -> None:
+        """The checks that need the vocabulary (its size, the neighbour table, ...), at every epsilon."""
+        for epsilon in self.epsilons:
+            check_mechanism(self.mechanism, epsilon, artifact, **self.keywords())
+
+    def make(self, artifact, epsilon: Optional[float] = None):
+        """The mechanism over a loaded artifact, at ``epsilon`` (default: the spec's one epsilon)."""
+        return make_mechanism(self.mechanism, artifact, self.epsilon if epsilon is None else epsilon,
+                              **self.keywords())
