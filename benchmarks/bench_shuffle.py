@@ -30,7 +30,7 @@ import time
 import apache_beam as beam
 
 from benchmarks.harness import machine, read_imdb, write_results
-from textdp.accounting import diameter_bounds
+from textdp.geometry import diameter_bounds
 from transforms.shuffle import ShuffleAmplifier
 
 

@@ -19,7 +19,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.harness import machine, write_results  # noqa: E402
-from textdp.locate import artifact_needs, read_manifest, verify_artifact  # noqa: E402
+from textdp.locate import read_manifest, verify_artifact
+from textdp.mechanisms import artifact_needs  # noqa: E402
 from textdp.store import ensure_default_artifact, stamp_dir  # noqa: E402
 
 REPEATS = 5

@@ -37,7 +37,8 @@ from textdp.audit_pairs import BANDS, base_word_count, base_words, bound_text
 from textdp.audit_selfcheck import planned_tests
 from textdp import gcs
 from textdp.errors import TextdpError
-from textdp.locate import check_unk_marker, artifact_needs, resolve_artifact, verify_artifact
+from textdp.locate import check_unk_marker, resolve_artifact, verify_artifact
+from textdp.mechanisms import artifact_needs
 from textdp.outputs import OutputGuard
 from textdp.text_privatizer import check_oov
 from transforms.audit_common import AuditConfig

@@ -34,7 +34,8 @@ from pipelines.jobs import Plan, directory_job_files, run_job
 from textdp.calibration import stratified_word_sample
 from textdp import gcs
 from textdp.errors import TextdpError
-from textdp.locate import artifact_needs, resolve_artifact, verify_artifact
+from textdp.locate import resolve_artifact, verify_artifact
+from textdp.mechanisms import artifact_needs
 from textdp.outputs import OutputGuard
 from transforms.io import matched_paths, read_text_file
 from transforms.calibration import (SUMMARY_FILE, TABLE_FILE, TABLE_PREFIX, CalibrateWords, CalibrationConfig,

@@ -27,7 +27,8 @@ from pipelines.custom_flags import MechanismChoices, argv_mechanism, custom_mech
 from textdp.neighbours import METRICS
 from textdp.summary import DEFAULT_MAX_FAILED_FRACTION
 from textdp.spec import PrivacySpec
-from textdp.text_privatizer import DEFAULT_BATCH_TOKENS, LARGE_BATCH_TOKENS, OOV_POLICIES
+from textdp.mechanism_base import SEARCH_BATCH_TOKENS, TABLE_BATCH_TOKENS
+from textdp.text_privatizer import OOV_POLICIES
 from transforms.amplifier import AmplifierConfig
 from transforms.shuffle import DEFAULT_RECORDS_PER_SHARD
 from transforms.worker import WorkerConfig
@@ -206,9 +207,9 @@ class PrivatizeOptions(PipelineOptions):
         parser.add_argument(
             "--batch-tokens", "--batch_tokens", dest="batch_tokens", type=int, default=None,
             help=f"target words per perturbation batch (one mechanism call), whatever the records' sizes; default "
-                 f"{DEFAULT_BATCH_TOKENS} for {', '.join(n for n, c in REGISTRY.items() if c.SEARCHES_NEAREST)} "
+                 f"{SEARCH_BATCH_TOKENS} for {', '.join(n for n, c in REGISTRY.items() if c.SEARCHES_NEAREST)} "
                  "(a vocabulary search per word) and "
-                 f"{LARGE_BATCH_TOKENS} for the others (measured: benchmarks/results/scaling.md)")
+                 f"{TABLE_BATCH_TOKENS} for the others (measured: benchmarks/results/scaling.md)")
         parser.add_argument(
             "--public-summary", "--public_summary", dest="public_summary", default=None, metavar="PATH",
             help="also write a publishable summary to PATH (local or gs://): the mechanism, its parameters, the "

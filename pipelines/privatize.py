@@ -27,7 +27,8 @@ from pipelines.flags import (MAX_RECORD_BYTES, VACUOUS_EPSILON, AmplifierOptions
 from pipelines.jobs import Plan, run_job
 from textdp import gcs
 from textdp.errors import TextdpError
-from textdp.locate import check_unk_marker, artifact_needs, verify_artifact
+from textdp.locate import check_unk_marker, verify_artifact
+from textdp.mechanisms import artifact_needs
 from textdp.outputs import OutputGuard, missing_fields
 from textdp.summary import FAILED_PREFIX
 from textdp.text_privatizer import check_oov

@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from textdp.calibration import distance_row
+from textdp.geometry import distance_row
 from textdp.madlib import Madlib
 from textdp.text_privatizer import TextPrivatizer
 

@@ -21,7 +21,7 @@ from textdp.audit_attacks import (CountTable, Kernel, KernelPosterior, Prior, fi
                                   structure_unique)
 from textdp.audit_corpus import (UNK_MARKER_KEY, encode_record, linkage_scores, plan_corpus, release_keys,
                                  unknown_log_likelihood)
-from textdp.calibration import distance_row
+from textdp.geometry import distance_row
 from textdp.locate import open_artifact
 from textdp.madlib import Madlib
 from textdp.tem import TEM, output_distribution

@@ -9,7 +9,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import calibrate
 from pipelines.cli import main as cli_main
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
-from textdp.locate import artifact_needs, open_artifact
+from textdp.locate import open_artifact
+from textdp.mechanisms import artifact_needs
 
 RUNNER = ["--runner", "FnApiRunner"]
 

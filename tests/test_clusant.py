@@ -21,7 +21,7 @@ import textdp
 from pipelines.cli import main as cli_main
 from tests.statcheck import g_test
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
-from textdp.calibration import distance_row
+from textdp.geometry import distance_row
 from textdp.clusant import CluSanT, build_clusters, cluster_size
 from textdp.custext import build_output_sets
 from textdp.errors import ParameterError, TextdpError

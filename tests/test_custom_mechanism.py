@@ -254,7 +254,7 @@ def g_test_p_value(draws: np.ndarray, law: np.ndarray) -> float:
 def test_the_custom_law_is_the_one_it_samples(neighbour_artifact_dir):  # noqa: F811
     """The test mechanism is exact: its draws follow its closed form (G-test at false-failure rate 1e-4), and the
     same test tells the capped law from the uncapped one (power check: the uncapped law is rejected)."""
-    from textdp.calibration import distance_row  # pylint: disable=import-outside-toplevel
+    from textdp.geometry import distance_row  # pylint: disable=import-outside-toplevel
     from textdp.locate import open_artifact  # pylint: disable=import-outside-toplevel
 
     artifact = open_artifact(neighbour_artifact_dir)

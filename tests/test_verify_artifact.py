@@ -20,7 +20,8 @@ import pytest
 from textdp import gcs
 from textdp.embeddings import BUNDLED_GLOVE, EmbeddingSource
 from textdp.errors import ArtifactError
-from textdp.locate import ARTIFACT_PARTS, artifact_needs, open_artifact, read_manifest, verify_artifact
+from textdp.locate import ARTIFACT_PARTS, open_artifact, read_manifest, verify_artifact
+from textdp.mechanisms import artifact_needs
 from textdp.neighbours import DISTANCES_FILE, IDS_FILE, TableWriter, knn_rows, metric_points
 from textdp import store
 from textdp.store import MANIFEST, build_artifact, stamp_dir

@@ -32,6 +32,7 @@ from typing import Dict, Iterable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from textdp.geometry import DiameterBounds, diameter_bounds  # noqa: F401  (accounting's bound on the diameter)
 from textdp.statements import (FLOATING_POINT_STATEMENT, seed_statement, shuffle_claim_statement,
                                subsample_statement)
 
@@ -41,52 +42,6 @@ ShapeCounts = Union[Dict[Tuple[int, ...], int], Iterable[Tuple[Tuple[int, ...], 
 
 
 # --- 1 and 2: the local guarantee -----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DiameterBounds:
-    """Lower and upper bounds on the vocabulary's Euclidean diameter max_{w,w'} ||phi(w) - phi(w')||.
-
-    ``lower`` is the length of an actual pair (found by two farthest-point passes), so the true
-    diameter is in [lower, upper]. ``upper`` is r1 + r2, the two largest distances to the centroid
-    c of distinct words: by the triangle inequality ||a - b|| <= ||a - c|| + ||c - b||. The exact
-    diameter needs all N^2/2 pairs (8e10 for 400k words); the bound costs three passes.
-    """
-
-    lower: float
-    upper: float
-    method: str = "upper: sum of the two largest distances to the centroid; lower: farthest-point pair"
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def _distances_to(vectors: np.ndarray, point: np.ndarray, block: int) -> np.ndarray:
-    out = np.empty(len(vectors), dtype=np.float64)
-    for start in range(0, len(vectors), block):
-        rows = np.asarray(vectors[start:start + block], dtype=np.float64)
-        out[start:start + len(rows)] = np.sqrt(((rows - point) ** 2).sum(axis=1))
-    return out
-
-
-def diameter_bounds(vectors: np.ndarray, block: int = 65536) -> DiameterBounds:
-    """Bounds on the diameter of the rows of ``vectors`` (N x n, any float dtype, may be a memmap)."""
-    n = len(vectors)
-    if n < 2:
-        raise ValueError("a vocabulary needs at least 2 words to have a diameter")
-    total = np.zeros(vectors.shape[1], dtype=np.float64)
-    for start in range(0, n, block):
-        total += np.asarray(vectors[start:start + block], dtype=np.float64).sum(axis=0)
-    centroid = total / n
-    to_centroid = _distances_to(vectors, centroid, block)
-    top_two = np.partition(to_centroid, n - 2)[n - 2:]
-    upper = float(top_two.sum())
-    far = int(np.argmax(to_centroid))
-    first = _distances_to(vectors, np.asarray(vectors[far], dtype=np.float64), block)
-    other = int(np.argmax(first))
-    second = _distances_to(vectors, np.asarray(vectors[other], dtype=np.float64), block)
-    lower = float(max(first.max(), second.max()))
-    return DiameterBounds(lower=lower, upper=max(upper, lower))
 
 
 def token_guarantee(epsilon: float, distance: float) -> float:

@@ -44,7 +44,9 @@ from typing import Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from textdp.calibration import CandidatePrunedSearch, distance_row, stratified_word_sample
+from textdp.calibration import CandidatePrunedSearch, stratified_word_sample
+
+from textdp.geometry import distance_row
 from textdp.madlib import Madlib
 from textdp.text_privatizer import OOV_POLICIES, TextPrivatizer
 

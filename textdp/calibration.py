@@ -33,6 +33,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
+from textdp.geometry import distance_row
 from textdp.nearest import ExactNearest
 
 K_VALUES = (1, 5, 10, 20, 50, 100, 200, 500, 1000)  # Fig. 1 of the paper
@@ -67,34 +68,6 @@ def stratified_word_sample(vocab_size: int, count: int, rng: np.random.Generator
 
 
 # --- distances --------------------------------------------------------------------------------
-
-
-def _metric_rows(rows: np.ndarray, metric: str) -> np.ndarray:
-    rows = np.array(rows, dtype=np.float64, ndmin=2)
-    if metric == "angular":  # the chord between directions, as in textdp.neighbours
-        norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
-        norms[norms == 0] = 1.0
-        rows /= norms[:, None]
-    elif metric != "euclidean":
-        raise ValueError(f"unknown metric {metric!r}")
-    return rows
-
-
-def distance_row(vectors: np.ndarray, word_id: int, block_rows: int = 65536, metric: str = "euclidean") -> np.ndarray:
-    """Distance (float64) from word ``word_id`` to every vocabulary word; itself exactly 0.
-
-    Euclidean between the vectors (Madlib's metric), or ``angular`` (the chord between their
-    directions, a TEM table may use it). Computed from differences (not the expanded
-    ``|x|^2 - 2x.y + |y|^2`` form) in float64, so close pairs keep their precision; blocked so
-    memory stays small on a 400k vocabulary.
-    """
-    base = _metric_rows(vectors[word_id], metric)[0]
-    out = np.empty(len(vectors), dtype=np.float64)
-    for start in range(0, len(vectors), block_rows):
-        diff = _metric_rows(vectors[start:start + block_rows], metric) - base
-        out[start:start + len(diff)] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
-    out[word_id] = 0.0
-    return out
 
 
 def knn_distances(row: np.ndarray, word_id: int, ks: Sequence[int] = K_VALUES) -> np.ndarray:

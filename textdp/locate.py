@@ -96,15 +96,6 @@ class ArtifactNeeds(tuple):
         return needs
 
 
-def artifact_needs(mechanism: str = "", nn: str = "exact") -> tuple:
-    """The parts of the artifact a privatize or calibrate run with this mechanism reads: what the mechanism's
-    class declares (``Mechanism.artifact_parts``) beyond the vocabulary and vectors."""
-    from textdp.mechanisms import DEFAULT_MECHANISM, mechanism_class  # pylint: disable=import-outside-toplevel
-
-    cls = mechanism_class(mechanism or DEFAULT_MECHANISM)  # any mechanism reference (TextdpError if unknown)
-    return ArtifactNeeds(ALWAYS_NEEDED + cls.artifact_parts(nn=nn), cls.name)
-
-
 def verify_artifact(location: Optional[str], needs: Iterable[str] = ALWAYS_NEEDED,
                     progress: Optional[Progress] = stderr_progress) -> dict:
     """Check, before any pipeline starts, that the artifact at ``location`` can serve a run that

@@ -39,10 +39,63 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
-from textdp.errors import ParameterError
-from textdp.text_privatizer import DEFAULT_BATCH_TOKENS as SEARCH_BATCH_TOKENS
-from textdp.text_privatizer import LARGE_BATCH_TOKENS as TABLE_BATCH_TOKENS
+import math
+import numbers
 
+from textdp.errors import ParameterError
+SEARCH_BATCH_TOKENS = 4096  # words per call for mechanisms that search the vocabulary for every word
+TABLE_BATCH_TOKENS = 65_536  # words per call for the others (sampled from tables: cheap per word)
+
+
+
+# The one epsilon range of every mechanism and entry point (CLI flags, calibrate's and audit's
+# --epsilons, textdp.Privatizer, transforms.Privatize). Lower bound: Madlib's noise has magnitude
+# ~ dimension / epsilon and the nearest-word search holds the noisy point in float32 (largest value
+# 3.4e38): at epsilon 1e-37 (50 dimensions) the cast overflows ("points must be finite"); 1e-30
+# leaves a margin of 1e6 for 300-dimensional embeddings and Mahalanobis's stretched noise (every
+# mechanism ran at 1e-30 and 1e6 on the 5k fixture, as tests/test_parameter_refusals.py does; the
+# vector mechanisms and CusText also on the 400k artifact, which has no neighbour table in this build). Upper bound: at 1e6 Madlib's noise is already far below any distance between words,
+# so a larger value would only hide that the output is the input.
+MIN_EPSILON = 1e-30
+MAX_EPSILON = 1e6
+EPSILON_RANGE_HELP = (f"a finite number in [{MIN_EPSILON:g}, {MAX_EPSILON:g}]: below {MIN_EPSILON:g} the noise of the "
+                      "nearest-word mechanisms overflows the float32 search; a larger epsilon than "
+                      f"{MAX_EPSILON:g} changes nothing, since already from about 100 on the noise is far below the "
+                      "distance between words and nearly every word is released unchanged (the run warns)")
+
+
+def check_number(value, what: str, low=None, high=None, low_open: bool = False, high_open: bool = False,
+                 integer: bool = False) -> float:
+    """``value`` as a float (an int if ``integer``), or ParameterError in one line naming ``what``.
+
+    Refuses booleans, non-numbers, NaN and infinities, and values outside [low, high] (open ends
+    where said)."""
+    kind = "an integer" if integer else "a finite number"
+    shown = (lambda x: f"{int(x):,}") if integer else (lambda x: f"{x:g}")  # noqa: E731  (2,147,483,647, not 2.14748e+09)
+    wanted = numbers.Integral if integer else numbers.Real
+    if isinstance(value, bool) or not isinstance(value, wanted) or type(value).__name__ == "bool_":
+        raise ParameterError(f"{what} must be {kind}, got a {type(value).__name__}")
+    number = int(value) if integer else float(value)
+    if not integer and not math.isfinite(number):
+        raise ParameterError(f"{what} must be {kind}, got {number!r}")
+    if low is not None and (number < low or (low_open and number == low)):
+        raise ParameterError(f"{what} must be {'>' if low_open else '>='} {shown(low)}, got {shown(number)}")
+    if high is not None and (number > high or (high_open and number == high)):
+        raise ParameterError(f"{what} must be {'<' if high_open else '<='} {shown(high)}, got {shown(number)}")
+    return number
+
+
+def check_epsilon(epsilon, what: str = "epsilon") -> float:
+    """The one epsilon rule: a finite number (not a boolean) in [MIN_EPSILON, MAX_EPSILON]."""
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or type(epsilon).__name__ == "bool_":
+        raise ParameterError(f"{what} must be a number (int or float), got a {type(epsilon).__name__}")
+    try:
+        value = float(epsilon)
+    except OverflowError:  # an int beyond float range (10**400)
+        value = math.inf
+    if not (math.isfinite(value) and MIN_EPSILON <= value <= MAX_EPSILON):
+        raise ParameterError(f"{what} must be {EPSILON_RANGE_HELP}; got {value:g}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -105,8 +158,6 @@ class Parameter:  # pylint: disable=too-many-instance-attributes
                 raise ParameterError(f"{self.what} must be {wanted}, got {value!r}")
             return
         if self.type in (int, float):
-            from textdp.mechanisms import check_number  # pylint: disable=import-outside-toplevel
-
             check_number(value, self.what, self.low, self.high, self.low_open, self.high_open,
                          integer=self.type is int)
 
@@ -158,8 +209,6 @@ class Mechanism:
         anything: the one epsilon rule, each declared parameter's check, then ``check_special``.
         ``keywords`` are the constructor's keywords; ``artifact`` (optional) adds the checks that need
         the vocabulary."""
-        from textdp.mechanisms import check_epsilon  # pylint: disable=import-outside-toplevel
-
         check_epsilon(epsilon)
         for param in cls.PARAMETERS:
             if param.keyword in keywords:

@@ -48,14 +48,13 @@ from __future__ import annotations
 
 import functools
 import importlib
-import math
 import sys
-import numbers
 from collections.abc import Mapping
 from typing import Dict, Iterator, Optional, Tuple
 
 from textdp.errors import ParameterError, TextdpError
-from textdp.mechanism_base import Mechanism, Parameter
+from textdp.mechanism_base import (EPSILON_RANGE_HELP, MAX_EPSILON, MIN_EPSILON, Mechanism,  # noqa: F401  (the
+                                   Parameter, check_epsilon, check_number)  # rules live with the interface)
 
 # The registry: one line per built-in mechanism, its name and its class's import path, in the order --help
 # and the docs list them. Imported on demand, as a Python entry point is (name = module:Class); the class's
@@ -73,56 +72,6 @@ BUILT_IN = {
 }
 ALL_MECHANISMS: Tuple[str, ...] = tuple(BUILT_IN)
 DEFAULT_MECHANISM = "madlib"  # what every entry point runs when no mechanism is named
-
-# The one epsilon range of every mechanism and entry point (CLI flags, calibrate's and audit's
-# --epsilons, textdp.Privatizer, transforms.Privatize). Lower bound: Madlib's noise has magnitude
-# ~ dimension / epsilon and the nearest-word search holds the noisy point in float32 (largest value
-# 3.4e38): at epsilon 1e-37 (50 dimensions) the cast overflows ("points must be finite"); 1e-30
-# leaves a margin of 1e6 for 300-dimensional embeddings and Mahalanobis's stretched noise (every
-# mechanism ran at 1e-30 and 1e6 on the 5k fixture, as tests/test_parameter_refusals.py does; the
-# vector mechanisms and CusText also on the 400k artifact, which has no neighbour table in this build). Upper bound: at 1e6 Madlib's noise is already far below any distance between words,
-# so a larger value would only hide that the output is the input.
-MIN_EPSILON = 1e-30
-MAX_EPSILON = 1e6
-EPSILON_RANGE_HELP = (f"a finite number in [{MIN_EPSILON:g}, {MAX_EPSILON:g}]: below {MIN_EPSILON:g} the noise of the "
-                      "nearest-word mechanisms overflows the float32 search; a larger epsilon than "
-                      f"{MAX_EPSILON:g} changes nothing, since already from about 100 on the noise is far below the "
-                      "distance between words and nearly every word is released unchanged (the run warns)")
-
-
-def check_number(value, what: str, low=None, high=None, low_open: bool = False, high_open: bool = False,
-                 integer: bool = False) -> float:
-    """``value`` as a float (an int if ``integer``), or ParameterError in one line naming ``what``.
-
-    Refuses booleans, non-numbers, NaN and infinities, and values outside [low, high] (open ends
-    where said)."""
-    kind = "an integer" if integer else "a finite number"
-    shown = (lambda x: f"{int(x):,}") if integer else (lambda x: f"{x:g}")  # noqa: E731  (2,147,483,647, not 2.14748e+09)
-    wanted = numbers.Integral if integer else numbers.Real
-    if isinstance(value, bool) or not isinstance(value, wanted) or type(value).__name__ == "bool_":
-        raise ParameterError(f"{what} must be {kind}, got a {type(value).__name__}")
-    number = int(value) if integer else float(value)
-    if not integer and not math.isfinite(number):
-        raise ParameterError(f"{what} must be {kind}, got {number!r}")
-    if low is not None and (number < low or (low_open and number == low)):
-        raise ParameterError(f"{what} must be {'>' if low_open else '>='} {shown(low)}, got {shown(number)}")
-    if high is not None and (number > high or (high_open and number == high)):
-        raise ParameterError(f"{what} must be {'<' if high_open else '<='} {shown(high)}, got {shown(number)}")
-    return number
-
-
-def check_epsilon(epsilon, what: str = "epsilon") -> float:
-    """The one epsilon rule: a finite number (not a boolean) in [MIN_EPSILON, MAX_EPSILON]."""
-    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or type(epsilon).__name__ == "bool_":
-        raise ParameterError(f"{what} must be a number (int or float), got a {type(epsilon).__name__}")
-    try:
-        value = float(epsilon)
-    except OverflowError:  # an int beyond float range (10**400)
-        value = math.inf
-    if not (math.isfinite(value) and MIN_EPSILON <= value <= MAX_EPSILON):
-        raise ParameterError(f"{what} must be {EPSILON_RANGE_HELP}; got {value:g}")
-    return value
-
 
 ENTRY_POINT_GROUP = "textdp.mechanisms"  # other installed packages register mechanisms here: name = "module:Class"
 REFERENCE_HELP = ("a registered name, an import path 'package.module:Class' or a textdp.mechanism_base.Mechanism "
@@ -427,3 +376,25 @@ def _resolve(name: str, params: dict):
         else:
             raise TextdpError(f"unknown parameter {key!r} for mechanism {name!r}")
     return cls, public
+
+
+def default_batch_tokens(mechanism) -> int:
+    """Words per mechanism call when the user gives none: the class's ``BATCH_TOKENS``.
+
+    Mechanisms that search the whole vocabulary for every word (Madlib, Mahalanobis, Vickrey) cost
+    ~0.5 ms per word, so 4,096 words already amortise the per-call work (benchmarks/results/scaling.md:
+    flat from 4,096 on) and keep a batch to seconds. The table-sampled mechanisms (TEM, SanText, CusText,
+    the truncated Gumbel) cost ~1-20 µs per word, where the per-call work of the text path and the
+    sampler shows: TEM at epsilon 10, 20,000 IMDb reviews, one worker on one thread ran the whole job in
+    13.2-14.5 s at 4,096 words per call and 11.0-11.2 s at 65,536 (3.4 s of it start-up).
+    """
+    return mechanism_class(mechanism).BATCH_TOKENS
+
+
+def artifact_needs(mechanism="", nn: str = "exact") -> tuple:
+    """The parts of the artifact a privatize or calibrate run with this mechanism reads: what the mechanism's
+    class declares (``Mechanism.artifact_parts``) beyond the vocabulary and vectors."""
+    from textdp.locate import ALWAYS_NEEDED, ArtifactNeeds  # pylint: disable=import-outside-toplevel
+
+    cls = mechanism_class(mechanism or DEFAULT_MECHANISM)  # any mechanism reference (TextdpError if unknown)
+    return ArtifactNeeds(ALWAYS_NEEDED + cls.artifact_parts(nn=nn), cls.name)

@@ -85,7 +85,7 @@ class PrivacySpec:
 
     def needs(self) -> tuple:
         """The artifact parts the run reads (``textdp.locate.artifact_needs``)."""
-        from textdp.locate import artifact_needs  # pylint: disable=import-outside-toplevel
+        from textdp.mechanisms import artifact_needs  # pylint: disable=import-outside-toplevel
 
         return artifact_needs(self.mechanism, self.keywords().get("nn", "exact"))
 

@@ -44,8 +44,6 @@ from textdp.errors import ParameterError
 from textdp.tokenize import UNKNOWN_ID, TokenizedBatch, Tokenizer
 
 OOV_POLICIES = ("random", "unk", "keep")
-DEFAULT_BATCH_TOKENS = 4096  # words per call for mechanisms that search the vocabulary for every word
-LARGE_BATCH_TOKENS = 65_536  # words per call for the others (sampled from tables: cheap per word)
 
 
 def check_oov(policy, unk_token) -> None:
@@ -69,21 +67,6 @@ def check_unk_token(unk_token: str, word_to_id) -> None:
     if len(batch.ids) == 1 and int(batch.ids[0]) >= 0:
         raise ParameterError(f"unk_token {unk_token!r} is read as the vocabulary word {batch.words[0]!r}: an unknown "
                              "word would look like a released one; choose a marker that is not a word, such as <unk>")
-
-
-def default_batch_tokens(mechanism: str) -> int:
-    """Words per mechanism call when the user gives none: the class's ``BATCH_TOKENS``.
-
-    Mechanisms that search the whole vocabulary for every word (Madlib, Mahalanobis, Vickrey) cost
-    ~0.5 ms per word, so 4,096 words already amortise the per-call work (benchmarks/results/scaling.md:
-    flat from 4,096 on) and keep a batch to seconds. The table-sampled mechanisms (TEM, SanText, CusText,
-    the truncated Gumbel) cost ~1-20 µs per word, where the per-call work of the text path and the
-    sampler shows: TEM at epsilon 10, 20,000 IMDb reviews, one worker on one thread ran the whole job in
-    13.2-14.5 s at 4,096 words per call and 11.0-11.2 s at 65,536 (3.4 s of it start-up).
-    """
-    from textdp.mechanisms import mechanism_class  # pylint: disable=import-outside-toplevel
-
-    return mechanism_class(mechanism).BATCH_TOKENS
 
 
 _UNK_MARK = -2

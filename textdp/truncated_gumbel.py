@@ -158,7 +158,7 @@ class TruncatedGumbel(Mechanism):
     def resolve(cls, epsilon, artifact, scale=None, mean_candidates=None, max_distance=None) -> dict:
         """The parameters over ``artifact`` (scale derived from epsilon when not given); ParameterError if
         they cannot be used (see ``check_parameters``)."""
-        from textdp.accounting import diameter_bounds  # pylint: disable=import-outside-toplevel
+        from textdp.geometry import diameter_bounds  # pylint: disable=import-outside-toplevel
         from textdp.errors import ParameterError  # pylint: disable=import-outside-toplevel
         from textdp.neighbours import NeighbourTable  # pylint: disable=import-outside-toplevel
 
@@ -259,7 +259,7 @@ class TruncatedGumbel(Mechanism):
         return out
 
     def _sample_search(self, word: int, k: int, rng: np.random.Generator) -> int:
-        from textdp.calibration import distance_row  # pylint: disable=import-outside-toplevel
+        from textdp.geometry import distance_row  # pylint: disable=import-outside-toplevel
 
         row = distance_row(self._vectors, word)
         order = np.lexsort((np.arange(len(row)), np.arange(len(row)) != word, row))[:k + 1]

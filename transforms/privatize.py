@@ -32,7 +32,7 @@ from apache_beam.utils import shared
 
 from textdp.records import as_pair, row_fields
 from textdp.mechanisms import mechanism_parameters
-from textdp.text_privatizer import default_batch_tokens
+from textdp.mechanisms import default_batch_tokens
 from transforms.perturb import PerturbConfig, PerturbTokens
 from transforms.worker import WorkerConfig
 from textdp.mechanisms import DEFAULT_MECHANISM, accepted_keywords, mechanism_name, mechanism_reference  # noqa: I100

@@ -46,7 +46,7 @@ from scipy import stats
 from benchmarks.harness import BENCH_CACHE, RESULTS, imdb_token_ids, machine, write_results
 from benchmarks.peer.bench_peer import ensure_venv, export_vocabulary, goodness_of_fit, time_textdp
 from textdp.locate import open_artifact
-from textdp.calibration import distance_row
+from textdp.geometry import distance_row
 from textdp.mechanisms import make_mechanism
 from textdp.nearest import ExactNearest
 

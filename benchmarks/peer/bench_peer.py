@@ -47,7 +47,7 @@ from scipy import stats
 
 from benchmarks.harness import BENCH_CACHE, RESULTS, imdb_token_ids, machine, write_results
 from textdp.locate import open_artifact
-from textdp.calibration import distance_row
+from textdp.geometry import distance_row
 from textdp.madlib import Madlib
 from textdp.tem import DEFAULT_BETA, TEM, gamma_from_beta, output_distribution
 
