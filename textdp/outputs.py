@@ -281,10 +281,7 @@ class OutputGuard:
         self.lock_targets.setdefault(resolved + LOCK_SUFFIX, f"{flag} {prefix}")
         if not is_remote(resolved):
             self.records.setdefault(flag, (resolved + RUN_RECORD_SUFFIX, prefix))
-            base = os.path.basename(resolved)
-            for path, what in ((resolved + LOCK_SUFFIX, "its lock file"), (resolved + RUN_RECORD_SUFFIX, "its run record"),
-                               (os.path.join(os.path.dirname(resolved), f"beam-temp-{base}-{'0' * 32}"),
-                                "Beam's temporary folder")):
+            for path, what in ((resolved + LOCK_SUFFIX, "its lock file"), (resolved + RUN_RECORD_SUFFIX, "its run record")):
                 refuse_long_name(flag, prefix, path, what)
         return resolved
 
@@ -315,12 +312,21 @@ class OutputGuard:
         return resolved
 
     def sharded(self, flag: str, what: str, prefix: str, shard_template: str, suffix: str,
-                samples: Sequence[str], sink_globs: Sequence[str] = (), label: str = "") -> None:
+                samples: Sequence[str], sink_globs: Sequence[str] = (), label: str = "",
+                temporary: str = "") -> None:
         """Files ``<prefix><shard_template><suffix>`` (``prefix`` as ``prefix()`` returned it); ``samples``
-        are example shard parts (``-00000-of-00001``); ``sink_globs`` what the sink deletes before writing."""
+        are example shard parts (``-00000-of-00001``); ``sink_globs`` what the sink deletes before writing;
+        ``temporary``: the name part a writer puts before a shard's name while writing it (its length counts)."""
         self.outputs.append(Output(flag, what, f"{prefix}{shard_template}{suffix}",
                                    tuple(f"{prefix}{s}{suffix}" for s in samples), tuple(sink_globs),
                                    label=label or prefix))
+        sink = os.path.basename(prefix) + shard_template.split("[", 1)[0].rstrip("-")  # Beam's sink prefix
+        refuse_long_name(flag, label or prefix, os.path.join(os.path.dirname(prefix), f"beam-temp-{sink}-{'0' * 32}"),
+                         "Beam's temporary folder")
+        for sample in samples[:1] if temporary else ():
+            refuse_long_name(flag, label or prefix, os.path.join(os.path.dirname(prefix), temporary +
+                                                                 os.path.basename(f"{prefix}{sample}{suffix}")),
+                             "a temporary file of the shuffle writer")
 
     def file(self, flag: str, what: str, path: str, lock: bool = False, label: str = "",
              replaceable: Optional[Callable[[str], bool]] = None, replaceable_what: str = "") -> str:
