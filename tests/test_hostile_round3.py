@@ -81,9 +81,10 @@ def test_f19_a_run_whose_files_overlap_a_running_runs_files_is_refused(tmp_path,
         b_output, a_argv = f"{o}/q", [f"--input={small}", f"--output={o}/a", f"--public-summary={o}/q-summary.json"]
     b = _start([f"--input={big}", f"--output={b_output}"] + common)
     deadline = time.time() + 120
-    while not os.path.exists(o / ".textdp.lock") and time.time() < deadline and b.poll() is None:
-        time.sleep(0.1)
-    assert b.poll() is None and os.path.exists(o / ".textdp.lock"), b.stderr.read() if b.poll() is not None else ""
+    while not os.path.exists(f"{b_output}.lock") and time.time() < deadline and b.poll() is None:
+        time.sleep(0.1)  # B holds its locks (its prefix's, then its directory's): it runs
+    assert b.poll() is None and os.path.exists(f"{b_output}.lock"), b.stderr.read() if b.poll() is not None else ""
+    time.sleep(0.5)
     a = _start(a_argv + common)
     a_code, a_err = a.wait(timeout=300), a.stderr.read().strip()
     b_running = b.poll() is None
