@@ -78,7 +78,6 @@ RUN_RECORD_SUFFIX = ".textdp-run.json"  # <prefix>.textdp-run.json: the files a 
 DIRECTORY_RUN_RECORD = "textdp-run.json"  # <dir>/textdp-run.json: the files a run into <dir> wrote
 RECORD_KEY = "textdp_run_record"
 NAME_MAX = 255  # bytes in one file name (Linux, macOS); the directory's own limit is asked where it exists
-BEAM_TEMP_EXTRA = len("beam-temp-") + 1 + 32  # Beam's sinks write into beam-temp-<basename>-<32 hex>/
 
 
 def is_remote(path: str) -> bool:
@@ -281,8 +280,8 @@ class OutputGuard:
         self.lock_targets.setdefault(resolved + LOCK_SUFFIX, f"{flag} {prefix}")
         if not is_remote(resolved):
             self.records.setdefault(flag, (resolved + RUN_RECORD_SUFFIX, prefix))
-            for path, what in ((resolved + LOCK_SUFFIX, "its lock file"), (resolved + RUN_RECORD_SUFFIX, "its run record")):
-                refuse_long_name(flag, prefix, path, what)
+            refuse_long_name(flag, prefix, resolved + LOCK_SUFFIX, "its lock file")
+            refuse_long_name(flag, prefix, resolved + RUN_RECORD_SUFFIX, "its run record")
         return resolved
 
     def directory(self, flag: str, path: str, files: Sequence[str] = (), earlier: str = "",
