@@ -508,7 +508,8 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
     finally:
         if progress_dir:
             shutil.rmtree(progress_dir, ignore_errors=True)
-        if plan.guard is not None:
+        if plan.guard is not None:  # the run record (the files this run wrote: --overwrite's list), then the locks
+            plan.guard.write_records()
             plan.guard.release()
     try:  # a run can finish and still have done nothing that was asked (e.g. no record to audit)
         lines = plan.report()

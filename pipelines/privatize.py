@@ -37,7 +37,7 @@ from transforms.io import (FIELD_SAMPLE_RECORDS, OUTPUT_SUFFIX, ReadRecords, Wri
                            first_record_fields, infer_format, matched_paths, parquet_schema, refuse_wide_text)
 from transforms.perturb import WriteSummary
 from transforms.privatize import Privatize, SumCounts
-from transforms.shard_writer import WriteShuffledShards
+from transforms.shard_writer import WriteShuffledShards, temporary_name_part
 
 # the field in which the privatize workers hand each record's word count and layout digest to the
 # Amplifier's accounting; it never reaches the output (an input field of that name is overwritten)
@@ -151,8 +151,9 @@ def _check_outputs(options: PipelineOptions, paths: dict, data_format: str, inpu
     suffix = OUTPUT_SUFFIX[data_format]
     prefix = guard.prefix("--output", out.output)
     shard = f"-{FIVE_DIGITS}-of-{FIVE_DIGITS}"
+    shuffled = options.view_as(AmplifierOptions).amplifier_config().shuffle  # its writer's temporary names count
     guard.sharded("--output", "the records", prefix, shard, suffix, SHARD_SAMPLES, (f"{prefix}-*-of-*{suffix}",),
-                  label=out.output)
+                  label=out.output, temporary=temporary_name_part() if shuffled else "")
     for other in sorted(set(OUTPUT_SUFFIX.values()) - {suffix}):  # an earlier run in another format: its shards
         guard.sharded("--output", f"an earlier run's {other} records", prefix, shard, other, (), label=out.output)
     guard.sharded("--output", "the error records", prefix, f"-errors-{FIVE_DIGITS}", ".jsonl", ("-errors-00000",),

@@ -124,7 +124,8 @@ def test_self_check_only_and_refusals(small_artifact_dir, tmp_path, capsys, monk
     assert "Pass:" in captured.out and "report:" in captured.out
     summary = json.load(open(f"{out}/summary.json", encoding="utf-8"))
     assert summary["checks"] == ["self-check"] and "inversion" not in summary
-    assert sorted(os.listdir(out)) == ["report.html", "self_check.parquet", "self_check.png", "summary.json"]
+    assert sorted(os.listdir(out)) == ["report.html", "self_check.parquet", "self_check.png", "summary.json",
+                                       "textdp-run.json"]  # the run record: the files --overwrite may replace
     # refusals: one line, exit 2, nothing run
     assert cli_main(["audit", f"--artifact={small_artifact_dir}", f"--output={out}"] + RUNNER) == 2
     assert "already holds an earlier audit" in capsys.readouterr().err

@@ -95,6 +95,9 @@ def test_stale_shards_are_refused_and_overwrite_removes_every_file_of_the_earlie
             handle.write("old line\n" * 1000)
     with open(f"{output}-errors-00000.jsonl", "w", encoding="utf-8") as handle:
         handle.write("{}\n")
+    with open(f"{output}.textdp-run.json", "w", encoding="utf-8") as handle:  # as that run's end left it
+        json.dump({"textdp_run_record": 1, "files": ["o-00000-of-00002.txt", "o-00001-of-00002.txt",
+                                                     "o-errors-00000.jsonl"]}, handle)
     argv = ["privatize", f"--input={source}", f"--output={output}", "--epsilon=5",
             f"--artifact={small_artifact_dir}"] + RUNNER
     assert cli_main(argv) == 2

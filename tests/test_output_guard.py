@@ -305,6 +305,8 @@ def test_an_output_written_between_the_check_and_the_lock_refuses_the_run(tmp_pa
                   ".txt", ("-00000-of-00001",), (f"{prefix}-*-of-*.txt",))
     assert guard.check() == []
     (tmp_path / "x-00000-of-00001.txt").write_text("another run\n", encoding="utf-8")
+    (tmp_path / "x.textdp-run.json").write_text('{"textdp_run_record": 1, "files": ["x-00000-of-00001.txt"]}\n',
+                                                 encoding="utf-8")  # as another textdp run leaves it
     with pytest.raises(TextdpError, match="already holds 1 file"):
         guard.acquire()
     assert not os.path.exists(f"{tmp_path}/x.lock") and guard.held == ()
@@ -416,7 +418,9 @@ def test_f8_overwrite_removes_the_earlier_run_in_another_format_and_without_it_i
     assert _files(tmp_path) == before
     assert cli_main(["privatize", f"--input={jsonl}", f"--output={out}", "--overwrite"] + base + RUNNER) == 0
     left = sorted(os.listdir(tmp_path / "r6"))
-    assert left == ["out-00000-of-00001.jsonl", "out-errors-00000.jsonl", "out-summary.json"], left
+    assert left == ["out-00000-of-00001.jsonl", "out-errors-00000.jsonl", "out-summary.json",
+                    "out.textdp-run.json"], left
+    assert json.load(open(f"{out}.textdp-run.json", encoding="utf-8"))["files"] == left[:3]  # the run's own files
     summary = json.load(open(f"{out}-summary.json", encoding="utf-8"))
     assert summary["records"]["out"] == len(_records(out, ".jsonl")) == 2 and not _records(out, ".txt")
 

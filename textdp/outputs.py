@@ -18,13 +18,37 @@ errors, summaries, public summary, diagnostics, reports) and every file it reads
   an existing file that ``--overwrite`` may not replace (``replaceable``: the public summary replaces
   only an earlier public summary); an output directory holding another job's files (``others``).
 
+- a name that is not UTF-8 (argv's undecodable bytes arrive as surrogate escapes; Beam encodes every
+  path as UTF-8 and would fail after the run) or a file name this run would create (a shard, a lock,
+  Beam's ``beam-temp-<name>-<32 hex>`` folder, the run record) longer than the file system's NAME_MAX;
+- an output inside a directory the run reads whole (the artifact) or that textdp owns (the cache);
+- an output at the name of a lock file or run record this run creates.
+
+Only textdp's own files are ever replaced (``--overwrite``): when a run ends, every local output flag
+that wrote files leaves a run record (``<prefix>.textdp-run.json`` for a prefix, ``<dir>/textdp-run.json``
+for a directory) listing the names of the files it wrote. A later run recognizes an existing file at one
+of its names as an earlier run's only when the record there lists it; any other file (a user's own
+``summary.json`` or ``report.html`` in a project directory, a hand-made ``<output>-errors-00007.jsonl``) is
+refused with one line naming it, with --overwrite or without, and never called "an earlier run". Files
+an older textdp wrote before records existed are refused the same way (claim less: move them). The
+public summary keeps its own test (``replaceable``: only an earlier public summary). gs:// outputs get
+no record and no such test (an object store has no exclusive create here; see below).
+
 ``acquire()`` (called by ``pipelines.jobs.run_job`` just before the pipeline runs) then creates an
-exclusive lock file ``<output>.lock`` (``O_CREAT | O_EXCL``) for every local output, checks again that
-no output appeared since the check, and ``release()`` removes the locks when the run ends, however it
-ends. Two runs on one output: the second is refused, naming the lock file. A lock whose holder is a
-process of this host that no longer runs is stale: it is removed (atomically renamed away, then
-checked to be the file that was read) and ``notes`` says so. ``remove_earlier(delete)`` removes the
-earlier run's files (``--overwrite``) once the locks are held.
+exclusive lock file ``<output>.lock`` (``O_CREAT | O_EXCL``) for every local output, then one lock
+``<directory>/.textdp.lock`` for every directory the run writes files in, checks again that no output
+appeared since the check, and ``release()`` removes the locks when the run ends, however it ends. Why a
+directory lock: Beam's sinks delete by glob (``<prefix>-*-of-*``, ``<prefix>-errors-*``), so runs with
+different prefixes overlap (``o/q`` deletes the files of ``o/q-errors``), and one run's public summary
+can be another's operator summary; which name sets overlap is a question about glob patterns that a
+per-name lock cannot answer for every pair. Every file a run writes or deletes is in the directories of
+its outputs (no pattern crosses a ``/``, real paths are compared), so one lock per directory makes any
+two runs whose files could meet exclude each other, at the price that two runs into one directory no
+longer run at once (use two directories). Two runs on one output or one directory: the second is
+refused at once, naming the lock file and its holder. A lock whose holder is a process of this host that
+no longer runs is stale: it is removed (atomically renamed away, then checked to be the file that was
+read) and ``notes`` says so. ``remove_earlier(delete)`` removes the earlier run's files
+(``--overwrite``) once the locks are held; ``write_records()`` writes the run records before the locks go.
 
 gs:// paths: no real path (object names are compared as written), no lock (object stores have no
 exclusive create here); glob refusal and existence (through the ``exists``/``match`` functions the
@@ -33,8 +57,10 @@ caller passes, Beam's filesystems) apply. Nothing here imports Beam: the file-sy
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import glob
+import json
 import os
 import re
 import socket
@@ -47,6 +73,11 @@ from textdp.errors import TextdpError
 
 GLOB_CHARACTERS = "*?[]{}"
 LOCK_SUFFIX = ".lock"
+DIRECTORY_LOCK = ".textdp.lock"  # one per directory a run writes files in (see the module docstring)
+RUN_RECORD_SUFFIX = ".textdp-run.json"  # <prefix>.textdp-run.json: the files a run at <prefix> wrote
+DIRECTORY_RUN_RECORD = "textdp-run.json"  # <dir>/textdp-run.json: the files a run into <dir> wrote
+RECORD_KEY = "textdp_run_record"
+NAME_MAX = 255  # bytes in one file name (Linux, macOS); the directory's own limit is asked where it exists
 
 
 def is_remote(path: str) -> bool:
@@ -132,6 +163,59 @@ def refuse_glob_characters(flag: str, path: str) -> None:
                           "another name")
 
 
+def shown(path: str) -> str:
+    """A path for a message: bytes that are not UTF-8 (surrogate escapes from argv) as \\xNN."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace") if not is_remote(path) else \
+        path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def refuse_undecodable(flag: str, path: str) -> None:
+    """A name with bytes that are not UTF-8 is refused: Beam encodes every path as UTF-8 (its string
+    coder), so the run would fail after the job with UnicodeEncodeError, its records left without a summary."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise TextdpError(f"{flag} {shown(path)} has bytes that are not UTF-8 in its name: Beam writes every "
+                          "file name as UTF-8 and cannot use it; rename it (or choose another name)") from None
+
+
+def name_max(directory: str) -> int:
+    """The longest file name (bytes) the file system at ``directory`` (or its nearest existing parent) takes."""
+    while directory and not os.path.isdir(directory):
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            break
+        directory = parent
+    try:
+        return int(os.pathconf(directory or ".", "PC_NAME_MAX"))
+    except (OSError, ValueError):
+        return NAME_MAX
+
+
+def refuse_long_name(flag: str, label: str, path: str, what: str) -> None:
+    """``path``'s last component longer than its directory takes: refused before the run."""
+    if is_remote(path):
+        return
+    name = os.path.basename(path)
+    length, limit = len(os.fsencode(name)), name_max(os.path.dirname(path))
+    if length > limit:
+        raise TextdpError(f"{flag} {shown(label)} is too long: this run would create {what} named "
+                          f"{shown(name[:24])}... of {length} bytes, above the file system's limit of {limit} bytes "
+                          f"per file name (NAME_MAX); choose a shorter {flag}")
+
+
+def read_record(path: str) -> Optional[List[str]]:
+    """The file names a run record lists; None when ``path`` is not a textdp run record (or is absent)."""
+    try:
+        with open(path, "rb") as handle:
+            content = json.loads(handle.read(1 << 22).decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(content, dict) or content.get(RECORD_KEY) != 1 or not isinstance(content.get("files"), list):
+        return None
+    return [name for name in content["files"] if isinstance(name, str)]
+
+
 @dataclass(frozen=True)
 class Output:
     """One thing a run writes: its flag, what it is, the pattern of its own files, example file names
@@ -174,10 +258,14 @@ class OutputGuard:
         self._held: List[str] = []
         self._prefixes: Dict[str, str] = {}
         self._earlier_names: Dict[Tuple[str, str], str] = {}
+        self.records: Dict[str, Tuple[str, str]] = {}  # flag -> (its run record, the flag's value)
+        self.directory_locks: Dict[str, str] = {}  # <dir>/.textdp.lock -> what it guards (set by check())
+        self._inside: List[Tuple[str, str, str]] = []  # (flag, real directory, what): no output may be in it
 
     # --- registering --------------------------------------------------------------------------
     def prefix(self, flag: str, prefix: str) -> str:
         """Check an output prefix (``<prefix>-SSSSS-of-NNNNN.ext`` and the like); returns it resolved."""
+        refuse_undecodable(flag, prefix)
         refuse_glob_characters(flag, prefix)
         if prefix.endswith(("/", os.sep)) or (not is_remote(prefix) and os.path.basename(prefix) in ("", ".", "..")):
             raise TextdpError(f"{flag} {prefix} ends with a path separator: it is a file-name prefix, not a "
@@ -190,6 +278,10 @@ class OutputGuard:
             raise TextdpError(f"{flag} {prefix} is also {self._prefixes[resolved]}: give each output its own prefix")
         self._prefixes[resolved] = f"{flag} {prefix}"
         self.lock_targets.setdefault(resolved + LOCK_SUFFIX, f"{flag} {prefix}")
+        if not is_remote(resolved):
+            self.records.setdefault(flag, (resolved + RUN_RECORD_SUFFIX, prefix))
+            refuse_long_name(flag, prefix, resolved + LOCK_SUFFIX, "its lock file")
+            refuse_long_name(flag, prefix, resolved + RUN_RECORD_SUFFIX, "its run record")
         return resolved
 
     def directory(self, flag: str, path: str, files: Sequence[str] = (), earlier: str = "",
@@ -199,12 +291,16 @@ class OutputGuard:
         ``others``: (what, files) of the other jobs that write such directories ("a calibration"): a
         directory holding one of their own files is refused, --overwrite or not (this run would leave
         them next to its own summary). Returns the directory resolved, without a trailing /."""
+        refuse_undecodable(flag, path)
         refuse_glob_characters(flag, path)
         stripped = path.rstrip("/") or path
         if not is_remote(stripped) and os.path.exists(stripped) and not os.path.isdir(stripped):
             raise TextdpError(f"{flag} {path} is a file, not a directory")
         resolved = real_path(stripped)
         self.lock_targets.setdefault(resolved + LOCK_SUFFIX, f"{flag} {path}")
+        refuse_long_name(flag, path, resolved + LOCK_SUFFIX, "its lock file")
+        if files and not is_remote(resolved):
+            self.records.setdefault(flag, (f"{resolved}/{DIRECTORY_RUN_RECORD}", path))
         for name in files:
             self.file(flag, name, f"{resolved}/{name}", label=path)
         if earlier:
@@ -215,12 +311,21 @@ class OutputGuard:
         return resolved
 
     def sharded(self, flag: str, what: str, prefix: str, shard_template: str, suffix: str,
-                samples: Sequence[str], sink_globs: Sequence[str] = (), label: str = "") -> None:
+                samples: Sequence[str], sink_globs: Sequence[str] = (), label: str = "",
+                temporary: str = "") -> None:
         """Files ``<prefix><shard_template><suffix>`` (``prefix`` as ``prefix()`` returned it); ``samples``
-        are example shard parts (``-00000-of-00001``); ``sink_globs`` what the sink deletes before writing."""
+        are example shard parts (``-00000-of-00001``); ``sink_globs`` what the sink deletes before writing;
+        ``temporary``: the name part a writer puts before a shard's name while writing it (its length counts)."""
         self.outputs.append(Output(flag, what, f"{prefix}{shard_template}{suffix}",
                                    tuple(f"{prefix}{s}{suffix}" for s in samples), tuple(sink_globs),
                                    label=label or prefix))
+        sink = os.path.basename(prefix) + shard_template.split("[", 1)[0].rstrip("-")  # Beam's sink prefix
+        refuse_long_name(flag, label or prefix, os.path.join(os.path.dirname(prefix), f"beam-temp-{sink}-{'0' * 32}"),
+                         "Beam's temporary folder")
+        for sample in samples[:1] if temporary else ():
+            refuse_long_name(flag, label or prefix, os.path.join(os.path.dirname(prefix), temporary +
+                                                                 os.path.basename(f"{prefix}{sample}{suffix}")),
+                             "a temporary file of the shuffle writer")
 
     def file(self, flag: str, what: str, path: str, lock: bool = False, label: str = "",
              replaceable: Optional[Callable[[str], bool]] = None, replaceable_what: str = "") -> str:
@@ -228,20 +333,25 @@ class OutputGuard:
         flag); ``label``: the flag's value when the file is one of a prefix's (messages group by it);
         ``replaceable(path)``: whether an existing file there is one --overwrite may replace
         (``replaceable_what`` names it in the refusal)."""
+        refuse_undecodable(flag, path)
         refuse_glob_characters(flag, path)
         if path.endswith(("/", os.sep)) or (not is_remote(path) and os.path.isdir(path)):
             raise TextdpError(f"{flag} {path} is a directory; give a file path")
         resolved = real_path(path)
         self.outputs.append(Output(flag, what, resolved, (resolved,), (), not label, label or path, replaceable,
                                    replaceable_what))
+        refuse_long_name(flag, label or path, resolved, what)
         if lock:
             self.lock_targets.setdefault(resolved + LOCK_SUFFIX, f"{flag} {path}")
+            refuse_long_name(flag, path, resolved + LOCK_SUFFIX, "its lock file")
         return resolved
 
     def read(self, flag: str, paths: Iterable[str], pattern: str = "") -> None:
         """Files the run reads (matched, not patterns); each must be a readable regular file. ``pattern``:
         the pattern they were matched from (the run matches it again: it may not match a lock of the run)."""
         paths = list(paths)
+        for path in ([pattern] if pattern else []) + paths:
+            refuse_undecodable(flag, path)
         refuse_unreadable(flag, paths)
         for path in paths:
             self.inputs.append((flag, real_path(path)))
@@ -256,17 +366,27 @@ class OutputGuard:
         written by a local run's outputs, so nothing is registered for them."""
         if is_remote(directory) or not os.path.isdir(directory):
             return
+        self.inside(flag, directory, f"the {flag} it reads")
         files = [os.path.join(root, name) for root, _, names in os.walk(directory) for name in names]
         self.read(flag, [f for f in files if os.path.isfile(f)])
+
+    def inside(self, flag: str, directory: str, what: str) -> None:
+        """No output of the run may be ``directory`` or inside it (an artifact, the textdp cache)."""
+        if not is_remote(directory):
+            self._inside.append((flag, os.path.realpath(directory), what))
 
     # --- checking -----------------------------------------------------------------------------
     def check(self) -> List[str]:
         """Every refusal that needs no lock; returns the earlier run's files ``--overwrite`` replaces."""
+        from textdp.store import cache_dir  # pylint: disable=import-outside-toplevel
+
+        self.inside("the textdp cache", cache_dir(), "textdp's cache (TEXTDP_CACHE_DIR)")
         for flag, path in self.inputs:
             for out in self.outputs:
                 if out.catches(path):
                     raise TextdpError(f"{flag} matches {path}, which this run would overwrite or delete as one of "
                                       f"its outputs ({out.what}, {out.flag}); choose another {out.flag}")
+        self._check_places()
         for flag, pattern in self.input_patterns:
             for lock, target in sorted(self.lock_targets.items()):
                 if pattern_matches(pattern, lock):
@@ -289,6 +409,38 @@ class OutputGuard:
                                       "same files or delete each other's; give each output its own path")
         self.earlier = self._earlier()
         return self.earlier
+
+    def _check_places(self) -> None:
+        """Outputs inside a directory the run reads whole, at a lock's or record's name, or with too long a
+        name; inputs at a record's name. Sets ``directory_locks``."""
+        local = [out for out in self.outputs if not is_remote(out.pattern)]
+        for out in local:
+            for flag, directory, what in self._inside:
+                if out.pattern == directory or out.pattern.startswith(directory.rstrip("/") + "/"):
+                    raise TextdpError(f"{out.flag} {shown(out.label)} is inside {flag} {shown(directory)}: a run never "
+                                      f"writes into {what} ({out.what} would go there); choose another {out.flag}")
+            for sample in out.samples:
+                refuse_long_name(out.flag, out.label, sample, out.what)
+        self.directory_locks = {}
+        for out in local:
+            directory = os.path.dirname(out.pattern)
+            target = self.directory_locks.get(os.path.join(directory, DIRECTORY_LOCK))
+            if target is None:
+                self.directory_locks[os.path.join(directory, DIRECTORY_LOCK)] = (
+                    f"the directory {directory} (where {out.flag} {out.label} writes)")
+        made = [(lock, f"the lock file this run holds for {target} while it runs")
+                for lock, target in list(self.lock_targets.items()) + list(self.directory_locks.items())]
+        made += [(record, f"the run record this run writes for {flag} {label}")
+                 for flag, (record, label) in self.records.items()]
+        for out in self.outputs:
+            for path, what in made:
+                if out.catches(path):
+                    raise TextdpError(f"{out.flag} {shown(out.label)}: {path} is {what}, not a file this run can "
+                                      f"write {out.what} to; choose another {out.flag}")
+        for flag, path in self.inputs:
+            for made_path, what in made:
+                if path == made_path:
+                    raise TextdpError(f"{flag} matches {path}, which is {what}; choose another {flag}")
 
     def _at_names(self, out: Output) -> List[str]:
         """Everything that exists at ``out``'s names (its own pattern and what its sink deletes): local
@@ -321,8 +473,36 @@ class OutputGuard:
                                       f"run would not replace (--overwrite replaces only the files of an earlier "
                                       f"{self.job}); choose another {flag}")
 
+    def _recorded(self) -> Dict[str, Optional[List[str]]]:
+        """flag -> the names its run record lists (None: no record there); a file at a record's name that is
+        not a record is refused (it is the user's)."""
+        found: Dict[str, Optional[List[str]]] = {}
+        for flag, (record, label) in self.records.items():
+            names = read_record(record)
+            if names is None and os.path.lexists(record):
+                raise TextdpError(f"{flag} {shown(label)}: {record} is not a textdp run record, and this run would "
+                                  f"write its run record there; a run never replaces a file it did not write: move "
+                                  f"it, or choose another {flag}")
+            found[flag] = names
+        return found
+
+    def _refuse_foreign(self, out: Output, own: List[str], recorded: Dict[str, Optional[List[str]]]) -> None:
+        """An existing file at one of ``out``'s names that no run record lists is the user's: refused."""
+        if out.flag not in recorded or is_remote(out.pattern):
+            return
+        names = set(recorded[out.flag] or ())
+        for path in sorted(own):
+            if os.path.basename(path) not in names:
+                record = self.records[out.flag][0]
+                why = (f"the run record {record} does not list it" if recorded[out.flag] is not None else
+                       f"there is no textdp run record {record} listing it")
+                raise TextdpError(f"{out.flag} {shown(out.label)}: {path} was not written by a textdp run ({why}), and "
+                                  f"a run never replaces a file it did not write, with --overwrite or without: move "
+                                  f"it, or choose another {out.flag}")
+
     def _earlier(self) -> List[str]:
         self._refuse_non_files()
+        recorded = self._recorded()
         own_by_flag: Dict[Tuple[str, str], List[str]] = {}
         for out in self.outputs:
             own = ([out.pattern] if self._exists(out.pattern) else []) if out.single else self._match(out.pattern)
@@ -331,6 +511,7 @@ class OutputGuard:
                 raise TextdpError(f"{out.flag} {out.label} shares its prefix with "
                                   f"{len(foreign)} file(s) of another run (e.g. {foreign[0]}), which Beam's file "
                                   f"sink would delete when it writes; choose another {out.flag}")
+            self._refuse_foreign(out, own, recorded)
             if own and self.overwrite and out.replaceable is not None and not out.replaceable(own[0]):
                 raise TextdpError(f"{out.flag} {own[0]} exists and is not {out.replaceable_what}: --overwrite "
                                   f"replaces only that; choose another {out.flag}")
@@ -353,7 +534,7 @@ class OutputGuard:
         """Lock every local output (``<output>.lock``, exclusive create), then check again that no output
         appeared since ``check()``. Raises TextdpError (and holds nothing) if another run holds a lock."""
         try:
-            for lock, target in sorted(self.lock_targets.items()):
+            for lock, target in sorted(self.lock_targets.items()) + sorted(self.directory_locks.items()):
                 if is_remote(lock):
                     continue
                 self._create(lock, target)
@@ -381,6 +562,9 @@ class OutputGuard:
             raise TextdpError(f"{target} is being written by another textdp run (lock file {lock}: {holder}); "
                               f"if no run is writing there, the lock is stale: remove {lock} and run again") from None
         except OSError as exc:  # a file where a directory should be, a read-only directory or file system
+            if exc.errno == errno.ENAMETOOLONG:
+                raise TextdpError(f"{target} cannot be written: its lock file name {lock} is too long for the file "
+                                  "system; choose a shorter name") from None
             raise TextdpError(f"{target} cannot be written: {directory} is not a writable directory "
                               f"({exc.strerror or type(exc).__name__})") from None
         with os.fdopen(handle, "w", encoding="utf-8") as out:
@@ -398,6 +582,34 @@ class OutputGuard:
             delete(removed)
         self.earlier = []
         return removed
+
+    def write_records(self) -> None:
+        """When the run ends (however it ends, locks still held): each local output flag's run record, the
+        names of the files now at its names (every one this run's or an earlier textdp run's: any other was
+        refused before the run); a record listing nothing is removed."""
+        if not self._held:
+            return
+        for flag, (record, _) in self.records.items():
+            names = set()
+            for out in self.outputs:
+                if out.flag != flag or is_remote(out.pattern):
+                    continue
+                found = ([out.pattern] if os.path.isfile(out.pattern) else []) if out.single else \
+                    glob.glob(glob.escape(os.path.dirname(out.pattern)) + "/" + os.path.basename(out.pattern))
+                names |= {os.path.basename(p) for p in found if os.path.isfile(p)}
+            try:
+                if not names:
+                    if read_record(record) is not None:
+                        os.remove(record)
+                    continue
+                temporary = f"{record}.tmp-{os.getpid()}"
+                with open(temporary, "w", encoding="utf-8") as handle:
+                    json.dump({RECORD_KEY: 1, "job": self.job, "flag": flag, "files": sorted(names),
+                               "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, handle, indent=1)
+                    handle.write("\n")
+                os.replace(temporary, record)
+            except OSError:  # the run's own outcome is reported; without a record, --overwrite refuses its files
+                continue
 
     def release(self) -> None:
         """Remove the lock files this guard created (idempotent)."""

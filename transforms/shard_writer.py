@@ -37,7 +37,12 @@ def shard_path(prefix: str, index: int, total: int, suffix: str) -> str:
 
 def _temporary_path(final: str) -> str:
     """A name beside ``final`` (local or gs://) that no output glob matches."""
-    return posixpath.join(posixpath.dirname(final), f".textdp-tmp-{uuid.uuid4().hex}-{posixpath.basename(final)}")
+    return posixpath.join(posixpath.dirname(final), f"{temporary_name_part()}{posixpath.basename(final)}")
+
+
+def temporary_name_part() -> str:
+    """What ``_temporary_path`` puts before a shard's name (the output guard counts it against NAME_MAX)."""
+    return f".textdp-tmp-{uuid.uuid4().hex}-"
 
 
 def encode_shard(records, data_format: str, schema=None) -> bytes:
