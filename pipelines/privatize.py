@@ -31,7 +31,7 @@ from textdp.locate import check_unk_marker, artifact_needs, verify_artifact
 from textdp.outputs import OutputGuard, missing_fields
 from textdp.summary import FAILED_PREFIX
 from textdp.text_privatizer import check_oov
-from transforms.amplifier import Amplify
+from transforms.amplifier import Amplify, SplitAuthorless
 from transforms.io import (FIELD_SAMPLE_RECORDS, OUTPUT_SUFFIX, ReadRecords, WriteErrors, WriteRecords,
                            first_record_fields, infer_format, matched_paths, parquet_schema, refuse_wide_text)
 from transforms.perturb import WriteSummary
@@ -261,7 +261,11 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
     pipeline = beam.Pipeline(options=options)
     read = pipeline | "Read" >> ReadRecords(opts.input, data_format, text_fields, opts.max_record_bytes,
                                             opts.keep_failed_text)
-    privatized = (read["records"]
+    records, authorless = read["records"], []
+    if amplify and amplifier.user_field:  # a record without its author is an error record, not a failed job
+        split = records | "Authors" >> SplitAuthorless(amplifier.user_field, opts.keep_failed_text)
+        records, authorless = split["records"], [split["errors"]]
+    privatized = (records
                   | "Keyed" >> beam.Map(lambda item: ((item[0], item[1]), item[2]))
                   | "Privatize" >> privatize)  # batches, then spreads the batches over the workers
     released, dropped, shards, section = privatized.released, None, None, None
@@ -277,7 +281,7 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
     else:
         released | "Write" >> WriteRecords(output, data_format, checked.schema)
         records_out = released | "CountOut" >> beam.combiners.Count.Globally()
-    errors = (read["errors"], privatized.errors) | "AllErrors" >> beam.Flatten()
+    errors = (read["errors"], privatized.errors, *authorless) | "AllErrors" >> beam.Flatten()
     errors | "WriteErrors" >> WriteErrors(paths["errors_prefix"])
     parts = (
         read["counts"] | "RecordsIn" >> beam.Map(lambda path_count: {"records_in": path_count[1]}),

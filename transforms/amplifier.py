@@ -18,12 +18,14 @@ holder, so nothing is loaded twice in a process).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 import apache_beam as beam
 
 from textdp import accounting
+from textdp.records import check_author
 from textdp.statements import unbounded_epsilon0_reason
 from transforms.shuffle import DEFAULT_BYTES_PER_SHARD, DEFAULT_RECORDS_PER_SHARD, ShuffleAmplifier
 
@@ -62,6 +64,33 @@ class AmplifierConfig:
         removed = list(dict.fromkeys(([self.user_field] if self.user_field else []) + list(self.drop_fields)))
         return {"shuffle": self.shuffle, "subsample": self.subsample, "k_threshold": self.k_threshold,
                 "removed_fields": removed}
+
+
+class SplitAuthorless(beam.PTransform):
+    """Read records ``(source, position, payload)`` -> {'records', 'errors'}: a record whose ``user_field``
+    author is absent or null becomes an error record ``missing_author`` (counted, the job goes on) instead of
+    failing the whole shuffle at its end. The error record carries the payload only with ``keep_text``."""
+
+    def __init__(self, user_field: str, keep_text: bool = False, label: Optional[str] = None):
+        super().__init__(label)
+        self.user_field = user_field
+        self.keep_text = bool(keep_text)
+
+    def expand(self, records):
+        user_field, keep_text = self.user_field, self.keep_text
+
+        def split(item):
+            from transforms.io import error_record  # pylint: disable=import-outside-toplevel
+
+            problem = check_author(item[2], user_field)
+            if problem is None:
+                yield item
+            else:
+                text = json.dumps(item[2], sort_keys=True, default=str) if keep_text else None
+                yield beam.pvalue.TaggedOutput("errors", error_record(item[0], item[1], *problem, text=text))
+
+        outputs = records | "CheckAuthor" >> beam.FlatMap(split).with_outputs("errors", main="records")
+        return {"records": outputs.records, "errors": outputs.errors}
 
 
 class AmplificationSection(beam.DoFn):
