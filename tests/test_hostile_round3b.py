@@ -62,3 +62,53 @@ def test_a_record_without_its_author_is_an_error_record_under_shuffle(tiny_artif
     released = [json.loads(line) for line in _lines(str(tmp_path / "o" / "x-*-of-*.jsonl"))]
     assert len(released) == 3 and all("u" not in r for r in released)
     assert "SECRETCANARY" not in out + err + json.dumps(summary) + json.dumps(errors)
+
+
+# --- F7 / F8: the Python API never hangs on a re-entrant call and refuses a 0-d array ---------------------
+
+
+def _in_thread(function, seconds=120):
+    """Runs ``function`` in a daemon thread; fails (instead of hanging the suite) if it does not return."""
+    result = {}
+
+    def target():
+        try:
+            result["value"] = function()
+        except BaseException as error:  # pylint: disable=broad-except
+            result["error"] = error
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"the call did not return within {seconds} s (deadlock)"
+    return result
+
+
+def test_a_generator_that_uses_the_same_privatizer_does_not_deadlock(tiny_artifact_dir):
+    p = textdp.Privatizer(epsilon=5, artifact=tiny_artifact_dir)
+    texts = ["the city", "he said"]
+    result = _in_thread(lambda: p.privatize(p.privatize([t], seed=1)[0] for t in texts))
+    assert "error" not in result, result.get("error")
+    assert len(result["value"]) == 2 and all(isinstance(text, str) for text in result["value"])
+    # the Privatizer is still usable afterwards, from another thread too (the lock was released)
+    assert len(_in_thread(lambda: p.privatize(["it was"]))["value"]) == 1
+
+    class Sneaky(str):  # a str whose method calls the Privatizer while a call is running on this thread
+        def strip(self, *args):
+            return p.privatize(["the city"])[0]
+
+    result = _in_thread(lambda: p.privatize([Sneaky("he said")]))
+    assert isinstance(result.get("error"), textdp.TextdpError), result
+    assert "called again from inside a call of the same Privatizer" in str(result["error"])
+    assert len(_in_thread(lambda: p.privatize(["it was"]))["value"]) == 1
+
+
+def test_a_0d_array_and_byte_buffers_are_refused_naming_the_kind(tiny_artifact_dir):
+    p = textdp.Privatizer(epsilon=5, artifact=tiny_artifact_dir)
+    with pytest.raises(textdp.TextdpError, match="not a 0-d numpy array") as caught:
+        p.privatize(np.array("the SECRETCANARY city"))
+    assert isinstance(caught.value, TypeError) and "SECRETCANARY" not in str(caught.value)
+    for buffer in (bytearray(b"the city"), memoryview(b"the city")):
+        with pytest.raises(textdp.TextdpError, match=f"not a {type(buffer).__name__}"):
+            p.privatize(buffer)
+    assert len(p.privatize(np.array(["the city", "he said"]))) == 2  # a 1-d array is a list of texts
