@@ -112,3 +112,60 @@ def test_a_0d_array_and_byte_buffers_are_refused_naming_the_kind(tiny_artifact_d
         with pytest.raises(textdp.TextdpError, match=f"not a {type(buffer).__name__}"):
             p.privatize(buffer)
     assert len(p.privatize(np.array(["the city", "he said"]))) == 2  # a 1-d array is a list of texts
+
+
+# --- F5 / F6: parameter values that make a mechanism the identity are refused by the one 1e-6 rule ---------
+
+
+@pytest.fixture(scope="module")
+def table_artifact_dir(tiny_artifact_dir, tmp_path_factory):
+    """The 300-word artifact with a 20-nearest neighbour table (truncated-gumbel and santext+ need one)."""
+    from tests.test_neighbours import copy_artifact, run_neighbours
+
+    table = copy_artifact(tiny_artifact_dir, tmp_path_factory.mktemp("k20") / "art")
+    run_neighbours(table, "--k=20")
+    return table
+
+
+def _words(n=200):
+    return " ".join(["the city was good and he said it was not"] * (n // 10))
+
+
+def test_gumbel_candidates_that_make_it_the_identity_are_refused_by_the_identity_rule(table_artifact_dir, tmp_path,
+                                                                                       capsys):
+    from textdp.truncated_gumbel import TruncatedGumbel
+
+    assert TruncatedGumbel.MIN_CANDIDATES == pytest.approx(1e-6, rel=1e-6)
+    data = tmp_path / "in.txt"
+    data.write_text("the city was good\n")
+    for mean in ("1e-9", "9.9e-7", "1e-15"):
+        code, _, err = _run(capsys, _privatize(tmp_path, table_artifact_dir, "--input", str(data), "--mechanism",
+                                               "truncated-gumbel", "--gumbel-candidates", mean, epsilon="50"))
+        assert code == 2 and "every word would be released unchanged" in err and "below 1e-06" in err, err
+        assert len(err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
+    with pytest.raises(textdp.TextdpError, match="mean_candidates 5e-07 .*below 1e-06"):
+        textdp.Privatizer(epsilon=50, artifact=table_artifact_dir, mechanism="truncated-gumbel",
+                          gumbel_candidates=5e-7)
+    # just above the rule it is accepted; at mean 0.5 words do change (seeded, so deterministic: each of the
+    # 2,000 words changes with probability >= (1 - e^-0.5) / (1 + e^(d / 1)) > 0.002 for its nearest word
+    # at d < 5, so all unchanged would have probability < e^-4 even unseeded)
+    assert textdp.Privatizer(epsilon=50, artifact=table_artifact_dir, mechanism="truncated-gumbel",
+                             gumbel_candidates=1.1e-6)
+    p = textdp.Privatizer(epsilon=50, artifact=table_artifact_dir, mechanism="truncated-gumbel",
+                          gumbel_candidates=0.5, gumbel_scale=1.0)
+    text = _words(2000)
+    assert p.privatize([text], seed=3)[0] != text
+
+
+def test_santext_plus_p_below_the_identity_rule_is_refused(table_artifact_dir, tmp_path, capsys):
+    data = tmp_path / "in.txt"
+    data.write_text("the city was good\n")
+    for p in ("1e-300", "9e-7"):
+        code, _, err = _run(capsys, _privatize(tmp_path, table_artifact_dir, "--input", str(data), "--mechanism",
+                                               "santext+", "--sensitive-fraction", "0.004", "--santext-p", p,
+                                               epsilon="1"))
+        assert code == 2 and "every non-sensitive word would be released unchanged" in err, err
+        assert len(err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
+    with pytest.raises(textdp.TextdpError, match="santext p 1e-07 is below 1e-06"):
+        textdp.Privatizer(epsilon=1, artifact=table_artifact_dir, mechanism="santext+", santext_p=1e-7)
+    assert textdp.Privatizer(epsilon=1, artifact=table_artifact_dir, mechanism="santext+", santext_p=1e-6)
