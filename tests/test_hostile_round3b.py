@@ -18,7 +18,7 @@ RUNNER = ["--runner", "FnApiRunner"]
 
 
 def _run(capsys, args):
-    code = cli_main(args + RUNNER)
+    code = cli_main(args + ([] if args[0] == "build-index" else RUNNER))
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -169,3 +169,38 @@ def test_santext_plus_p_below_the_identity_rule_is_refused(table_artifact_dir, t
     with pytest.raises(textdp.TextdpError, match="santext p 1e-07 is below 1e-06"):
         textdp.Privatizer(epsilon=1, artifact=table_artifact_dir, mechanism="santext+", santext_p=1e-7)
     assert textdp.Privatizer(epsilon=1, artifact=table_artifact_dir, mechanism="santext+", santext_p=1e-6)
+
+
+# --- F4: Mahalanobis noise on vectors with no usable covariance is refused before the run -----------------
+
+WORDS20 = "the city was good he said it not and a of to in is that for on with as at".split()
+
+
+def _build(tmp_path, name, rows, capsys):
+    source = tmp_path / f"{name}.txt"
+    source.write_text("".join(f"{w} {' '.join(f'{x:g}' for x in row)}\n" for w, row in zip(WORDS20, rows)))
+    out = str(tmp_path / name)
+    code, _, err = _run(capsys, ["build-index", "--embeddings", str(source), "--output", out, "--trees", "2"])
+    assert code == 0, err
+    return out
+
+
+def test_mahalanobis_noise_without_a_usable_covariance_is_refused_before_the_run(tmp_path, capsys):
+    same = _build(tmp_path, "same", [[1.0] * 8] * 20, capsys)  # zero variance
+    line = _build(tmp_path, "line", [[float(i)] + [1.0] * 7 for i in range(20)], capsys)  # covariance of rank 1
+    data = tmp_path / "in.txt"
+    data.write_text("the city was good\n")
+    cases = [(same, ["--mechanism", "mahalanobis"], "mahalanobis noise on this artifact: the vectors have zero variance"),
+             (same, ["--mechanism", "vickrey", "--vickrey-noise", "mahalanobis"],
+              "vickrey's mahalanobis noise on this artifact: the vectors have zero variance"),
+             (line, ["--mechanism", "mahalanobis", "--lambda", "1"], "the regularized covariance is singular")]
+    for artifact, flags, message in cases:
+        code, _, err = _run(capsys, _privatize(tmp_path, artifact, "--input", str(data), *flags))
+        assert code == 2 and message in err and "pipeline failed" not in err, err
+        assert len(err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
+    with pytest.raises(textdp.TextdpError, match="zero variance"):
+        textdp.Privatizer(epsilon=10, artifact=same, mechanism="mahalanobis")
+    # what the noise can use still runs: Madlib noise on the same vectors, lambda < 1 on the rank-1 covariance
+    for artifact, flags in ((same, ["--mechanism", "vickrey"]), (line, ["--mechanism", "mahalanobis", "--lambda", "0.5"])):
+        code, _, err = _run(capsys, _privatize(tmp_path, artifact, "--input", str(data), *flags, "--overwrite"))
+        assert code == 0, err
