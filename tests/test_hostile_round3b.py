@@ -204,3 +204,26 @@ def test_mahalanobis_noise_without_a_usable_covariance_is_refused_before_the_run
     for artifact, flags in ((same, ["--mechanism", "vickrey"]), (line, ["--mechanism", "mahalanobis", "--lambda", "0.5"])):
         code, _, err = _run(capsys, _privatize(tmp_path, artifact, "--input", str(data), *flags, "--overwrite"))
         assert code == 0, err
+
+
+# --- F3: build-index --trees / --seed beyond Annoy's C int are refused in one line before reading ------------
+
+
+def test_build_index_trees_and_seed_beyond_a_c_int_are_refused_before_reading(tmp_path, capsys):
+    missing = str(tmp_path / "not-there.txt")  # never read: the refusal comes first
+    for flag, value, message in (("--trees", "100000000000", "--trees must be an integer from 1 to 2,147,483,647"),
+                                 ("--trees", "0", "--trees must be an integer from 1"),
+                                 ("--seed", "99999999999999999999", "--seed must be an integer from 0 to 2,147,483,647"),
+                                 ("--seed", "2147483648", "--seed must be an integer from 0"),
+                                 ("--seed", "-1", "--seed must be an integer from 0")):
+        code, _, err = _run(capsys, ["build-index", "--embeddings", missing, "--output", str(tmp_path / "a"),
+                                     flag, value])
+        assert code == 2 and message in err and "Traceback" not in err, err
+        assert len(err.strip().splitlines()) == 1 and not (tmp_path / "a").exists()
+    source = tmp_path / "ok.txt"
+    source.write_text("".join(f"{w} {i} 1 2\n" for i, w in enumerate(WORDS20)))
+    code, _, err = _run(capsys, ["build-index", "--embeddings", str(source), "--output", str(tmp_path / "a"),
+                                 "--trees", "2", "--seed", "2147483647"])
+    assert code == 0, err
+    with open(tmp_path / "a" / "manifest.json") as handle:
+        assert json.load(handle)["annoy"]["seed"] == 2147483647
