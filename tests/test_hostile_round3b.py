@@ -227,3 +227,24 @@ def test_build_index_trees_and_seed_beyond_a_c_int_are_refused_before_reading(tm
     assert code == 0, err
     with open(tmp_path / "a" / "manifest.json") as handle:
         assert json.load(handle)["annoy"]["seed"] == 2147483647
+
+
+# --- F17: worker thread/process counts beyond sane bounds are refused before the run ------------------------
+
+
+def test_blas_threads_and_worker_counts_beyond_bounds_are_refused_before_the_run(tiny_artifact_dir, tmp_path, capsys):
+    data = tmp_path / "in.txt"
+    data.write_text("the city was good\n")
+    words = tmp_path / "words.txt"
+    words.write_text("city\n")
+    jobs = {"privatize": _privatize(tmp_path, tiny_artifact_dir, "--input", str(data)),
+            "calibrate": ["calibrate", "--artifact", tiny_artifact_dir, "--epsilons", "5", "--samples", "5",
+                          "--word-list", str(words), "--output", str(tmp_path / "o" / "cal")]}
+    for job, args in jobs.items():
+        for flag, value in (("--blas-threads", "100000000000000000000"), ("--blas-threads", "-1"),
+                            ("--blas-threads", "1025"), ("--direct_num_workers", "100000000000")):
+            code, _, err = _run(capsys, args + [flag, value])
+            assert code == 2 and f"{flag} must be an integer from 0 (automatic) to 1024" in err, (job, err)
+            assert len(err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
+    code, _, err = _run(capsys, jobs["privatize"] + ["--blas-threads", "1024"])  # the bound itself runs
+    assert code == 0, err
