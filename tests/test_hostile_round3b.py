@@ -248,3 +248,22 @@ def test_blas_threads_and_worker_counts_beyond_bounds_are_refused_before_the_run
             assert len(err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
     code, _, err = _run(capsys, jobs["privatize"] + ["--blas-threads", "1024"])  # the bound itself runs
     assert code == 0, err
+
+
+# --- F16: a calibrate --word-list with no vocabulary word is refused before the run --------------------------
+
+
+def test_calibrate_word_list_without_a_vocabulary_word_is_refused_before_the_run(tiny_artifact_dir, tmp_path, capsys):
+    out = tmp_path / "cal"
+    for content in ("SECRETCANARY\nzzzz\n", "   \n\t\nthe city\n"):  # the second: one line of two words
+        words = tmp_path / "words.txt"
+        words.write_text(content)
+        code, _, err = _run(capsys, ["calibrate", "--artifact", tiny_artifact_dir, "--epsilons", "5", "--samples",
+                                     "5", "--word-list", str(words), "--output", str(out)])
+        assert code == 2 and "is one word of the artifact's vocabulary" in err and "pipeline failed" not in err, err
+        assert "SECRETCANARY" not in err and len(err.strip().splitlines()) == 1
+        assert not out.exists()  # nothing written, not even an empty directory
+    words.write_text("SECRETCANARY\nCity\n")  # one line is a vocabulary word (looked up as privatize does): it runs
+    code, _, err = _run(capsys, ["calibrate", "--artifact", tiny_artifact_dir, "--epsilons", "5", "--samples", "5",
+                                 "--word-list", str(words), "--output", str(out)])
+    assert code == 0, err
