@@ -329,7 +329,8 @@ def prepare(options: PipelineOptions) -> Plan:
                 "--max-failed-fraction; its failure_check section says whether it was exceeded"]
         _refuse_empty_release(summary["records"], paths)
         _refuse_failed_share(summary, paths)
-        return lines + [_headline(summary)] + [f"WARNING: {w}" for w in checked.warnings]
+        found = [w for w in summary.get("warnings", []) if w not in checked.warnings]  # found while running
+        return lines + [_headline(summary)] + [f"WARNING: {w}" for w in checked.warnings + found]
 
     parents = tuple(dict.fromkeys(FileSystems.split(path)[0] if "://" in path
                                   else os.path.dirname(os.path.abspath(path))

@@ -267,3 +267,33 @@ def test_calibrate_word_list_without_a_vocabulary_word_is_refused_before_the_run
     code, _, err = _run(capsys, ["calibrate", "--artifact", tiny_artifact_dir, "--epsilons", "5", "--samples", "5",
                                  "--word-list", str(words), "--output", str(out)])
     assert code == 0, err
+
+
+# --- F18: a --k-threshold that masks every word warns on the console and in both summaries ----------------
+
+
+def test_a_k_threshold_above_the_authors_warns_that_every_word_was_masked(tiny_artifact_dir, tmp_path, capsys):
+    from transforms.amplifier import k_threshold_warnings
+
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"u": "a", "text": "the city"}\n{"u": "b", "text": "the city"}\n{"u": "a", "text": "he said"}\n')
+    public = tmp_path / "o" / "public.json"
+    code, out, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data), "--shuffle",
+                                             "--user-field", "u", "--k-threshold", "3", "--public-summary",
+                                             str(public)))
+    assert code == 0, err
+    expected = "--k-threshold 3 is above the number of distinct authors (--user-field values) of this run"
+    assert expected in out + err
+    assert any(expected in w for w in _summary(tmp_path)["warnings"])
+    with open(public) as handle:
+        assert any(expected in w for w in json.load(handle)["warnings"])
+    released = [json.loads(line)["text"] for line in _lines(str(tmp_path / "o" / "x-*-of-*.jsonl"))]
+    assert released and all(set(text.split()) == {"<rare>"} for text in released)  # the warning is true
+    # K = 1 masks nothing and says nothing
+    code, out, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data), "--shuffle",
+                                             "--user-field", "u", "--k-threshold", "1", "--overwrite"))
+    assert code == 0 and "--k-threshold" not in out + err and _summary(tmp_path)["warnings"] == []
+    # every word type below K though K is within the authors: the other warning (the stage's own counts)
+    stats = {"records_out": 4, "authors": 4, "per_author": False, "word_types": 6, "rare_word_types": 6}
+    assert "every word type was used by fewer than 2 distinct authors (each record" in k_threshold_warnings(2, stats)[0]
+    assert k_threshold_warnings(2, dict(stats, rare_word_types=5)) == []

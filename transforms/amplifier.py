@@ -93,6 +93,22 @@ class SplitAuthorless(beam.PTransform):
         return {"records": outputs.records, "errors": outputs.errors}
 
 
+def k_threshold_warnings(k_threshold: Optional[int], stats: dict) -> list:
+    """A warning when the k-threshold replaced every word by the marker: K above the run's distinct authors (no
+    word type can reach K), or every word type counted below K. No figure of the data is named (the public
+    summary carries it too)."""
+    if k_threshold is None or not stats.get("records_out"):
+        return []
+    who = "authors (--user-field values)" if stats.get("per_author") else "authors (each record is its own author)"
+    if k_threshold > stats.get("authors", 0):
+        return [f"--k-threshold {k_threshold} is above the number of distinct {who} of this run: no word type can be "
+                "used by that many, so every word was replaced by the marker and the release carries no word"]
+    if stats.get("word_types") and stats.get("rare_word_types") == stats["word_types"]:
+        return [f"--k-threshold {k_threshold}: every word type was used by fewer than {k_threshold} distinct {who}, "
+                "so every word was replaced by the marker and the release carries no word"]
+    return []
+
+
 class AmplificationSection(beam.DoFn):
     """The stage's stats -> the amplification report, written to ``path`` as JSON and emitted."""
 
@@ -118,6 +134,9 @@ class AmplificationSection(beam.DoFn):
             k_threshold=amp.k_threshold, seed_used=self.perturb_config.seed is not None,
             diameter=diameter.to_dict(), epsilon0_reason=unbounded_epsilon0_reason(
                 self.perturb_config.oov_policy, holder.mechanism.privacy_statement().get("coverage")))
+        warnings = k_threshold_warnings(amp.k_threshold, stats)
+        if warnings:  # WriteSummary adds them to both summaries' warnings; textdp privatize prints them
+            section["warnings"] = warnings
         if self.path:
             from transforms.io import write_json  # pylint: disable=import-outside-toplevel
 
