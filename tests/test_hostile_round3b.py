@@ -297,3 +297,25 @@ def test_a_k_threshold_above_the_authors_warns_that_every_word_was_masked(tiny_a
     stats = {"records_out": 4, "authors": 4, "per_author": False, "word_types": 6, "rare_word_types": 6}
     assert "every word type was used by fewer than 2 distinct authors (each record" in k_threshold_warnings(2, stats)[0]
     assert k_threshold_warnings(2, dict(stats, rare_word_types=5)) == []
+
+
+# --- F14: a field-name refusal never lists a key that looks like data -------------------------------------
+
+
+def test_field_name_refusals_list_only_identifier_like_names_at_most_ten(tiny_artifact_dir, tmp_path, capsys):
+    data = tmp_path / "in.jsonl"
+    keys = {"text": "the city", "SECRETCANARY@mail.com": "x", "user id with spaces SECRET2": 1, "id": 3}
+    keys.update({f"f{i:02d}": i for i in range(12)})
+    data.write_text(json.dumps(keys) + "\n")
+    for flag, name in (("--drop-fields", "SECRETCANARY@mail.co"), ("--user-field", "usr"), ("--text-field", "txt")):
+        extra = ["--shuffle"] if flag != "--text-field" else []
+        code, _, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data), *extra, flag, name))
+        assert code == 2 and "no such field" in err, err
+        assert "SECRETCANARY@mail.com" not in err and "SECRET2" not in err  # keys that look like data: never shown
+        listed = ", ".join(f"'f{i:02d}'" for i in range(10))  # sorted, the first 10 identifier-like names
+        assert f"fields there: {listed} and 6 other field(s)" in err  # 16 keys: 4 identifier-like, 2 data-like not shown
+        assert len(err.strip().splitlines()) == 1
+    data.write_text('{"text": "the city", "id": 1}\n')  # a near miss among identifier-like names still gets its hint
+    code, _, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data), "--shuffle",
+                                           "--drop-fields", "idd"))
+    assert code == 2 and "did you mean 'id'?" in err and "fields there: 'id', 'text'" in err and " other field" not in err
