@@ -121,10 +121,10 @@ def check(options: PipelineOptions) -> Checked:
         raise TextdpError(f"no file matches --input {opts.input!r}")
     paths = output_paths(out.output, data_format)
     guard = _check_outputs(options, paths, data_format, inputs)  # before any input is opened: refuses unreadable ones
-    refuse_wide_text("--input", inputs, data_format)
+    format_warnings = refuse_wide_text("--input", inputs, data_format)  # and JSONL/text against the first lines
     schema = parquet_schema(opts.input, text_fields) if data_format == "parquet" else None  # refuses mismatches
     _check_fields(amplifier, data_format, schema, inputs, text_fields)
-    warnings = []
+    warnings = list(format_warnings)
     if opts.epsilon > VACUOUS_EPSILON:
         warnings.append(f"epsilon {opts.epsilon:g} is above {VACUOUS_EPSILON:g}: the bound exp(epsilon * d) exceeds "
                         f"e^{VACUOUS_EPSILON:g} even for words at distance 1 (GloVe neighbours are 2-5 apart), so it "

@@ -319,3 +319,48 @@ def test_field_name_refusals_list_only_identifier_like_names_at_most_ten(tiny_ar
     code, _, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data), "--shuffle",
                                            "--drop-fields", "idd"))
     assert code == 2 and "did you mean 'id'?" in err and "fields there: 'id', 'text'" in err and " other field" not in err
+
+
+# --- F15: an input in another format than the one given (or inferred) -----------------------------------
+
+
+def test_an_input_in_the_wrong_format_is_refused_or_warned_before_the_run(tiny_artifact_dir, tmp_path, capsys):
+    plain = tmp_path / "plain.txt"
+    plain.write_text("the SECRETCANARY city\nhe said\n\nit was\n")
+    jsonl = tmp_path / "records.jsonl"
+    jsonl.write_text('{"id": 2, "text": "it was SECRETCANARY"}\n{"id": 3, "text": "the city"}\n')
+    # plain text read as JSONL (given, or inferred from a .jsonl name): refused, no line quoted
+    named = tmp_path / "plain.jsonl"
+    named.write_text(plain.read_text())
+    for args in (["--input", str(plain), "--format", "jsonl"], ["--input", str(named)]):
+        code, _, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, *args))
+        assert code == 2 and "is not JSONL: none of its first 3 non-blank line(s) is JSON or starts like it" in err, err
+        assert "SECRETCANARY" not in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "o").exists()
+    # a Parquet file given as text or JSONL: named as such (it was "UTF-16 ... or binary")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parquet = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"text": ["the city"]}), parquet)
+    for fmt in ("text", "jsonl"):
+        code, _, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(parquet), "--format", fmt))
+        assert code == 2 and "is a Parquet file (it starts with PAR1)" in err, err
+    # audit's --corpus-format takes the same check (it ran, then failed with "no record to attack")
+    code, _, err = _run(capsys, ["audit", "--artifact", tiny_artifact_dir, "--epsilons", "5", "--seed", "1",
+                                 "--output", str(tmp_path / "o" / "audit"), "--checks", "inversion", "--corpus",
+                                 str(plain), "--records", "5", "--corpus-format", "jsonl"])
+    assert code == 2 and "is not JSONL" in err and not (tmp_path / "o").exists(), err
+    # JSONL read as plain text: the user said so (--format text); it runs, with a warning on the console and in
+    # both summaries (the keys would be privatized as words), naming no line and no path
+    public = tmp_path / "o" / "public.json"
+    code, out, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(jsonl), "--format", "text",
+                                             "--public-summary", str(public)))
+    expected = "--input is read as plain text, but the first 2 non-blank lines of one of its files are all JSON objects"
+    assert code == 0 and expected in err and expected in out, err
+    assert any(expected in w for w in _summary(tmp_path)["warnings"])
+    with open(public) as handle:
+        assert any(expected in w for w in json.load(handle)["warnings"])
+    # the right formats say nothing
+    for args in (["--input", str(jsonl)], ["--input", str(plain)]):
+        code, out, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, *args, "--overwrite"))
+        assert code == 0 and "WARNING" not in out + err, err
