@@ -5,7 +5,6 @@ runner (FnApiRunner) and the real GloVe artifacts of tests/conftest.py; nothing 
 
 import glob
 import json
-import os
 import threading
 
 import numpy as np
