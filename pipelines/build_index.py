@@ -27,11 +27,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--vocab-size", "--vocab_size", type=int, default=None,
                         help="keep only the N most frequent words (the first N of the source); default: all")
     parser.add_argument("--trees", type=int, default=DEFAULT_TREES,
-                        help=f"number of Annoy trees (more: better recall, bigger index); default {DEFAULT_TREES}")
+                        help=f"number of Annoy trees, 1 to 2^31 - 1 (more: better recall, bigger index); default {DEFAULT_TREES}")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
-                        help=f"Annoy build seed, recorded in the manifest; default {DEFAULT_SEED}")
+                        help=f"Annoy build seed, 0 to 2^31 - 1, recorded in the manifest; default {DEFAULT_SEED}")
     return parser
 
+
+C_INT_MAX = 2 ** 31 - 1  # Annoy's trees and seed are C ints
 
 help_parser = build_parser  # the same name as the Beam jobs' --help parsers (templates read it)
 
@@ -48,6 +50,13 @@ def run(argv=None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    try:  # Annoy takes both as a C int: a larger value was a traceback (OverflowError) after reading the vectors
+        if not 1 <= args.trees <= C_INT_MAX:
+            refuse(f"--trees must be an integer from 1 to {C_INT_MAX:,} (Annoy's limit), got {args.trees}")
+        if not 0 <= args.seed <= C_INT_MAX:
+            refuse(f"--seed must be an integer from 0 to {C_INT_MAX:,} (Annoy's limit), got {args.seed}")
+    except SystemExit as exc:
+        return int(exc.code)
     try:
         source = parse_source(args.embeddings, args.vocab_file)
         if args.output.startswith("gs://"):

@@ -137,6 +137,22 @@ def nn_statement(options: PipelineOptions, manifest: dict) -> str:
             "with --nn exact")
 
 
+def _refuse_list_without_vocabulary_word(path: str, elements: List[tuple], location) -> None:
+    """Before the run: a word list none of whose lines is one vocabulary word (looked up as the workers do,
+    ``transforms.calibration.word_list_id``) would calibrate nothing; it failed after the run. No line quoted."""
+    from textdp.locate import resolve_artifact  # pylint: disable=import-outside-toplevel
+    from textdp.store import Artifact  # pylint: disable=import-outside-toplevel
+    from textdp.tokenize import UNKNOWN_ID, Tokenizer  # pylint: disable=import-outside-toplevel
+    from transforms.calibration import word_list_id  # pylint: disable=import-outside-toplevel
+
+    artifact = Artifact(resolve_artifact(location), verify=False)
+    tokenizer = Tokenizer(artifact.word_to_id, artifact.words)
+    if all(word_list_id(tokenizer, line) == UNKNOWN_ID for line, _ in elements):
+        raise TextdpError(f"--word-list {path!r}: none of its {len(elements)} line(s) is one word of the artifact's "
+                          f"vocabulary (looked up as privatize looks words up; a line must hold exactly one word), so "
+                          "there is nothing to calibrate")
+
+
 def _elements(options: PipelineOptions, vocab_size: int):
     opts = options.view_as(CalibrateOptions)
     seed = options.view_as(SeedOptions).seed
@@ -144,6 +160,7 @@ def _elements(options: PipelineOptions, vocab_size: int):
         elements = read_word_list(opts.word_list)
         if not elements:
             raise TextdpError(f"--word-list {opts.word_list!r} holds no words")
+        _refuse_list_without_vocabulary_word(opts.word_list, elements, options.view_as(ArtifactOptions).artifact)
         return elements, {"selection": "word list", "description": f"{len(elements)} word(s) from the given list"}
     count = opts.words or DEFAULT_WORDS
     rng = np.random.default_rng(None if seed is None else [seed, 0])

@@ -155,12 +155,27 @@ class WorkerResourceOptions(PipelineOptions):
     def _add_argparse_args(cls, parser):
         parser.add_argument(
             "--blas-threads", "--blas_threads", dest="blas_threads", type=int, default=0,
-            help="BLAS/OpenMP threads per worker process; 0 (default): the machine's cores divided by the worker "
+            help="BLAS/OpenMP threads per worker process, 0 to 1024; 0 (default): the machine's cores divided by the worker "
                  "processes on it (local runners: --direct_num_workers; Dataflow: 1, as it runs one process per "
                  "vCPU; see docs/scale.md)")
         parser.add_argument(
             "--verbose", dest="verbose", action="store_true", default=False,
             help="show Beam's own log messages and full tracebacks (default: one line per error, progress only)")
+
+    MAX_THREADS = 1024  # threads or processes per machine; more is a typo (1e20 failed after the whole job)
+
+    def validate_resources(self) -> None:
+        """--blas-threads, --direct_num_workers and --sdk_worker_parallelism from 0 (automatic) to MAX_THREADS:
+        refused before the run (parse_job_options asks every job), never a failure after it."""
+        from apache_beam.options.pipeline_options import DirectOptions, PortableOptions  # pylint: disable=import-outside-toplevel
+        from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+
+        for flag, value in (("--blas-threads", self.blas_threads),
+                            ("--direct_num_workers", self.view_as(DirectOptions).direct_num_workers),
+                            ("--sdk_worker_parallelism", self.view_as(PortableOptions).sdk_worker_parallelism)):
+            if value is not None and not 0 <= int(value) <= self.MAX_THREADS:
+                shown = str(value) if len(str(value)) <= 24 else f"a number of {len(str(value))} digits"
+                raise TextdpError(f"{flag} must be an integer from 0 (automatic) to {self.MAX_THREADS}, got {shown}")
 
     def worker_config(self, progress_dir=None) -> WorkerConfig:
         """Threads per process from the flag, or from the runner and its options

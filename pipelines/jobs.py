@@ -293,7 +293,11 @@ def _parse_job_options(name: str, argv: Sequence[str]):
     if missing:
         flags_ = ", ".join("--" + dest.replace("_", "-") for dest in missing)
         raise JobRefused(f"missing required flag{'s' if len(missing) > 1 else ''} {flags_}; see `textdp {name} --help`")
-    return PipelineOptions(list(argv))
+    options = PipelineOptions(list(argv))
+    from pipelines.flags import WorkerResourceOptions  # pylint: disable=import-outside-toplevel
+
+    options.view_as(WorkerResourceOptions).validate_resources()  # thread/process counts: before anything runs
+    return options
 
 
 # --- running ---------------------------------------------------------------------------------------

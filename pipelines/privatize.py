@@ -32,7 +32,7 @@ from textdp.mechanisms import artifact_needs
 from textdp.outputs import OutputGuard, missing_fields
 from textdp.summary import FAILED_PREFIX
 from textdp.text_privatizer import check_oov
-from transforms.amplifier import Amplify
+from transforms.amplifier import Amplify, SplitAuthorless
 from transforms.io import (FIELD_SAMPLE_RECORDS, OUTPUT_SUFFIX, ReadRecords, WriteErrors, WriteRecords,
                            first_record_fields, infer_format, matched_paths, parquet_schema, refuse_wide_text)
 from transforms.perturb import WriteSummary
@@ -122,10 +122,10 @@ def check(options: PipelineOptions) -> Checked:
         raise TextdpError(f"no file matches --input {opts.input!r}")
     paths = output_paths(out.output, data_format)
     guard = _check_outputs(options, paths, data_format, inputs)  # before any input is opened: refuses unreadable ones
-    refuse_wide_text("--input", inputs, data_format)
+    format_warnings = refuse_wide_text("--input", inputs, data_format)  # and JSONL/text against the first lines
     schema = parquet_schema(opts.input, text_fields) if data_format == "parquet" else None  # refuses mismatches
     _check_fields(amplifier, data_format, schema, inputs, text_fields)
-    warnings = []
+    warnings = list(format_warnings)
     if opts.epsilon > VACUOUS_EPSILON:
         warnings.append(f"epsilon {opts.epsilon:g} is above {VACUOUS_EPSILON:g}: the bound exp(epsilon * d) exceeds "
                         f"e^{VACUOUS_EPSILON:g} even for words at distance 1 (GloVe neighbours are 2-5 apart), so it "
@@ -263,7 +263,11 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
     pipeline = beam.Pipeline(options=options)
     read = pipeline | "Read" >> ReadRecords(opts.input, data_format, text_fields, opts.max_record_bytes,
                                             opts.keep_failed_text)
-    privatized = (read["records"]
+    records, authorless = read["records"], []
+    if amplify and amplifier.user_field:  # a record without its author is an error record, not a failed job
+        split = records | "Authors" >> SplitAuthorless(amplifier.user_field, opts.keep_failed_text)
+        records, authorless = split["records"], [split["errors"]]
+    privatized = (records
                   | "Keyed" >> beam.Map(lambda item: ((item[0], item[1]), item[2]))
                   | "Privatize" >> privatize)  # batches, then spreads the batches over the workers
     released, dropped, shards, section = privatized.released, None, None, None
@@ -279,7 +283,7 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
     else:
         released | "Write" >> WriteRecords(output, data_format, checked.schema)
         records_out = released | "CountOut" >> beam.combiners.Count.Globally()
-    errors = (read["errors"], privatized.errors) | "AllErrors" >> beam.Flatten()
+    errors = (read["errors"], privatized.errors, *authorless) | "AllErrors" >> beam.Flatten()
     errors | "WriteErrors" >> WriteErrors(paths["errors_prefix"])
     parts = (
         read["counts"] | "RecordsIn" >> beam.Map(lambda path_count: {"records_in": path_count[1]}),
@@ -327,7 +331,8 @@ def prepare(options: PipelineOptions) -> Plan:
                 "--max-failed-fraction; its failure_check section says whether it was exceeded"]
         _refuse_empty_release(summary["records"], paths)
         _refuse_failed_share(summary, paths)
-        return lines + [_headline(summary)] + [f"WARNING: {w}" for w in checked.warnings]
+        found = [w for w in summary.get("warnings", []) if w not in checked.warnings]  # found while running
+        return lines + [_headline(summary)] + [f"WARNING: {w}" for w in checked.warnings + found]
 
     parents = tuple(dict.fromkeys(FileSystems.split(path)[0] if "://" in path
                                   else os.path.dirname(os.path.abspath(path))

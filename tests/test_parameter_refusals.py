@@ -157,7 +157,7 @@ EXTREMES = [
     ("vickrey", {"nn": "annoy", "search_k": 20}),
     ("truncated-gumbel", {"scale": "smallest"}), ("truncated-gumbel", {"scale": 1.0, "mean_candidates": 4999}),
     ("truncated-gumbel", {"scale": "smallest", "max_distance": "smallest"}),
-    ("santext", {}), ("santext+", {"p": 1.0, "sensitive_fraction": 1.0}), ("santext+", {"p": 1e-9, "sensitive_fraction": 0.0002}),
+    ("santext", {}), ("santext+", {"p": 1.0, "sensitive_fraction": 1.0}), ("santext+", {"p": 1e-6, "sensitive_fraction": 0.0002}),
     ("custext", {"k": 2}), ("custext", {"k": 5000}),
 ]
 

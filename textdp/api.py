@@ -49,7 +49,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from textdp.compact_vocab import SharedVocabularyArtifact
-from textdp.errors import TextdpTypeError, TextdpValueError
+from textdp.errors import TextdpError, TextdpTypeError, TextdpValueError
 from textdp.locate import resolve_artifact, verify_artifact
 from textdp.mechanisms import ALL_MECHANISMS, MAX_EPSILON, check_mechanism, check_number, make_mechanism  # noqa: F401
 from textdp.mechanisms import DEFAULT_MECHANISM, statement_of
@@ -110,6 +110,7 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
                                     unk_token)
         self._rng = np.random.default_rng()  # OS entropy
         self._lock = threading.Lock()  # one call at a time: the tokenizer's memo and the generator are not shared
+        self._owner: Optional[int] = None  # the thread inside a call (a re-entrant call is refused, never a hang)
         self.last_stats: dict = {}
 
     def __getstate__(self) -> dict:
@@ -128,6 +129,10 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
         """
         if isinstance(texts, (str, bytes)):
             raise TextdpTypeError("privatize takes a list of strings; for one text use privatize([text])[0]")
+        if isinstance(texts, (bytearray, memoryview)) or getattr(texts, "ndim", None) == 0:
+            kind = "a 0-d numpy array" if getattr(texts, "ndim", None) == 0 else f"a {type(texts).__name__}"
+            raise TextdpTypeError(f"privatize takes a list of strings, not {kind}; for one text use "
+                                  "privatize([text])[0]")
         if isinstance(texts, Mapping) or hasattr(texts, "columns"):
             raise TextdpTypeError(f"privatize takes a list of strings, not a {type(texts).__name__} (iterating it "
                                   "would privatize its keys or column names): pass list(d.values()) or use "
@@ -139,8 +144,16 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
             raise TextdpValueError("seed must be an integer >= 0")
         seed = None if seed is None else int(seed)
+        texts = list(texts)  # the caller's iterable is consumed before the lock: it may call this Privatizer too
+        if self._owner == threading.get_ident():
+            raise TextdpError("privatize was called again from inside a call of the same Privatizer on the "
+                                   "same thread (it would wait for itself forever); finish one call first")
         with self._lock:
-            return self._privatize(list(texts), seed, errors)
+            self._owner = threading.get_ident()
+            try:
+                return self._privatize(texts, seed, errors)
+            finally:
+                self._owner = None
 
     def _privatize(self, texts: List[str], seed: Optional[int], errors: str) -> List[Optional[str]]:
         usable, out = [], [None] * len(texts)

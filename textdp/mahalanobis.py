@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from textdp.madlib import Madlib, check_diameter, sample_noise
+from textdp.errors import ParameterError
 from textdp.mechanism_base import Parameter
 
 LAM = Parameter(
@@ -67,9 +68,36 @@ def regularized_covariance(vectors: np.ndarray, lam: float, block: int = 65536) 
     sigma = outer / count - np.outer(mean, mean)
     sigma = 0.5 * (sigma + sigma.T)
     scale = np.trace(sigma) / dim
-    if not scale > 0:
-        raise ValueError("the vectors have zero variance")
+    if not scale > ZERO_VARIANCE * np.trace(outer) / count / dim:  # rounding error of E[x^2] - E[x]^2 at most
+        raise ValueError(ZERO_VARIANCE_TEXT)
     return lam * (sigma / scale) + (1.0 - lam) * np.eye(dim)
+
+
+# A total variance at most this share of the mean square is zero in float64 (cancellation in E[x^2] - E[x]^2
+# leaves ~1e-16 of it): every vector (nearly) the same, so the noise cannot be shaped by their covariance.
+ZERO_VARIANCE = 1e-12
+ZERO_VARIANCE_TEXT = ("the vectors have zero variance (every word has the same vector, up to rounding): their "
+                      "covariance cannot shape the noise")
+
+
+def check_covariance(vectors: np.ndarray, lam: float, block: int = 65536) -> None:
+    """ValueError if ``regularized_covariance(vectors, lam)`` or its powers would fail, without building the
+    covariance unless lam = 1 (below 1 the identity part keeps S positive definite: only the variance
+    matters, the diagonal's sum, O(count x dim))."""
+    if float(lam) >= 1.0:
+        symmetric_powers(regularized_covariance(vectors, float(lam), block))
+        return
+    count, dim = vectors.shape
+    if count < 2:
+        raise ValueError("the covariance needs at least two vectors")
+    total, square = np.zeros(dim), 0.0
+    for start in range(0, count, block):
+        rows = np.asarray(vectors[start:start + block], dtype=np.float64)
+        total += rows.sum(axis=0)
+        square += float(np.einsum("ij,ij->", rows, rows))
+    mean_square = square / count / dim
+    if not mean_square - float(total @ total) / count ** 2 / dim > ZERO_VARIANCE * mean_square:
+        raise ValueError(ZERO_VARIANCE_TEXT)
 
 
 def symmetric_powers(matrix: np.ndarray):
@@ -90,6 +118,25 @@ class Mahalanobis(Madlib):
     PARAMETERS = Madlib.PARAMETERS + (LAM,)
     CALIBRATE_PRUNED_SEARCH = False  # calibrate runs its own privatize_ids
     BOUND_TEXT = "epsilon * d(w, w') in the Mahalanobis metric of the mechanism"
+    CHECKS_READ_ARRAYS = True  # the covariance must be usable (not zero variance; not singular at lambda 1)
+
+    @classmethod
+    def check_special(cls, epsilon, artifact=None, lam: float = 0.2, **others) -> None:
+        """Madlib's search check, then, with the artifact's vectors, a covariance the noise can use: refused
+        before the run (it failed on a worker) when the vectors have zero variance or, at lambda 1, when their
+        covariance is singular."""
+        super().check_special(epsilon, artifact, **others)
+        cls.check_artifact_covariance(artifact, lam)
+
+    @classmethod
+    def check_artifact_covariance(cls, artifact, lam: float, name: str = "mahalanobis") -> None:
+        """ParameterError if the artifact's vectors (when ``artifact`` has them) give no usable covariance."""
+        vectors = getattr(artifact, "vectors", None)
+        if vectors is not None:
+            try:
+                check_covariance(vectors, lam)
+            except ValueError as exc:
+                raise ParameterError(f"{name} noise on this artifact: {exc}") from None
 
     def __init__(self, artifact, epsilon: float, lam: float = 0.2, nn: str = "exact", search_k: int = -1,
                  batch: int = 1024):

@@ -178,6 +178,9 @@ class Mechanism:
     AUDIT_KERNEL = False  # audit_kernel gives the law as exp(-scale min(d, cap)) / Z
     CALIBRATE_PRUNED_SEARCH = False  # calibrate restricts the exact search to the words that can be nearest
     CHECKS_READ_ARRAYS = False  # check_special reads the artifact's arrays (not only its manifest)
+    # A parameter value that makes a mechanism release every word unchanged except with probability below this
+    # is refused (check_special): the run would be the identity. One rule for every mechanism that applies it.
+    IDENTITY_CHANGE = 1e-6
     BOUND_TEXT = "as the mechanism states it"  # the per-token bound of a pair, for the audit's report
     FIXED: dict = {}  # constructor keywords a variant always has (SanText+: plus=True)
     EXAMPLE: dict = {}  # parameters (public names) that run it at an ordinary epsilon on a small vocabulary

@@ -679,8 +679,15 @@ def missing_fields(flag: str, names: Sequence[str], known: Sequence[str], where:
     if not missing:
         return None
     name = missing[0]
-    close = [k for k in known if k.lower() == name.lower()] or difflib.get_close_matches(name, list(known), n=1,
-                                                                                          cutoff=0.6)
+    # keys can be data ({"alice@x.com": ...}): only names that look like identifiers are shown, at most 10
+    shown = sorted(k for k in set(known) if FIELD_NAME_SHOWN.fullmatch(k))
+    close = [k for k in shown if k.lower() == name.lower()] or difflib.get_close_matches(name, shown, n=1, cutoff=0.6)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return (f"{flag} {name!r}: no such field in {where}{hint}; fields there: "
-            f"{', '.join(repr(k) for k in sorted(known)[:20])}{' ...' if len(known) > 20 else ''}")
+    others = len(set(known)) - min(len(shown), MAX_FIELDS_SHOWN)
+    listed = ", ".join(repr(k) for k in shown[:MAX_FIELDS_SHOWN]) or "none shown"
+    more = f" and {others} other field(s) (a name that does not look like an identifier is never shown)" if others else ""
+    return f"{flag} {name!r}: no such field in {where}{hint}; fields there: {listed}{more}"
+
+
+FIELD_NAME_SHOWN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,40}")
+MAX_FIELDS_SHOWN = 10

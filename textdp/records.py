@@ -23,6 +23,7 @@ EMPTY = "empty"
 TOO_LARGE = "too_large"
 NOT_A_TEXT = "not_a_text"
 NOT_A_PAIR = "not_a_pair"  # transforms.Privatize(keyed=True): an element that is not a (key, record) pair
+MISSING_AUTHOR = "missing_author"  # --user-field set: the record has no such field, or it is null
 
 
 class NotAPair:
@@ -98,6 +99,20 @@ def check_record(record, text_fields: Sequence[str], max_text_bytes: Optional[in
         size = sum(len(text.encode("utf-8", "surrogatepass")) for text in texts)
         if size > max_text_bytes:
             return TOO_LARGE, f"{size} bytes of text > the limit of {max_text_bytes}"
+    return None
+
+
+def check_author(record, user_field: Optional[str]) -> Optional[Tuple[str, str]]:
+    """None if ``record`` names its author in ``user_field`` (or no author field is asked for), else
+    (MISSING_AUTHOR, detail): the field is absent or null. Never quotes a value."""
+    if not user_field:
+        return None
+    fields = row_fields(record)
+    if fields is None:  # not a row: check_record reports it (not_an_object)
+        return None
+    if fields.get(user_field) is None:
+        what = "null" if user_field in fields else "absent"
+        return MISSING_AUTHOR, f"the author field {user_field!r} is {what}; every record needs an author under --user-field"
     return None
 
 

@@ -50,7 +50,8 @@ from textdp.mechanism_base import Mechanism, Parameter
 
 SANTEXT_P = Parameter("santext_p", float, 0.3, low=0.0, high=1.0, low_open=True, label="santext p", argument="p",
                       aliases=("p",), example=0.4,
-                      help="probability that a non-sensitive word is replaced (else kept); default 0.3")
+                      help="probability that a non-sensitive word is replaced (else kept), at least 1e-6 (below, every non-sensitive "
+                           "word is released unchanged but with probability under 1e-6); default 0.3")
 SENSITIVE_FRACTION = Parameter(
     "sensitive_fraction", float, 0.9, low=0.0, high=1.0, low_open=True, example=0.5,
     help="the share of the vocabulary treated as sensitive, the least frequent words; default 0.9")
@@ -233,9 +234,17 @@ class SanTextPlus(SanText):
 
     @classmethod
     def check_special(cls, epsilon, artifact=None, sensitive_fraction: float = 0.9, sensitive_ids=None,
-                      **_others) -> None:
-        """A sensitive fraction must select at least one word of the vocabulary (when it is known)."""
+                      p: float = 0.3, **_others) -> None:
+        """A sensitive fraction must select at least one word of the vocabulary (when it is known); p below
+        IDENTITY_CHANGE is refused like p = 0: a non-sensitive word would be released unchanged with
+        probability above 1 - 1e-6 (the identity for every word but the sensitive ones)."""
         from textdp.errors import ParameterError  # pylint: disable=import-outside-toplevel
+
+        if p is not None and 0 < float(p) < cls.IDENTITY_CHANGE:
+            raise ParameterError(
+                f"santext p {float(p):.4g} is below {cls.IDENTITY_CHANGE:g}: a non-sensitive word would be released as "
+                f"another with probability below {cls.IDENTITY_CHANGE:g}, so every non-sensitive word would be released "
+                "unchanged (give p >= 1e-06, or a larger --sensitive-fraction to sanitize more words always)")
 
         if sensitive_ids is None and artifact is not None \
                 and math.floor(float(sensitive_fraction) * int(artifact.vocab_size)) < 1:

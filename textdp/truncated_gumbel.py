@@ -59,7 +59,8 @@ GUMBEL_SCALE = Parameter(
 GUMBEL_CANDIDATES = Parameter(
     "gumbel_candidates", float, None, low=0.0, low_open=True, label="gumbel mean_candidates",
     argument="mean_candidates", aliases=("mean_candidates",), example=4.0,
-    help="mean number of candidates of the truncated set, at least 1e-15 (below, no candidate is ever drawn) "
+    help="mean number of candidates of the truncated set, at least about 1e-6 (below, a word changes with "
+         "probability under 1e-6: at most 1 - exp(-mean), the chance that any other candidate is drawn) "
          "(default: the mechanism's, ln(|W| - 1))")
 GUMBEL_MAX_DISTANCE = Parameter(
     "gumbel_max_distance", float, None, low=0.0, low_open=True, label="gumbel max_distance", argument="max_distance",
@@ -138,8 +139,10 @@ class TruncatedGumbel(Mechanism):
     # A given scale this far below the smallest gap between words makes the mechanism the identity: a
     # difference of two Gumbel(0, b) is logistic(b), so another word beats the input with probability at
     # most about |W| exp(-gap / b); refused when that is below IDENTITY_CHANGE (gap / b > ln(|W| / 1e-6)).
-    IDENTITY_CHANGE = 1e-6
-    MIN_CANDIDATES = 1e-15  # a mean below it draws no candidate (P(k >= 1) < 2^-53): the input always wins
+    # (IDENTITY_CHANGE = 1e-6: Mechanism's one rule.)
+    # A word can change only if some other candidate is drawn (k >= 1): probability at most 1 - exp(-mean).
+    # The same IDENTITY_CHANGE rule refuses a mean that keeps it below 1e-6 (mean < -ln(1 - 1e-6) ~ 1.0e-6).
+    MIN_CANDIDATES = -math.log1p(-Mechanism.IDENTITY_CHANGE)
 
     @classmethod
     def check_special(cls, epsilon, artifact=None, scale: Optional[float] = None,
@@ -199,9 +202,11 @@ class TruncatedGumbel(Mechanism):
                 f"the truncation bound {bound:.4g} is below half the smallest distance between two words "
                 f"({min_distance:.4g}): the noise could never let another word beat the input, so every word would be "
                 "released unchanged")
-        if mean < cls.MIN_CANDIDATES:
-            raise ParameterError(f"gumbel mean_candidates {mean:g} draws no candidate: every word would be released "
-                                 "unchanged")
+        if -math.expm1(-mean) < cls.IDENTITY_CHANGE:  # P(k >= 1) = 1 - exp(-mean) bounds any change
+            raise ParameterError(
+                f"gumbel mean_candidates {mean:.4g} is below {cls.MIN_CANDIDATES:.7g}: another candidate is drawn, so a "
+                f"word can be released as another, with probability at most 1 - exp(-mean) = {-math.expm1(-mean):.4g}, "
+                f"below {cls.IDENTITY_CHANGE:g}, so every word would be released unchanged")
         if not (math.isfinite(scale) and scale > 0 and bound / scale >= cls.MIN_BOUND_TO_SCALE):
             raise ParameterError(f"the Gumbel scale {scale:.4g} is above {1 / cls.MIN_BOUND_TO_SCALE:g} x the truncation "
                                  f"bound {bound:.4g}: the noise would be rounded to nothing and every word released "

@@ -70,11 +70,15 @@ class Vickrey(Mechanism):
     SEARCHES_NEAREST = True
     BATCH_TOKENS = SEARCH_BATCH_TOKENS
     BOUND_TEXT = "epsilon * d(w, w') in the metric of its noise"
+    CHECKS_READ_ARRAYS = True  # Mahalanobis noise: the covariance of the artifact's vectors must be usable
 
     @classmethod
-    def check_special(cls, epsilon, artifact=None, nn: str = "exact", search_k: int = -1, **_others) -> None:
-        """The noise's search check: two words needed from an Annoy search."""
-        _TwoNearestMahalanobis.check_special(epsilon, artifact, nn=nn, search_k=search_k)
+    def check_special(cls, epsilon, artifact=None, nn: str = "exact", search_k: int = -1, noise: str = "madlib",
+                      lam: float = 0.2, **_others) -> None:
+        """The noise's search check: two words needed from an Annoy search; Mahalanobis noise: a usable covariance."""
+        super(Mahalanobis, _TwoNearestMahalanobis).check_special(epsilon, artifact, nn=nn, search_k=search_k)
+        if noise == "mahalanobis":
+            Mahalanobis.check_artifact_covariance(artifact, lam, name="vickrey's mahalanobis")
 
     def __init__(self, artifact, epsilon: float, t: float = 0.5, noise: str = "madlib", lam: float = 0.2,
                  nn: str = "exact", search_k: int = -1, batch: int = 1024):

@@ -18,12 +18,14 @@ holder, so nothing is loaded twice in a process).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
 import apache_beam as beam
 
 from textdp import accounting
+from textdp.records import check_author
 from textdp.statements import unbounded_epsilon0_reason
 from transforms.shuffle import DEFAULT_BYTES_PER_SHARD, DEFAULT_RECORDS_PER_SHARD, ShuffleAmplifier
 
@@ -64,6 +66,49 @@ class AmplifierConfig:
                 "removed_fields": removed}
 
 
+class SplitAuthorless(beam.PTransform):
+    """Read records ``(source, position, payload)`` -> {'records', 'errors'}: a record whose ``user_field``
+    author is absent or null becomes an error record ``missing_author`` (counted, the job goes on) instead of
+    failing the whole shuffle at its end. The error record carries the payload only with ``keep_text``."""
+
+    def __init__(self, user_field: str, keep_text: bool = False, label: Optional[str] = None):
+        super().__init__(label)
+        self.user_field = user_field
+        self.keep_text = bool(keep_text)
+
+    def expand(self, records):
+        user_field, keep_text = self.user_field, self.keep_text
+
+        def split(item):
+            from transforms.io import error_record  # pylint: disable=import-outside-toplevel
+
+            problem = check_author(item[2], user_field)
+            if problem is None:
+                yield item
+            else:
+                text = json.dumps(item[2], sort_keys=True, default=str) if keep_text else None
+                yield beam.pvalue.TaggedOutput("errors", error_record(item[0], item[1], *problem, text=text))
+
+        outputs = records | "CheckAuthor" >> beam.FlatMap(split).with_outputs("errors", main="records")
+        return {"records": outputs.records, "errors": outputs.errors}
+
+
+def k_threshold_warnings(k_threshold: Optional[int], stats: dict) -> list:
+    """A warning when the k-threshold replaced every word by the marker: K above the run's distinct authors (no
+    word type can reach K), or every word type counted below K. No figure of the data is named (the public
+    summary carries it too)."""
+    if k_threshold is None or not stats.get("records_out"):
+        return []
+    who = "authors (--user-field values)" if stats.get("per_author") else "authors (each record is its own author)"
+    if k_threshold > stats.get("authors", 0):
+        return [f"--k-threshold {k_threshold} is above the number of distinct {who} of this run: no word type can be "
+                "used by that many, so every word was replaced by the marker and the release carries no word"]
+    if stats.get("word_types") and stats.get("rare_word_types") == stats["word_types"]:
+        return [f"--k-threshold {k_threshold}: every word type was used by fewer than {k_threshold} distinct {who}, "
+                "so every word was replaced by the marker and the release carries no word"]
+    return []
+
+
 class AmplificationSection(beam.DoFn):
     """The stage's stats -> the amplification report, written to ``path`` as JSON and emitted."""
 
@@ -89,6 +134,9 @@ class AmplificationSection(beam.DoFn):
             k_threshold=amp.k_threshold, seed_used=self.perturb_config.seed is not None,
             diameter=diameter.to_dict(), epsilon0_reason=unbounded_epsilon0_reason(
                 self.perturb_config.oov_policy, holder.mechanism.privacy_statement().get("coverage")))
+        warnings = k_threshold_warnings(amp.k_threshold, stats)
+        if warnings:  # WriteSummary adds them to both summaries' warnings; textdp privatize prints them
+            section["warnings"] = warnings
         if self.path:
             from transforms.io import write_json  # pylint: disable=import-outside-toplevel
 

@@ -84,6 +84,13 @@ def artifact_state(shared_handle, config: CalibrationConfig, worker: Optional[Wo
     return WorkerState(shared_handle, config.artifact_tag(), lambda: load_artifact(location), worker)
 
 
+def word_list_id(tokenizer: Tokenizer, line: str) -> int:
+    """The vocabulary id of a --word-list line (``tokenizer`` over the artifact's vocabulary): UNKNOWN_ID unless
+    the line is exactly one known word. The launcher asks it too (a list with no known word is refused)."""
+    ids = tokenizer.tokenize(line).ids
+    return int(ids[0]) if len(ids) == 1 else UNKNOWN_ID
+
+
 class CalibrateWordFn(beam.DoFn):
     """``(word_id | word, stratum)`` -> one row per epsilon; unknown words (word lists) go to 'unknown'.
 
@@ -117,8 +124,7 @@ class CalibrateWordFn(beam.DoFn):
         rule: case, apostrophes, Unicode forms); UNKNOWN_ID unless the line is exactly one known word."""
         if self._tokenizer is None:
             self._tokenizer = Tokenizer(artifact.word_to_id, artifact.words)
-        ids = self._tokenizer.tokenize(line).ids
-        return int(ids[0]) if len(ids) == 1 else UNKNOWN_ID
+        return word_list_id(self._tokenizer, line)
 
     def process(self, element):
         self._state.report()

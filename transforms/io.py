@@ -581,7 +581,7 @@ def refuse_wide_text(flag: str, paths: Sequence[str], data_format: str) -> None:
     from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
 
     if data_format == "parquet":
-        return
+        return []
     for path in paths:
         if "://" in path or _compression_name(path) or not os.path.isfile(path):  # a FIFO is never opened here
             continue
@@ -590,9 +590,64 @@ def refuse_wide_text(flag: str, paths: Sequence[str], data_format: str) -> None:
                 head = handle.read(4096)
         except OSError:
             continue  # the guard reports what cannot be read
+        if head.startswith(b"PAR1"):
+            raise TextdpError(f"{flag}: {path} is a Parquet file (it starts with PAR1), not {data_format}: give the "
+                              "format parquet")
         wide = next((f"{name} (it starts with a byte-order mark)" for mark, name in _WIDE_MARKS if head.startswith(mark)),
                     None)
         if wide is None and head and head.count(0) > len(head) // 10:
             wide = "UTF-16, another wide encoding or binary (NUL bytes in its first 4 KiB)"
         if wide:
             raise TextdpError(f"{flag}: {path} is {wide}, not UTF-8: convert it (e.g. iconv -f UTF-16 -t UTF-8)")
+    return check_declared_format(flag, paths, data_format)
+
+
+FORMAT_SAMPLE_LINES = 20  # non-blank lines of each of the first FORMAT_SAMPLE_FILES local files read before the run
+FORMAT_SAMPLE_FILES = 10
+
+
+def _first_lines(path: str, count: int, max_bytes: int = 1 << 16) -> list:
+    """The first ``count`` non-blank lines (bytes) of a local file, decompressed; a line cut by ``max_bytes``
+    is left out. Empty when the file cannot be read here (the run reports it)."""
+    lines = []
+    try:
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
+            handle = open_decompressed(raw, path)
+            consumed = 0
+            while len(lines) < count and consumed < max_bytes:
+                line = handle.readline(max_bytes - consumed)
+                if not line:
+                    break
+                consumed += len(line)
+                if line.strip() and (line.endswith(b"\n") or consumed < max_bytes):
+                    lines.append(line)
+    except Exception:  # pylint: disable=broad-except  (a damaged file is the run's to report)
+        return []
+    return lines
+
+
+def check_declared_format(flag: str, paths: Sequence[str], data_format: str) -> list:
+    """The input's first lines against its format (given or inferred), before the run: JSONL of which none
+    of the first non-blank lines is JSON or starts with { or [ (plain text) is refused (every record would fail,
+    after the whole run; malformed JSON is left to the run, which reports each line);
+    plain text whose first non-blank lines (two or more) are all JSON objects is read as asked, with a
+    warning returned (its keys and numbers would be privatized as words and the output would not be JSON).
+    Local files only (the first FORMAT_SAMPLE_FILES); never quotes a line (TextdpError)."""
+    from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+
+    if data_format not in ("text", "jsonl"):
+        return []
+    for path in [p for p in paths if "://" not in p and os.path.isfile(p)][:FORMAT_SAMPLE_FILES]:
+        texts = [line.decode("utf-8", "replace").lstrip("\ufeff") for line in _first_lines(path, FORMAT_SAMPLE_LINES)]
+        parsed = [parse_json_line(text) for text in texts]
+        objects = sum(1 for payload, _ in parsed if isinstance(payload, dict))
+        json_like = sum(1 for text, (_, problem) in zip(texts, parsed) if problem is None or text.lstrip()[:1] in "{[")
+        if data_format == "jsonl" and texts and not json_like:  # broken JSON ("{", "[1,") is the run's to report
+            raise TextdpError(f"{flag}: {path} is not JSONL: none of its first {len(texts)} non-blank line(s) is JSON "
+                              "or starts like it (is it plain text? give the format text)")
+        lines = texts
+        if data_format == "text" and len(lines) >= 2 and objects == len(lines):
+            return [f"{flag} is read as plain text, but the first {len(lines)} non-blank lines of one of its files are all "
+                    "JSON objects (JSONL?): their keys, numbers and punctuation are privatized as words and the output is "
+                    "not JSON; give the format jsonl to privatize only the text fields"]
+    return []

@@ -247,7 +247,8 @@ class WriteSummary(beam.DoFn):
         common = dict(mechanism_parameters=mechanism.parameters(), mechanism_statement=statement_of(mechanism),
                       artifact=holder.artifact.describe(), oov_policy=self.config.oov_policy,
                       unk_token=self.config.unk_token, seed=self.config.seed,
-                      warnings=self.context.get("warnings") or [])
+                      warnings=list(self.context.get("warnings") or [])
+                      + [w for section in amplification for w in section.get("warnings", [])])  # the run's own
         context = {key: value for key, value in self.context.items() if key != "warnings"}
         summary = build_summary(counts, public_summary=self.public_path, **common, **context)
         write_json(self.summary_path, summary)

@@ -277,9 +277,11 @@ def _drop_fields(record: dict, removed: frozenset) -> dict:
 
 
 def _build_stats(_, records_in, records_out, shapes, fields, rare_types, suppressed, removed, per_author,
-                 text_fields, shape_field):
-    return accounting.amplifier_stats(records_in, records_out, shapes, fields, rare_types, suppressed, removed,
-                                      per_author, text_fields, shape_field)
+                 text_fields, shape_field, word_types=0):
+    stats = accounting.amplifier_stats(records_in, records_out, shapes, fields, rare_types, suppressed, removed,
+                                       per_author, text_fields, shape_field)
+    stats["word_types"] = int(word_types)  # distinct word types counted by the k-threshold (0 without it)
+    return stats
 
 
 # --- the PTransform --------------------------------------------------------------------------------
@@ -356,6 +358,7 @@ class ShuffleAmplifier(beam.PTransform):
 
         rare_count = None
         suppressed = None
+        type_count = None
         if self.k_threshold is not None:
             types_of = lambda r: frozenset().union(*map(word_types, text_values(r, text_fields)))  # noqa: E731
             if user_field:  # the union of each author's types, then each author counts once per type
@@ -366,10 +369,10 @@ class ShuffleAmplifier(beam.PTransform):
             else:  # every record is its own author
                 type_sets = records | "RecordTypes" >> beam.Map(types_of)
             k = self.k_threshold
-            rare = (type_sets
-                    | "AuthorsPerType" >> beam.CombineGlobally(CountSetMembers())
-                    | "RareTypes" >> beam.Map(lambda counts: frozenset(t for t, c in counts.items() if c < k)))
+            per_type = type_sets | "AuthorsPerType" >> beam.CombineGlobally(CountSetMembers())
+            rare = per_type | "RareTypes" >> beam.Map(lambda counts: frozenset(t for t, c in counts.items() if c < k))
             rare_count = rare | "CountRare" >> beam.Map(len)
+            type_count = per_type | "CountTypes" >> beam.Map(len)  # every type rare: every word was masked
             replaced = records | "ReplaceRare" >> beam.ParDo(ReplaceRareWords(text_fields, self.marker),
                                                              AsSingleton(rare))
             suppressed = (replaced | "SuppressedCounts" >> beam.Map(lambda pair: pair[1])
@@ -407,6 +410,7 @@ class ShuffleAmplifier(beam.PTransform):
                      _build_stats, AsSingleton(records_in), AsSingleton(records_out), AsList(shapes),
                      AsList(fields), AsSingleton(rare_count if rare_count is not None else zero),
                      AsSingleton(suppressed if suppressed is not None else zero),
-                     sorted(removed), bool(user_field), list(text_fields), shape_field))
+                     sorted(removed), bool(user_field), list(text_fields), shape_field,
+                     AsSingleton(type_count if type_count is not None else zero)))
         outputs["stats"] = stats
         return outputs
