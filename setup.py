@@ -24,7 +24,7 @@ setup(
     install_requires=_requirements("requirements.txt"),
     extras_require={"test": _requirements("requirements-test.txt")},
     entry_points={"console_scripts": ["textdp = pipelines.cli:main"]},
-    # The int8-prefiltered exact nearest-word search (textdp/int8_search.py). Optional: without a C
-    # compiler the install still succeeds and the exact search falls back to BLAS (textdp/nearest.py).
+    # The int8-prefiltered exact nearest-word search (textdp/search/int8_search.py). Optional: without a C
+    # compiler the install still succeeds and the exact search falls back to BLAS (textdp/search/nearest.py).
     ext_modules=[Extension("textdp._top2", ["textdp/_top2.c"], extra_compile_args=["-O3"], optional=True)],
 )

@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from benchmarks.harness import REPO, imdb_texts, machine, write_results
-from textdp.locate import open_artifact
+from textdp.artifact.locate import open_artifact
 
 CONSTRUCT = ("import time, json, sys; t = time.perf_counter(); import textdp; "
              "p = textdp.Privatizer(epsilon=10, mechanism=sys.argv[1], artifact=sys.argv[2] or None); "

@@ -11,7 +11,7 @@ at a reduced number of words and extrapolated, honestly:
 2. A breakdown per epsilon in one process (no Beam, BLAS on one thread): seconds per word for the
    pruned exact search and for plain exact search over every word, on the same stratified words,
    and the share of the vocabulary the pruned search scanned. This shows what the exact
-   candidate pruning (textdp.calibration.CandidatePrunedSearch) buys and where time goes.
+   candidate pruning (textdp.calibration.statistics.CandidatePrunedSearch) buys and where time goes.
 
 Run: python -m benchmarks.bench_calibrate [--words 16,64] [--breakdown-words 6]
 Results -> benchmarks/results/calibrate.{json,md}; ``--markdown-only`` re-renders the .md from the .json.
@@ -30,10 +30,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 from benchmarks.harness import load_results, machine, write_results  # noqa: E402
-from textdp.locate import open_artifact  # noqa: E402
-from textdp.store import ensure_default_artifact  # noqa: E402
-from textdp.calibration import WordCalibrator, stratified_word_sample  # noqa: E402
-from textdp.madlib import Madlib  # noqa: E402
+from textdp.artifact.locate import open_artifact  # noqa: E402
+from textdp.artifact.store import ensure_default_artifact  # noqa: E402
+from textdp.calibration.statistics import WordCalibrator, stratified_word_sample  # noqa: E402
+from textdp.mechanisms.madlib import Madlib  # noqa: E402
 
 EPSILONS = (1.0, 2.0, 5.0, 10.0, 20.0)
 SAMPLES = 1000

@@ -5,7 +5,7 @@ Measures, in one run on one machine:
   batch against every vocabulary row), expressed as tokens/s: the ceiling for exact Madlib;
 - exact Madlib tokens/s (noise + search, BLAS on one thread) on the full 400k x 50 vocabulary and on
   the 100k most frequent words, at epsilon 1, 5, 10, 20, 50, on real IMDb tokens;
-- the same with the int8-prefiltered exact search (textdp/int8_search.py, one thread) where the CPU
+- the same with the int8-prefiltered exact search (textdp/search/int8_search.py, one thread) where the CPU
   has AVX-512 VNNI, the share of tokens on which both searches name the same word, and the exact
   distances it computed per token;
 - Annoy tokens/s at several search_k and its recall@1 against exact on the same noisy vectors;
@@ -26,11 +26,11 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from benchmarks.harness import imdb_token_ids, machine, write_results
-from textdp.locate import open_artifact
-from textdp.store import build_artifact
-from textdp.embeddings import BUNDLED_GLOVE, EmbeddingSource
-from textdp.madlib import Madlib
-from textdp.nearest import DEFAULT_BATCH, DEFAULT_BLOCK_ROWS, AnnoyNearest, ExactNearest
+from textdp.artifact.locate import open_artifact
+from textdp.artifact.store import build_artifact
+from textdp.artifact.embeddings import BUNDLED_GLOVE, EmbeddingSource
+from textdp.mechanisms.madlib import Madlib
+from textdp.search.nearest import DEFAULT_BATCH, DEFAULT_BLOCK_ROWS, AnnoyNearest, ExactNearest
 
 EPSILONS = (1, 5, 10, 20, 50)
 SEARCH_KS = (-1, 5_000, 50_000)
@@ -42,8 +42,8 @@ def anon_kb():
         if line.startswith('RssAnon:'):
             return int(line.split()[1])
 import numpy as np, annoy
-from textdp.locate import open_artifact
-from textdp.madlib import Madlib
+from textdp.artifact.locate import open_artifact
+from textdp.mechanisms.madlib import Madlib
 before = anon_kb()
 art = open_artifact(sys.argv[1])
 art.word_to_id; art.sqnorms; art.annoy_index
@@ -176,7 +176,7 @@ def main():
              f"A loaded artifact (vocabulary dict, norms, both searches used) adds {memory_kb / 1024:.0f} MB of "
              "anonymous memory beyond its memory-mapped files.", "",
              "Exact search two ways, one thread each: BLAS (blocked float32 products, everywhere) and int8 (the "
-             "int8-prefiltered search of textdp/int8_search.py, the default where the CPU has AVX-512 VNNI; float64 "
+             "int8-prefiltered search of textdp/search/int8_search.py, the default where the CPU has AVX-512 VNNI; float64 "
              "distances for the words it cannot exclude). 'int8 = BLAS' is the share of tokens on which they name the "
              "same word (they may differ only on float32 near-ties); Annoy's recall@1 is against the int8 answer "
              "where it ran, else against BLAS.", "",

@@ -90,10 +90,10 @@ def run_bare(mechanism, known_ids: np.ndarray) -> float:
 
 
 def throughput(reviews: int, repeats: int = 2) -> dict:
-    from textdp.locate import open_artifact  # pylint: disable=import-outside-toplevel
-    from textdp.madlib import Madlib  # pylint: disable=import-outside-toplevel
-    from textdp.text_privatizer import word_ids  # pylint: disable=import-outside-toplevel
-    from textdp.tokenize import Tokenizer  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.locate import open_artifact  # pylint: disable=import-outside-toplevel
+    from textdp.mechanisms.madlib import Madlib  # pylint: disable=import-outside-toplevel
+    from textdp.text.privatizer import word_ids  # pylint: disable=import-outside-toplevel
+    from textdp.text.tokenize import Tokenizer  # pylint: disable=import-outside-toplevel
 
     texts = read_reviews(reviews)
     artifact = open_artifact(None)
@@ -180,8 +180,8 @@ def memory() -> dict:
     """
     import shutil  # pylint: disable=import-outside-toplevel
 
-    from textdp.locate import read_manifest  # pylint: disable=import-outside-toplevel
-    from textdp.store import ensure_default_artifact  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.locate import read_manifest  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.store import ensure_default_artifact  # pylint: disable=import-outside-toplevel
 
     source = ensure_default_artifact()
     manifest = read_manifest(source)

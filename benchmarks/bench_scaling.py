@@ -47,10 +47,10 @@ from threadpoolctl import threadpool_limits
 
 from benchmarks.harness import REPO, imdb_texts, load_results, machine, write_results
 from textdp.allocator import retain_freed_memory
-from textdp.locate import open_artifact, read_manifest
+from textdp.artifact.locate import open_artifact, read_manifest
 from textdp.mechanisms import make_mechanism
 from textdp.progress import read_progress_files
-from textdp.text_privatizer import TextPrivatizer
+from textdp.text.privatizer import TextPrivatizer
 
 BATCH_SIZES = (64, 256, 1024, 4096, 16384)
 AWS = {"reviews": 25_000, "minutes": 15, "vcpus": 16,

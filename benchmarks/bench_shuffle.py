@@ -30,7 +30,7 @@ import time
 import apache_beam as beam
 
 from benchmarks.harness import machine, read_imdb, write_results
-from textdp.geometry import diameter_bounds
+from textdp.search.geometry import diameter_bounds
 from transforms.shuffle import ShuffleAmplifier
 
 
@@ -121,7 +121,7 @@ def main(argv=None) -> int:
     privatize_rows = privatize_benchmark(args.privatize_reviews, args.privatize_repeats) \
         if args.privatize_reviews else []
 
-    from textdp.locate import open_artifact  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.locate import open_artifact  # pylint: disable=import-outside-toplevel
 
     artifact = open_artifact(None)
     started = time.perf_counter()

@@ -26,9 +26,9 @@ import time
 import numpy as np
 
 from benchmarks.harness import REPO, imdb_token_ids, machine, write_results
-from textdp.locate import open_artifact
-from textdp.store import default_artifact_path
-from textdp.tem import TEM
+from textdp.artifact.locate import open_artifact
+from textdp.artifact.store import default_artifact_path
+from textdp.mechanisms.tem import TEM
 
 EPSILONS = (1.0, 2.0, 5.0, 10.0, 20.0)
 SEED = 20261122

@@ -41,11 +41,11 @@ from threadpoolctl import threadpool_limits
 
 from benchmarks.harness import imdb_texts, machine, write_results
 from benchmarks.reference_text_path import FrozenReferenceTextPrivatizer, FrozenReferenceTokenizer
-from textdp.compact_vocab import SharedVocabularyArtifact
+from textdp.artifact.compact_vocab import SharedVocabularyArtifact
 from textdp.mechanisms import make_mechanism
-from textdp.store import default_artifact_path
-from textdp.text_privatizer import TextPrivatizer
-from textdp.tokenize import UNKNOWN_ID, Tokenizer
+from textdp.artifact.store import default_artifact_path
+from textdp.text.privatizer import TextPrivatizer
+from textdp.text.tokenize import UNKNOWN_ID, Tokenizer
 
 SEED = 20261123
 MECHANISMS = (("tem", 5.0, 1), ("tem", 10.0, 1), ("tem", 10.0, 4), ("madlib", 10.0, 1))  # batch: x --batch records

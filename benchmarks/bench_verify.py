@@ -1,6 +1,6 @@
 """How long the pre-run artifact check takes on the default artifact, with and without stamps.
 
-``textdp.locate.verify_artifact`` runs on the submitting machine before every job; without a
+``textdp.artifact.locate.verify_artifact`` runs on the submitting machine before every job; without a
 verification stamp it hashes every file the run uses (vocabulary + vectors for Madlib exact,
 + the Annoy index for --nn annoy). Measured with the files in the page cache (a machine that has
 used its artifact before), stamps in a private cache directory: "hashing" deletes the stamps
@@ -19,9 +19,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.harness import machine, write_results  # noqa: E402
-from textdp.locate import read_manifest, verify_artifact
+from textdp.artifact.locate import read_manifest, verify_artifact
 from textdp.mechanisms import artifact_needs  # noqa: E402
-from textdp.store import ensure_default_artifact, stamp_dir  # noqa: E402
+from textdp.artifact.store import ensure_default_artifact, stamp_dir  # noqa: E402
 
 REPEATS = 5
 

@@ -1,6 +1,6 @@
 """The text path as it was before the batch path (issue 17): the specification the fast path is tested against.
 
-``FrozenReference*`` is a copy of textdp/tokenize.py and of TextPrivatizer's tokenize/release/render steps
+``FrozenReference*`` is a copy of textdp/text/tokenize.py and of TextPrivatizer's tokenize/release/render steps
 as they were before the batch path, kept as the specification: tests/test_fast_text_path.py compares the
 current code with it on real IMDb reviews and on adversarial strings, field by field, and
 benchmarks/bench_text_path.py measures the speed-up over it. Issue 24 changed the word rule (every Unicode
@@ -68,7 +68,7 @@ def reference_normal_form(word: str) -> str:
     return "".join(c for c in normal if reference_class(c) or c in "'\u2019-.,")
 
 
-# --- frozen reference: textdp/tokenize.py before issue 17 (edited only for issue 24's word rule) ---
+# --- frozen reference: textdp/text/tokenize.py before issue 17 (edited only for issue 24's word rule) ---
 
 LOWER, CAPITALIZED, UPPER = 0, 1, 2
 UNKNOWN_ID = -1

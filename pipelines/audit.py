@@ -33,14 +33,14 @@ from pipelines.flags import (AUDIT_CHECKS, DEFAULT_AUDIT_CHECKS, DEFAULT_MAX_REC
                              AuditOptions, EpsilonGridOptions, MechanismOptions, OovOptions, OutputOptions,
                              SeedOptions, WorkerResourceOptions)
 from pipelines.jobs import Plan, directory_job_files, run_job
-from textdp.audit_pairs import BANDS, base_word_count, base_words, bound_text
-from textdp.audit_selfcheck import planned_tests
-from textdp import gcs
+from textdp.audit.pairs import BANDS, base_word_count, base_words, bound_text
+from textdp.audit.selfcheck import planned_tests
+from textdp.artifact import gcs
 from textdp.errors import TextdpError
-from textdp.locate import check_unk_marker, resolve_artifact, verify_artifact
+from textdp.artifact.locate import check_unk_marker, resolve_artifact, verify_artifact
 from textdp.mechanisms import artifact_needs
 from textdp.outputs import OutputGuard
-from textdp.text_privatizer import check_oov
+from textdp.text.privatizer import check_oov
 from transforms.audit_common import AuditConfig
 from transforms.audit_outputs import (INVERSION_TABLE, LINKAGE_TABLE, SELF_CHECK_TABLE, SUMMARY_FILE, WriteAuditOutputs,
                                       inversion_schema, linkage_schema, self_check_schema)
@@ -66,7 +66,7 @@ class Prepared:
 
 def closed_form(mechanism: str) -> bool:
     """Whether the audit computes the mechanism's posterior exactly (its class's ``AUDIT_KERNEL``: the law
-    ``textdp.audit_attacks.kernel_of`` reads from the mechanism object)."""
+    ``textdp.audit.attacks.kernel_of`` reads from the mechanism object)."""
     from textdp.mechanisms import mechanism_class  # pylint: disable=import-outside-toplevel
 
     return bool(mechanism_class(mechanism).AUDIT_KERNEL)

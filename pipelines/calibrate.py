@@ -31,10 +31,10 @@ from apache_beam.utils import shared
 from pipelines.flags import (DEFAULT_WORDS, ArtifactOptions, CalibrateOptions, EpsilonGridOptions, MechanismOptions,
                              OutputOptions, SeedOptions, WorkerResourceOptions)
 from pipelines.jobs import Plan, directory_job_files, run_job
-from textdp.calibration import stratified_word_sample
-from textdp import gcs
+from textdp.calibration.statistics import stratified_word_sample
+from textdp.artifact import gcs
 from textdp.errors import TextdpError
-from textdp.locate import resolve_artifact, verify_artifact
+from textdp.artifact.locate import resolve_artifact, verify_artifact
 from textdp.mechanisms import artifact_needs
 from textdp.outputs import OutputGuard
 from transforms.io import matched_paths, read_text_file
@@ -109,7 +109,7 @@ def nn_statement(options: PipelineOptions, manifest: dict) -> str:
     """How the run's draws find their released word, from what the mechanism's class declares
     (``SEARCHES_NEAREST``, ``NEEDS_NEIGHBOUR_TABLE``: what the artifact check uses too) and from
     ``WordCalibrator.prunes_search``, the test the draws themselves use."""
-    from textdp.calibration import WordCalibrator  # pylint: disable=import-outside-toplevel
+    from textdp.calibration.statistics import WordCalibrator  # pylint: disable=import-outside-toplevel
     from textdp.mechanisms import mechanism_class  # pylint: disable=import-outside-toplevel
 
     opts = options.view_as(CalibrateOptions)
@@ -140,9 +140,9 @@ def nn_statement(options: PipelineOptions, manifest: dict) -> str:
 def _refuse_list_without_vocabulary_word(path: str, elements: List[tuple], location) -> None:
     """Before the run: a word list none of whose lines is one vocabulary word (looked up as the workers do,
     ``transforms.calibration.word_list_id``) would calibrate nothing; it failed after the run. No line quoted."""
-    from textdp.locate import resolve_artifact  # pylint: disable=import-outside-toplevel
-    from textdp.store import Artifact  # pylint: disable=import-outside-toplevel
-    from textdp.tokenize import UNKNOWN_ID, Tokenizer  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.locate import resolve_artifact  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.store import Artifact  # pylint: disable=import-outside-toplevel
+    from textdp.text.tokenize import UNKNOWN_ID, Tokenizer  # pylint: disable=import-outside-toplevel
     from transforms.calibration import word_list_id  # pylint: disable=import-outside-toplevel
 
     artifact = Artifact(resolve_artifact(location), verify=False)

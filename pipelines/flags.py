@@ -18,17 +18,17 @@ from __future__ import annotations
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from textdp import accounting
-from textdp.calibration import DEFAULT_SAMPLES
+from textdp.privacy import accounting
+from textdp.calibration.statistics import DEFAULT_SAMPLES
 from textdp.mechanisms import (ALL_MECHANISMS, DEFAULT_MECHANISM, EPSILON_RANGE_HELP, MAX_EPSILON,  # noqa: F401
                                MIN_EPSILON, REGISTRY, all_parameters, artifact_for_checks, available_class,
                                check_epsilon, check_mechanism, mechanism_parameters, registered, users_of)
 from pipelines.custom_flags import MechanismChoices, argv_mechanism, custom_mechanism, named_mechanism  # noqa: I100
-from textdp.neighbours import METRICS
-from textdp.summary import DEFAULT_MAX_FAILED_FRACTION
+from textdp.artifact.neighbours import METRICS
+from textdp.privacy.summary import DEFAULT_MAX_FAILED_FRACTION
 from textdp.spec import PrivacySpec
-from textdp.mechanism_base import SEARCH_BATCH_TOKENS, TABLE_BATCH_TOKENS
-from textdp.text_privatizer import OOV_POLICIES
+from textdp.mechanisms.base import SEARCH_BATCH_TOKENS, TABLE_BATCH_TOKENS
+from textdp.text.privatizer import OOV_POLICIES
 from transforms.amplifier import AmplifierConfig
 from transforms.shuffle import DEFAULT_RECORDS_PER_SHARD
 from transforms.worker import WorkerConfig
@@ -70,7 +70,7 @@ class OutputOptions(PipelineOptions):
 
 class MechanismOptions(PipelineOptions):
     """The mechanism and its parameters, generated from the mechanisms' own declarations
-    (``textdp.mechanism_base.Parameter``): one flag per public parameter name, ``--<name>`` (and
+    (``textdp.mechanisms.base.Parameter``): one flag per public parameter name, ``--<name>`` (and
     ``--<name-with-hyphens>``), dest = template parameter = Python keyword = summary key, in an
     argparse group per mechanism (a shared parameter in the group of the first mechanism that takes it;
     its help names every mechanism that does). A mechanism named by an import path (or given as a class in

@@ -24,8 +24,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines.flags import ArtifactOptions, NeighbourOptions, WorkerResourceOptions
 from pipelines.jobs import Plan, run_job
 from textdp.errors import TextdpError
-from textdp.locate import read_manifest, resolve_artifact, verify_artifact
-from textdp.neighbours import DISTANCES_FILE, IDS_FILE, METRICS, table_files_exist
+from textdp.artifact.locate import read_manifest, resolve_artifact, verify_artifact
+from textdp.artifact.neighbours import DISTANCES_FILE, IDS_FILE, METRICS, table_files_exist
 from textdp.outputs import OutputGuard
 from transforms.neighbours import ComputeNeighbourTable
 

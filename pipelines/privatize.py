@@ -25,13 +25,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines.flags import (MAX_RECORD_BYTES, VACUOUS_EPSILON, AmplifierOptions, ArtifactOptions, MechanismOptions,
                              OovOptions, OutputOptions, PrivatizeOptions, SeedOptions, WorkerResourceOptions)
 from pipelines.jobs import Plan, run_job
-from textdp import gcs
+from textdp.artifact import gcs
 from textdp.errors import TextdpError
-from textdp.locate import check_unk_marker, verify_artifact
+from textdp.artifact.locate import check_unk_marker, verify_artifact
 from textdp.mechanisms import artifact_needs
 from textdp.outputs import OutputGuard, missing_fields
-from textdp.summary import FAILED_PREFIX
-from textdp.text_privatizer import check_oov
+from textdp.privacy.summary import FAILED_PREFIX
+from textdp.text.privatizer import check_oov
 from transforms.amplifier import Amplify, SplitAuthorless
 from transforms.io import (FIELD_SAMPLE_RECORDS, OUTPUT_SUFFIX, ReadRecords, WriteErrors, WriteRecords,
                            first_record_fields, infer_format, matched_paths, parquet_schema, refuse_wide_text)
@@ -145,7 +145,7 @@ def _check_outputs(options: PipelineOptions, paths: dict, data_format: str, inpu
     guard.read("--input", inputs, pattern=opts.input)
     artifact = options.view_as(ArtifactOptions).artifact
     if not gcs.is_gcs_url(artifact):  # its files are inputs too: no output may be one of them (F6)
-        from textdp.locate import resolve_artifact  # pylint: disable=import-outside-toplevel
+        from textdp.artifact.locate import resolve_artifact  # pylint: disable=import-outside-toplevel
 
         guard.read_directory("--artifact", resolve_artifact(artifact))
     suffix = OUTPUT_SUFFIX[data_format]
@@ -161,7 +161,7 @@ def _check_outputs(options: PipelineOptions, paths: dict, data_format: str, inpu
     guard.file("--output", "the operator summary", paths["summary"], label=out.output)
     guard.file("--output", "the amplification report", paths["amplification"], label=out.output)
     if opts.public_summary:
-        from textdp.summary import is_public_summary  # pylint: disable=import-outside-toplevel
+        from textdp.privacy.summary import is_public_summary  # pylint: disable=import-outside-toplevel
 
         def _is_public_summary(path: str) -> bool:  # --overwrite replaces only an earlier public summary
             try:
@@ -368,7 +368,7 @@ def _refuse_empty_release(records: dict, paths: dict) -> None:
 def _refuse_failed_share(summary: dict, paths: dict) -> None:
     """More records failed than --max-failed-fraction allows (the pipeline judged it: the summary's
     ``failure_check``): TextdpError, so that run_job exits 1 in one line; the outputs stay written."""
-    from textdp.summary import failure_line  # pylint: disable=import-outside-toplevel
+    from textdp.privacy.summary import failure_line  # pylint: disable=import-outside-toplevel
 
     check = summary.get("failure_check")
     if check and check["exceeded"]:

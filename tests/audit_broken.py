@@ -22,9 +22,9 @@ import math
 
 import numpy as np
 
-from textdp.geometry import distance_row
-from textdp.madlib import Madlib
-from textdp.text_privatizer import TextPrivatizer
+from textdp.search.geometry import distance_row
+from textdp.mechanisms.madlib import Madlib
+from textdp.text.privatizer import TextPrivatizer
 
 
 class ShrunkNoiseMadlib(Madlib):

@@ -22,8 +22,8 @@ import math
 
 import numpy as np
 
-from textdp.madlib import check_diameter
-from textdp.mechanism_base import SEARCH_BATCH_TOKENS, Mechanism, Parameter
+from textdp.mechanisms.madlib import check_diameter
+from textdp.mechanisms.base import SEARCH_BATCH_TOKENS, Mechanism, Parameter
 
 IMPORT_PATH = "tests.custom_mechanism:CappedExponential"
 

@@ -10,8 +10,8 @@ from scipy import stats
 
 import textdp
 from textdp.errors import TextdpError
-from textdp.locate import open_artifact
-from textdp.summary import build_public_summary
+from textdp.artifact.locate import open_artifact
+from textdp.privacy.summary import build_public_summary
 
 ALPHA = 1e-3  # false-failure rate of the statistical test below
 IDENTITY = 1e6

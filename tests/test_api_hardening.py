@@ -19,7 +19,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 import textdp
 from textdp.errors import ParameterError, TextdpError
-from textdp.locate import open_artifact
+from textdp.artifact.locate import open_artifact
 
 
 @pytest.fixture(scope="module")

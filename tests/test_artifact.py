@@ -8,13 +8,13 @@ import sys
 import numpy as np
 import pytest
 
-from textdp import store
-from textdp.locate import open_artifact
-from textdp.store import Artifact, build_artifact
-from textdp.verification import sha256_file
-from textdp.embeddings import BUNDLED_GLOVE, EmbeddingSource, load_embeddings
+from textdp.artifact import store
+from textdp.artifact.locate import open_artifact
+from textdp.artifact.store import Artifact, build_artifact
+from textdp.artifact.verification import sha256_file
+from textdp.artifact.embeddings import BUNDLED_GLOVE, EmbeddingSource, load_embeddings
 from textdp.errors import ArtifactError
-from textdp.tokenize import unreadable_entries
+from textdp.text.tokenize import unreadable_entries
 
 GLOVE = EmbeddingSource("bundled", BUNDLED_GLOVE)
 
@@ -65,7 +65,7 @@ def test_build_progress_and_no_overwrite(tmp_path):
 def test_failed_build_leaves_nothing(tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_text("a 1 2\na 3 4\n")
-    from textdp.embeddings import parse_source
+    from textdp.artifact.embeddings import parse_source
 
     with pytest.raises(Exception, match="duplicate"):
         build_artifact(parse_source(str(bad)), str(tmp_path / "out"))
@@ -144,7 +144,7 @@ def test_add_files_never_overwrites(tiny_artifact, tmp_path):
 def test_default_artifact_built_once_with_progress_then_reused(tmp_path):
     """Two processes race to build the default artifact into an empty cache: one builds, both use it."""
     env = dict(os.environ, TEXTDP_CACHE_DIR=str(tmp_path / "cache"))
-    code = ("from textdp.store import ensure_default_artifact; from textdp.locate import open_artifact; "
+    code = ("from textdp.artifact.store import ensure_default_artifact; from textdp.artifact.locate import open_artifact; "
             "p = ensure_default_artifact(); a = open_artifact(p); print(p, a.vocab_size)")
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]

@@ -15,8 +15,8 @@ import pytest
 from pipelines.cli import main as cli_main
 from tests.test_calibration_pipeline import assert_valid_png
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
-from textdp.locate import open_artifact
-from textdp.tokenize import Tokenizer
+from textdp.artifact.locate import open_artifact
+from textdp.text.tokenize import Tokenizer
 
 RUNNER = ["--runner=FnApiRunner"]
 

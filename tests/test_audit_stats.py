@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from textdp.audit_stats import (choose_event, cp_lower, cp_upper, directional_test, log_ratio_lower_bound,
+from textdp.audit.stats import (choose_event, cp_lower, cp_upper, directional_test, log_ratio_lower_bound,
                                 per_test_alpha, split_histograms, verdict)
 
 

@@ -31,7 +31,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 import transforms.io as io_module
 from pipelines.privatize import build_pipeline, help_parser, run
 from textdp.errors import TextdpError
-from textdp.summary import FILE_REASONS as SUMMARY_FILE_REASONS
+from textdp.privacy.summary import FILE_REASONS as SUMMARY_FILE_REASONS
 from transforms.compressed import TruncatedStream, open_decompressed
 from transforms.io import MAX_JSON_DEPTH, WriteRecords
 from transforms.parquet_io import OutputSchemaError

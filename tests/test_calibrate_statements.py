@@ -9,7 +9,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import calibrate
 from pipelines.cli import main as cli_main
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
-from textdp.locate import open_artifact
+from textdp.artifact.locate import open_artifact
 from textdp.mechanisms import artifact_needs
 
 RUNNER = ["--runner", "FnApiRunner"]
@@ -30,7 +30,7 @@ def test_nn_statement_says_what_the_draws_of_each_mechanism_do(neighbour_artifac
     calibrator's draws actually did for one word (searched_fraction: the share of the vocabulary searched,
     None when no nearest-word search ran). Madlib with pruning searches a small share at a large epsilon;
     Mahalanobis and Vickrey search every word; the table-sampled mechanisms and CusText search nothing."""
-    from textdp.calibration import WordCalibrator
+    from textdp.calibration.statistics import WordCalibrator
     from textdp.mechanisms import ALL_MECHANISMS, make_mechanism
 
     artifact = open_artifact(neighbour_artifact_dir)

@@ -22,14 +22,14 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from textdp.locate import open_artifact
-from textdp.store import build_artifact
-from textdp.calibration import (
+from textdp.artifact.locate import open_artifact
+from textdp.artifact.store import build_artifact
+from textdp.calibration.statistics import (
     CandidatePrunedSearch, WordCalibrator, describe_values, distance_row, distinct_count_deviation,
     expected_distinct, knn_distances, recommend, stratified_word_sample,
     summarise_statistics, knn_distance_percentiles)
-from textdp.embeddings import EmbeddingSource
-from textdp.madlib import Madlib
+from textdp.artifact.embeddings import EmbeddingSource
+from textdp.mechanisms.madlib import Madlib
 
 CHECK_FAILURE_RATE = 1e-6
 
@@ -372,7 +372,7 @@ def test_summaries():
 
 def add_neighbour_table(artifact, k, metric):
     """Write an exact K-nearest table (float64 brute force) into a synthetic artifact, as TEM needs."""
-    from textdp.neighbours import TableWriter, brute_force_knn, metric_points
+    from textdp.artifact.neighbours import TableWriter, brute_force_knn, metric_points
 
     points = metric_points(artifact.vectors, metric, dtype=np.float64)
     ids, dist = brute_force_knn(points, np.arange(artifact.vocab_size), k)
@@ -397,7 +397,7 @@ def test_tem_exact_values_agree_with_sampling(tem_artifact, epsilon):
     pooled count of 20 x 1,000 TEM draws (exact binomial interval, 1e-6), and the exact expected
     distinct count against the mean S_w (Bernstein, 1e-6). Also checks the closed form used is
     the one over all words, in the table's metric."""
-    from textdp.tem import TEM, output_distribution
+    from textdp.mechanisms.tem import TEM, output_distribution
 
     seed, rng = fresh_rng()
     mech = TEM(tem_artifact, epsilon)
@@ -433,7 +433,7 @@ def test_closed_form_mechanisms_get_exact_values_that_agree_with_sampling(euclid
     """SanText, SanText+ and CusText: N_w and S_w estimated through privatize_ids, and exact from their
     closed forms (exact_distribution_of): the pooled count of 20 x 1,000 draws within the exact binomial
     interval (1e-6) and the mean S_w within the Bernstein bound (1e-6)."""
-    from textdp.calibration import build_summary  # pylint: disable=import-outside-toplevel
+    from textdp.calibration.statistics import build_summary  # pylint: disable=import-outside-toplevel
     from textdp.mechanisms import make_mechanism  # pylint: disable=import-outside-toplevel
 
     tem_artifact = euclidean_table_artifact
@@ -458,7 +458,7 @@ def test_closed_form_mechanisms_get_exact_values_that_agree_with_sampling(euclid
 
 def test_sampled_only_mechanisms_calibrate_through_privatize_ids(small_artifact):
     """Mahalanobis (no closed form): estimates only, exact columns empty; Madlib-like at lambda 0."""
-    from textdp.mahalanobis import Mahalanobis  # pylint: disable=import-outside-toplevel
+    from textdp.mechanisms.mahalanobis import Mahalanobis  # pylint: disable=import-outside-toplevel
 
     _, rng = fresh_rng()
     mech = Mahalanobis(small_artifact, 10.0, lam=0.5)

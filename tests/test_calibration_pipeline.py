@@ -19,11 +19,11 @@ from scipy import stats
 
 from pipelines import calibrate
 from pipelines.cli import main as cli_main
-from textdp.locate import open_artifact
-from textdp.store import build_artifact
-from textdp.calibration import K_VALUES
-from textdp.embeddings import EmbeddingSource
-from textdp.report import PLOT_FILES
+from textdp.artifact.locate import open_artifact
+from textdp.artifact.store import build_artifact
+from textdp.calibration.statistics import K_VALUES
+from textdp.artifact.embeddings import EmbeddingSource
+from textdp.calibration.report import PLOT_FILES
 
 RUNNER = ["--runner", "FnApiRunner"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -163,8 +163,8 @@ def test_tem_without_neighbour_table_is_refused_before_running(small_artifact_di
 def test_annoy_statistics_and_statement(small_artifact):
     """--nn annoy runs Madlib with the artifact's Annoy index (no pruning, searched_fraction None),
     and the report's statement says the statistics hold for Annoy."""
-    from textdp.calibration import WordCalibrator
-    from textdp.madlib import Madlib
+    from textdp.calibration.statistics import WordCalibrator
+    from textdp.mechanisms.madlib import Madlib
 
     calibrator = WordCalibrator(small_artifact, "madlib", {50.0: Madlib(small_artifact, 50.0, nn="annoy")}, samples=200)
     (row,) = calibrator.calibrate(10, np.random.default_rng(1))
@@ -187,7 +187,7 @@ def test_options_coexist_with_the_other_jobs():
 
 @pytest.fixture(scope="module")
 def tem_artifact_dir(tmp_path_factory):
-    from textdp.neighbours import TableWriter, brute_force_knn
+    from textdp.artifact.neighbours import TableWriter, brute_force_knn
 
     root = tmp_path_factory.mktemp("tem_pipeline")
     points = np.random.default_rng(8).uniform(-4, 4, (800, 3))

@@ -1,4 +1,4 @@
-"""CluSanT (textdp/clusant.py): its public clusters, its exact law, its sampler and its guarantee, on the
+"""CluSanT (textdp/mechanisms/clusant.py): its public clusters, its exact law, its sampler and its guarantee, on the
 5,000-word GloVe fixture with its K=40 Euclidean neighbour table; then the CLI (privatize, calibrate,
 audit) with the FnApiRunner.
 
@@ -21,12 +21,12 @@ import textdp
 from pipelines.cli import main as cli_main
 from tests.statcheck import g_test
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
-from textdp.geometry import distance_row
-from textdp.clusant import CluSanT, build_clusters, cluster_size
-from textdp.custext import build_output_sets
+from textdp.search.geometry import distance_row
+from textdp.mechanisms.clusant import CluSanT, build_clusters, cluster_size
+from textdp.mechanisms.custext import build_output_sets
 from textdp.errors import ParameterError, TextdpError
-from textdp.exponential import exact_distribution as exponential_law
-from textdp.locate import open_artifact
+from textdp.mechanisms.exponential import exact_distribution as exponential_law
+from textdp.artifact.locate import open_artifact
 from textdp.mechanisms import ManifestFacts, check_mechanism, make_mechanism
 
 ALPHA = 1e-4
@@ -87,7 +87,7 @@ def test_clusters_are_a_deterministic_partition_of_the_public_vocabulary(artifac
 
 
 def open_artifact_table(artifact):
-    from textdp.neighbours import NeighbourTable  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.neighbours import NeighbourTable  # pylint: disable=import-outside-toplevel
 
     return NeighbourTable.from_artifact(artifact).ids
 

@@ -28,7 +28,7 @@ from pipelines.cli import main as cli_main
 from tests.custom_mechanism import IMPORT_PATH, CappedExponential, Impostor, Nameless
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
 from textdp.errors import ParameterError, TextdpError
-from textdp.mechanism_base import Parameter
+from textdp.mechanisms.base import Parameter
 from textdp.mechanisms import BUILT_IN, REGISTRY, mechanism_class, mechanism_reference
 from transforms import Privatize
 
@@ -168,8 +168,8 @@ def test_the_custom_parameter_is_checked_like_a_built_in_ones(tmp_path, corpus, 
 REFUSED_PATHS = [
     ("tests.no_such_module:Mechanism", "cannot be imported (ModuleNotFoundError"),
     ("tests.custom_mechanism:NoSuchClass", "cannot be imported (AttributeError"),
-    ("tests.custom_mechanism:NotAMechanism", "is not a subclass of textdp.mechanism_base.Mechanism"),
-    ("tests.custom_mechanism:DISTANCE_CAP", "is not a subclass of textdp.mechanism_base.Mechanism"),
+    ("tests.custom_mechanism:NotAMechanism", "is not a subclass of textdp.mechanisms.base.Mechanism"),
+    ("tests.custom_mechanism:DISTANCE_CAP", "is not a subclass of textdp.mechanisms.base.Mechanism"),
     ("tests.custom_mechanism:Nameless", "has no usable name"),
     ("tests.custom_mechanism:Impostor", "is named 'madlib', the name of a different registered mechanism"),
     ("no-such-mechanism", "unknown mechanism 'no-such-mechanism'"),
@@ -189,7 +189,7 @@ def test_a_mechanism_reference_that_does_not_resolve_is_refused_in_one_line(job,
 
 
 @pytest.mark.parametrize("reference, phrase", [
-    (dict, "is not a subclass of textdp.mechanism_base.Mechanism"),
+    (dict, "is not a subclass of textdp.mechanisms.base.Mechanism"),
     (3, "not a int"),
     (None, "not a NoneType"),
     (Nameless, "has no usable name"),
@@ -215,7 +215,7 @@ def test_every_python_entry_point_refuses_an_unusable_mechanism(reference, phras
 def test_a_custom_parameter_that_reuses_a_registered_name_with_another_meaning_is_refused():
     """One public name means one thing in every flag and summary: a class that declares its own ``nn`` is refused;
     one that reuses the registered declaration is accepted."""
-    from textdp.madlib import Madlib  # pylint: disable=import-outside-toplevel
+    from textdp.mechanisms.madlib import Madlib  # pylint: disable=import-outside-toplevel
 
     class OwnNn(CappedExponential):
         name = "own-nn"
@@ -254,8 +254,8 @@ def g_test_p_value(draws: np.ndarray, law: np.ndarray) -> float:
 def test_the_custom_law_is_the_one_it_samples(neighbour_artifact_dir):  # noqa: F811
     """The test mechanism is exact: its draws follow its closed form (G-test at false-failure rate 1e-4), and the
     same test tells the capped law from the uncapped one (power check: the uncapped law is rejected)."""
-    from textdp.geometry import distance_row  # pylint: disable=import-outside-toplevel
-    from textdp.locate import open_artifact  # pylint: disable=import-outside-toplevel
+    from textdp.search.geometry import distance_row  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.locate import open_artifact  # pylint: disable=import-outside-toplevel
 
     artifact = open_artifact(neighbour_artifact_dir)
     word = 7

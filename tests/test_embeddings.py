@@ -5,7 +5,7 @@ import gzip
 import numpy as np
 import pytest
 
-from textdp.embeddings import BUNDLED_GLOVE, EmbeddingSource, load_embeddings, parse_source
+from textdp.artifact.embeddings import BUNDLED_GLOVE, EmbeddingSource, load_embeddings, parse_source
 from textdp.errors import EmbeddingFormatError
 
 

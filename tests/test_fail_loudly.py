@@ -16,7 +16,7 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from pipelines.cli import main as cli_main
-from textdp.summary import DEFAULT_MAX_FAILED_FRACTION
+from textdp.privacy.summary import DEFAULT_MAX_FAILED_FRACTION
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNNER = ["--runner", "FnApiRunner"]
@@ -168,7 +168,7 @@ class Review(NamedTuple):
 
 @pytest.fixture(scope="module")
 def words(tiny_artifact_dir):
-    from textdp.locate import open_artifact
+    from textdp.artifact.locate import open_artifact
 
     return [w for w in open_artifact(tiny_artifact_dir).words if w.isalpha()]
 
@@ -268,7 +268,7 @@ def test_errors_are_textdp_errors_and_the_builtin_type_python_code_expects(tiny_
     """Each refusal is caught by ``except TextdpError`` (the existing sites) and by the built-in type of its case:
     TypeError for a wrong kind, ValueError for a bad value, FileNotFoundError for what is not there."""
     import textdp
-    from textdp.embeddings import parse_source
+    from textdp.artifact.embeddings import parse_source
     from textdp.errors import ArtifactError, EmbeddingFormatError
 
     p = textdp.Privatizer(epsilon=10, artifact=tiny_artifact_dir)

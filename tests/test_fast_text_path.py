@@ -1,14 +1,14 @@
 """The batch text path (numpy word split, memoized lookup, batch layout and render) is byte for byte
 the one-word-at-a-time tokenizer and renderer.
 
-``FrozenReference*`` (benchmarks/reference_text_path.py) is a copy of textdp/tokenize.py and of TextPrivatizer's
+``FrozenReference*`` (benchmarks/reference_text_path.py) is a copy of textdp/text/tokenize.py and of TextPrivatizer's
 tokenize/release/render steps as they were before the batch path (issue 17), kept here as the
 specification: every test compares the current code with it on real IMDb reviews and on
 adversarial strings, field by field (pieces, slots, ids, cases, glued, layout digest, rendered text).
 Issue 24 changed the word rule (every Unicode class has a treatment, words are looked up by their
 NFKC form): the reference's word pattern and lookup were rewritten once to that rule, from
 ``unicodedata`` alone (``reference_class``, ``reference_normal_form``), independently of
-textdp.word_split's table; the rest of the reference is unchanged.
+textdp.text.word_split's table; the rest of the reference is unchanged.
 """
 
 from __future__ import annotations
@@ -23,14 +23,16 @@ from threadpoolctl import threadpool_limits
 from benchmarks.reference_text_path import (UNKNOWN_ID, WORD_CAPTURE, WORD_PATTERN, FrozenReferenceTextPrivatizer,
                                             FrozenReferenceTokenizer, frozen_is_clitic, reference_class)
 from tests.conftest import read_imdb
-from textdp import token_batch, word_memo, word_split
-from textdp.compact_vocab import CompactVocabulary
+from textdp.text import token_batch
+from textdp.text import word_memo
+from textdp.text import word_split
+from textdp.artifact.compact_vocab import CompactVocabulary
 from textdp.mechanisms import make_mechanism
-from textdp.store import Artifact
-from textdp.text_privatizer import TextPrivatizer
-from textdp import tokenize as tokenize_module
-from textdp.tokenize import Tokenizer, apply_case, vocabulary_words
-from textdp.word_memo import WordMemo
+from textdp.artifact.store import Artifact
+from textdp.text.privatizer import TextPrivatizer
+from textdp.text import tokenize as tokenize_module
+from textdp.text.tokenize import Tokenizer, apply_case, vocabulary_words
+from textdp.text.word_memo import WordMemo
 
 # --- the comparisons ------------------------------------------------------------------------------
 

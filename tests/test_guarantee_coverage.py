@@ -15,8 +15,8 @@ import textdp
 from pipelines.privatize import run
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
 from textdp.mechanisms import ALL_MECHANISMS
-from textdp.statements import coverage_statement
-from textdp.summary import build_public_summary, build_summary
+from textdp.privacy.statements import coverage_statement
+from textdp.privacy.summary import build_public_summary, build_summary
 
 # What each mechanism protects, from its own module docstring (not from the code under test):
 # Madlib, TEM, Mahalanobis, Vickrey and SanText bound every pair of vocabulary words; truncated-gumbel

@@ -72,7 +72,7 @@ def test_ctrl_c_while_the_default_artifact_builds(tmp_path):
 
 def test_gcs_preflight_refuses_in_seconds(gcs_emulator, gcs_bucket, monkeypatch):
     """gs:// with no route, a missing bucket or no credentials: refused at once, not after 2 minutes of retries."""
-    from textdp import gcs
+    from textdp.artifact import gcs
 
     gcs.preflight([f"gs://{gcs_bucket}/corpus-*.txt"], writes=True)  # reachable (the emulator): no error
     with pytest.raises(textdp.TextdpError, match="does not exist"):
@@ -88,7 +88,7 @@ def test_gcs_preflight_refuses_in_seconds(gcs_emulator, gcs_bucket, monkeypatch)
 
 
 def test_gcs_output_without_credentials_is_refused_before_any_request(tmp_path, monkeypatch):
-    from textdp import gcs
+    from textdp.artifact import gcs
 
     for name in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS"):
         monkeypatch.delenv(name, raising=False)

@@ -132,7 +132,7 @@ def _words(n=200):
 
 def test_gumbel_candidates_that_make_it_the_identity_are_refused_by_the_identity_rule(table_artifact_dir, tmp_path,
                                                                                        capsys):
-    from textdp.truncated_gumbel import TruncatedGumbel
+    from textdp.mechanisms.truncated_gumbel import TruncatedGumbel
 
     assert TruncatedGumbel.MIN_CANDIDATES == pytest.approx(1e-6, rel=1e-6)
     data = tmp_path / "in.txt"

@@ -1,4 +1,4 @@
-"""The int8-prefiltered nearest and two-nearest search (textdp/int8_search.py, textdp/_top2.c) against float64 brute force.
+"""The int8-prefiltered nearest and two-nearest search (textdp/search/int8_search.py, textdp/_top2.c) against float64 brute force.
 
 The reference here is independent of the kernel: float64 BLAS scores pick each query's 12 best
 candidates, whose squared distances are then recomputed from differences in float64 and sorted by
@@ -14,10 +14,10 @@ import threading
 import numpy as np
 import pytest
 
-from textdp import int8_search
-from textdp.madlib import Madlib, sample_noise
-from textdp.nearest import ExactNearest
-from textdp.vickrey import Vickrey
+from textdp.search import int8_search
+from textdp.mechanisms.madlib import Madlib, sample_noise
+from textdp.search.nearest import ExactNearest
+from textdp.mechanisms.vickrey import Vickrey
 
 pytestmark = pytest.mark.skipif(not int8_search.available(), reason="textdp._top2 not built (no C compiler at install)")
 

@@ -16,9 +16,9 @@ import pytest
 from scipy import linalg, stats
 
 from tests.statcheck import two_sample_g
-from textdp.madlib import Madlib
-from textdp.mahalanobis import Mahalanobis, regularized_covariance
-from textdp.vickrey import Vickrey
+from textdp.mechanisms.madlib import Madlib
+from textdp.mechanisms.mahalanobis import Mahalanobis, regularized_covariance
+from textdp.mechanisms.vickrey import Vickrey
 
 ALPHA = 1e-5
 DRAWS = 10_000

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
-from textdp import accounting
-from textdp.locate import open_artifact
+from textdp.privacy import accounting
+from textdp.artifact.locate import open_artifact
 from textdp.errors import TextdpError
 from textdp.mechanisms import ALL_MECHANISMS, make_mechanism, mechanism_parameters
 

@@ -11,7 +11,7 @@ import pytest
 import textdp
 from pipelines.cli import main as cli_main
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
-from textdp.locate import open_artifact
+from textdp.artifact.locate import open_artifact
 from textdp.mechanisms import ALL_MECHANISMS, make_mechanism
 
 RUNNER = ["--runner=FnApiRunner"]

@@ -379,7 +379,7 @@ def test_f6_no_output_may_be_a_file_of_the_artifact_even_with_overwrite(tmp_path
              job="calibrate")
     assert _files(tmp_path) == before
     # the default artifact (no --artifact) is registered the same way
-    from textdp.locate import resolve_artifact
+    from textdp.artifact.locate import resolve_artifact
     default = resolve_artifact(None)
     _refused(capsys, ["--epsilon=5", f"--input={source}", f"--output={tmp_path}/q/o/out", "--overwrite",
                       f"--public-summary={default}/manifest.json"], "--artifact matches", "manifest.json")

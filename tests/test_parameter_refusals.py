@@ -27,11 +27,11 @@ from templates import jobs as template_jobs
 from tests.statcheck import g_test
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
 from textdp.errors import TextdpError
-from textdp.exponential import exact_distribution
-from textdp.locate import open_artifact
-from textdp.mahalanobis import Mahalanobis
+from textdp.mechanisms.exponential import exact_distribution
+from textdp.artifact.locate import open_artifact
+from textdp.mechanisms.mahalanobis import Mahalanobis
 from textdp.mechanisms import ALL_MECHANISMS, MAX_EPSILON, MIN_EPSILON, REGISTRY, make_mechanism
-from textdp.santext import SanText, rarest_ids
+from textdp.mechanisms.santext import SanText, rarest_ids
 from transforms.privatize import Privatize
 
 ALPHA = 1e-5
@@ -185,7 +185,7 @@ EXTREMES = EXTREMES + declared_extremes(EXTREMES)
 def test_every_mechanism_works_at_the_ends_of_its_documented_ranges(artifact, name, params, epsilon):
     ids = np.arange(0, artifact.vocab_size, 50)
     if "smallest" in params.values():  # truncated-gumbel's smallest scale: 1/60 of the smallest gap between words
-        from textdp.truncated_gumbel import TruncatedGumbel  # pylint: disable=import-outside-toplevel
+        from textdp.mechanisms.truncated_gumbel import TruncatedGumbel  # pylint: disable=import-outside-toplevel
 
         gap = TruncatedGumbel.resolve(1.0, artifact, scale=1.0)["min_distance"]
         smallest = {"scale": gap / math.log(artifact.vocab_size / TruncatedGumbel.IDENTITY_CHANGE) * 1.001,

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from pipelines.privatize import run
-from textdp import accounting
-from textdp.statements import FLOATING_POINT_STATEMENT, STRUCTURE_STATEMENT, oov_statement, records_statement
-from textdp.summary import RAW_DATA_FIGURES
-from textdp.tokenize import Tokenizer
+from textdp.privacy import accounting
+from textdp.privacy.statements import FLOATING_POINT_STATEMENT, STRUCTURE_STATEMENT, oov_statement, records_statement
+from textdp.privacy.summary import RAW_DATA_FIGURES
+from textdp.text.tokenize import Tokenizer
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
 
 
@@ -146,9 +146,9 @@ def test_structure_statement_describes_how_joined_words_are_released():
 
 
 def test_structure_statement_names_exactly_what_the_tokenizer_releases_as_structure():
-    """Issue 24: the sentence follows the tokenizer's Unicode rule (textdp/word_split.py): what it calls
+    """Issue 24: the sentence follows the tokenizer's Unicode rule (textdp/text/word_split.py): what it calls
     structure is structure, and what it calls a word (disguised letters, emoji, Braille) is a word."""
-    from textdp.word_split import split_pieces
+    from textdp.text.word_split import split_pieces
 
     cases = {"structure": ["\t", "\x01", ",", "\u00bf", "+", "\u2211", "$", "\u20ac", "^", "\u00b4"],
              "word": ["\u24d9\u24de", "\U0001F600", "\u2801\u2803", "\U0001F1EB\U0001F1F7", "\ue000", "jo\u200bhn"]}
@@ -276,7 +276,7 @@ def test_an_unbounded_epsilon0_names_the_mechanisms_reason_in_the_report(neighbo
 def test_public_shuffle_claim_is_the_operators_sentence_with_its_restriction():
     """Issue 24 item 6: without an author field the public summary repeats the claimed shuffle sentence of
     the operator's report, restriction included (only words swapped within the same released shape)."""
-    from textdp.summary import public_amplification  # pylint: disable=import-outside-toplevel
+    from textdp.privacy.summary import public_amplification  # pylint: disable=import-outside-toplevel
 
     stats = accounting.amplifier_stats(10 ** 6, 10 ** 6, [(((5, "layout"),), 10 ** 6)], ["text"], 0, 0, [], False,
                                        ["text"], "__shape__")

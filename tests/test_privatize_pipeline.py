@@ -17,7 +17,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 
 from pipelines.privatize import PrivatizeOptions, build_pipeline, run
 from textdp.errors import TextdpError
-from textdp.tokenize import Tokenizer
+from textdp.text.tokenize import Tokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE_TXT = os.path.join(REPO, "examples", "reviews.txt")
@@ -244,11 +244,11 @@ def test_clear_errors_for_bad_flags(tmp_path, flags, message):
 
 
 def test_tem_fails_clearly_when_unavailable(tmp_path, small_artifact, monkeypatch):
-    """An installation without textdp.tem (simulated by blocking the import) gets a clear error,
+    """An installation without textdp.mechanisms.tem (simulated by blocking the import) gets a clear error,
     both when the flags are checked and from the mechanism factory."""
     from textdp.mechanisms import make_mechanism  # pylint: disable=import-outside-toplevel
 
-    monkeypatch.setitem(sys.modules, "textdp.tem", None)  # "import textdp.tem" now raises ImportError
+    monkeypatch.setitem(sys.modules, "textdp.mechanisms.tem", None)  # "import textdp.mechanisms.tem" now raises ImportError
     with pytest.raises(TextdpError, match="--mechanism tem is not available"):
         build_pipeline(PipelineOptions([f"--input={EXAMPLE_TXT}", f"--output={tmp_path}/x", "--epsilon=1",
                                         "--mechanism=tem"]))

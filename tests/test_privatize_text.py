@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from textdp.madlib import Madlib
+from textdp.mechanisms.madlib import Madlib
 from textdp.mechanisms import make_mechanism
 from textdp.errors import TextdpError
-from textdp.locate import open_artifact
-from textdp.neighbours import metric_points
-from textdp.tem import output_distribution
-from textdp.text_privatizer import TextPrivatizer
+from textdp.artifact.locate import open_artifact
+from textdp.artifact.neighbours import metric_points
+from textdp.mechanisms.tem import output_distribution
+from textdp.text.privatizer import TextPrivatizer
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
 
 ALPHA = 1e-3  # false-failure rate of each statistical test below
@@ -49,7 +49,7 @@ def test_pipeline_core_releases_words_with_the_mechanism_distribution(small_arti
 
 def _tem_mixture(artifact, tem):
     """Closed form of the ``random`` OOV release under TEM: Q(i) = (1/N) sum_u P_u(i), in float64,
-    with P_u TEM's exact output distribution for input u (textdp.tem.output_distribution)."""
+    with P_u TEM's exact output distribution for input u (textdp.mechanisms.tem.output_distribution)."""
     points = metric_points(artifact.vectors, tem.metric, dtype=np.float64)
     n = len(points)
     mixture = np.zeros(n)
@@ -155,7 +155,7 @@ def test_factory_names_and_unknown_mechanism(small_artifact):
 
 def test_compact_vocabulary_matches_the_artifact_word_list(small_artifact):
     """The page-cache-shared vocabulary the workers use: same words, same ids, unknowns absent."""
-    from textdp.compact_vocab import SharedVocabularyArtifact  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.compact_vocab import SharedVocabularyArtifact  # pylint: disable=import-outside-toplevel
 
     shared_words = SharedVocabularyArtifact(small_artifact.path)
     words = shared_words.words
@@ -171,7 +171,7 @@ def test_compact_vocabulary_matches_the_artifact_word_list(small_artifact):
 
 
 def test_summary_reconciliation_and_policy_statements():
-    from textdp.summary import build_summary  # pylint: disable=import-outside-toplevel
+    from textdp.privacy.summary import build_summary  # pylint: disable=import-outside-toplevel
 
     common = dict(input_pattern="in.txt", output="out-*", errors_output="out-errors-*", data_format="text",
                   text_fields=(), mechanism_parameters={"mechanism": "madlib"}, mechanism_statement={"per_token": "x"},

@@ -10,7 +10,7 @@ import pytest
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to, is_not_empty
 
-from textdp.locate import open_artifact
+from textdp.artifact.locate import open_artifact
 from transforms import Privatize
 
 IDENTITY = 1e6  # far below any distance between words: the release is the input (tests/test_madlib.py)
@@ -140,7 +140,7 @@ def test_the_example_pipeline_runs(tiny_artifact_dir, tmp_path):
     import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
 
     from tests.conftest import REPO  # pylint: disable=import-outside-toplevel
-    from textdp.tokenize import Tokenizer  # pylint: disable=import-outside-toplevel
+    from textdp.text.tokenize import Tokenizer  # pylint: disable=import-outside-toplevel
 
     output = str(tmp_path / "csv-reviews")
     result = subprocess.run([sys.executable, "examples/privatize_csv_to_parquet.py", "--input",

@@ -45,13 +45,13 @@ from pipelines.flags import MechanismOptions
 from pipelines.jobs import help_parser, parse_job_options
 from templates import jobs as template_jobs
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
-from textdp.audit_attacks import kernel_of
-from textdp.audit_pairs import bound_text
-from textdp.calibration import exact_distribution_of
-from textdp.geometry import distance_row
-from textdp.locate import ALWAYS_NEEDED, open_artifact
+from textdp.audit.attacks import kernel_of
+from textdp.audit.pairs import bound_text
+from textdp.calibration.statistics import exact_distribution_of
+from textdp.search.geometry import distance_row
+from textdp.artifact.locate import ALWAYS_NEEDED, open_artifact
 from textdp.mechanisms import artifact_needs
-from textdp.mechanism_base import Mechanism
+from textdp.mechanisms.base import Mechanism
 from textdp.mechanisms import REGISTRY, all_parameters, make_mechanism, users_of
 from tests.custom_mechanism import IMPORT_PATH, CappedExponential
 from transforms import Privatize

@@ -20,10 +20,10 @@ import time
 import numpy as np
 import pytest
 
-from textdp import gcs
-from textdp.locate import open_artifact, read_manifest
-from textdp.store import MANIFEST, VECTORS_FILE, add_files, build_artifact
-from textdp.embeddings import BUNDLED_GLOVE, EmbeddingSource
+from textdp.artifact import gcs
+from textdp.artifact.locate import open_artifact, read_manifest
+from textdp.artifact.store import MANIFEST, VECTORS_FILE, add_files, build_artifact
+from textdp.artifact.embeddings import BUNDLED_GLOVE, EmbeddingSource
 from textdp.errors import ArtifactError
 from tests.gcs_emulator import GcsEmulator, gcs_bucket, gcs_emulator  # noqa: F401 (pytest fixtures)
 
@@ -161,7 +161,7 @@ def test_ctrl_c_during_download_leaves_no_half_file(uploaded, cache):
 
 CHILD_FETCH = textwrap.dedent("""
     import json, os, sys, time
-    from textdp import gcs
+    from textdp.artifact import gcs
     url, mode = sys.argv[1], sys.argv[2]
     log = []
     def say(message):

@@ -16,7 +16,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.privatize import build_pipeline
-from textdp import gcs
+from textdp.artifact import gcs
 from tests.gcs_emulator import beam_gcs_anonymous, gcs_bucket, gcs_emulator  # noqa: F401 (pytest fixtures)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

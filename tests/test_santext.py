@@ -16,9 +16,9 @@ import pytest
 
 from tests.statcheck import g_test
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
-from textdp.locate import open_artifact
-from textdp.exponential import exact_distribution
-from textdp.santext import SanText, rarest_ids
+from textdp.artifact.locate import open_artifact
+from textdp.mechanisms.exponential import exact_distribution
+from textdp.mechanisms.santext import SanText, rarest_ids
 
 ALPHA = 1e-5
 DRAWS = 40_000

@@ -16,8 +16,8 @@ from scipy import stats
 
 from pipelines.flags import AmplifierOptions
 from pipelines.privatize import SHAPE_FIELD
-from textdp import accounting
-from textdp.tokenize import WORD_PATTERN
+from textdp.privacy import accounting
+from textdp.text.tokenize import WORD_PATTERN
 from tests.test_neighbours import angular_artifact_dir, neighbour_artifact_dir  # noqa: F401  (fixtures)
 from transforms.shuffle import ShuffleAmplifier, count_words, replace_rare_words, word_types
 
@@ -168,7 +168,7 @@ def test_output_order_uncorrelated_with_input_order_one_process(tmp_path):
 
 
 def test_amplifier_options_and_report_section(imdb_rows, tmp_path):
-    """Flags parse, every flag has help; the report computed from the stage's stats (textdp.accounting,
+    """Flags parse, every flag has help; the report computed from the stage's stats (textdp.privacy.accounting,
     no Beam) reconciles counts and carries no raw text."""
     parser_help = {action.dest: action.help for action in _amplifier_actions()}
     for dest in ("shuffle", "user_field", "drop_fields", "subsample", "k_threshold", "delta", "shuffle_shard_records"):
@@ -211,7 +211,7 @@ def test_options_validation():
 def test_token_epsilon0_uses_the_mechanism_metric(neighbour_artifact_dir, angular_artifact_dir):  # noqa: F811
     """epsilon_0 of a TEM token: epsilon * min(diameter, gamma), the diameter measured in the table's
     metric (Euclidean; angular: chords between unit directions, at most 2)."""
-    from textdp.locate import open_artifact  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.locate import open_artifact  # pylint: disable=import-outside-toplevel
     from textdp.mechanisms import make_mechanism  # pylint: disable=import-outside-toplevel
 
     for directory, metric in ((neighbour_artifact_dir, "euclidean"), (angular_artifact_dir, "angular")):

@@ -60,7 +60,7 @@ def test_privatize_claims_shuffle_amplification_where_the_theorem_applies(small_
     """textdp privatize hands the Amplifier each record's exact word count and layout, so the accounting
     can claim Thm. 3.1 when its condition holds: 3,000 one-word lines at epsilon 0.05. Lines whose
     layout differs ("Word." vs "word") are separate groups, and the worst group's bound is the claim."""
-    from textdp import accounting  # pylint: disable=import-outside-toplevel
+    from textdp.privacy import accounting  # pylint: disable=import-outside-toplevel
 
     words = [w for w in small_artifact.words[200:4900] if w.isalpha()][:3000]
     assert len(words) == 3000

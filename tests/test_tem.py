@@ -15,10 +15,10 @@ import pytest
 from scipy.stats import chi2, norm
 
 from tests.test_neighbours import neighbour_artifact_dir, angular_artifact_dir  # noqa: F401  (fixtures)
-from textdp.locate import open_artifact
+from textdp.artifact.locate import open_artifact
 from textdp.errors import ArtifactError
-from textdp.neighbours import metric_points
-from textdp.tem import TEM, gamma_from_beta, output_distribution
+from textdp.artifact.neighbours import metric_points
+from textdp.mechanisms.tem import TEM, gamma_from_beta, output_distribution
 
 ALPHA = 1e-5
 DRAWS = 100_000

@@ -10,7 +10,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines.privatize import build_pipeline
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
 from textdp.errors import TextdpError
-from textdp.tem import gamma_from_beta
+from textdp.mechanisms.tem import gamma_from_beta
 
 
 def write_jsonl(rows, path):

@@ -147,8 +147,8 @@ def test_dataflow_dry_run_through_the_template_uses_the_template_image(tmp_path,
 
 
 def test_build_index_template_builds_on_a_worker_and_uploads(gcs_bucket, beam_gcs_anonymous, tmp_path, monkeypatch):
-    from textdp import gcs
-    from textdp.locate import open_artifact
+    from textdp.artifact import gcs
+    from textdp.artifact.locate import open_artifact
 
     monkeypatch.setenv("TEXTDP_CACHE_DIR", str(tmp_path / "cache"))
     url = f"gs://{gcs_bucket}/artifacts/glove500"
@@ -164,9 +164,9 @@ def test_neighbours_template_adds_the_table_to_a_gcs_artifact(gcs_bucket, beam_g
     the workers fetch the artifact and the table lands in the bucket with a new manifest."""
     import json
 
-    from textdp import gcs
-    from textdp.locate import open_artifact, read_manifest
-    from textdp.neighbours import NeighbourTable
+    from textdp.artifact import gcs
+    from textdp.artifact.locate import open_artifact, read_manifest
+    from textdp.artifact.neighbours import NeighbourTable
 
     monkeypatch.setenv("TEXTDP_CACHE_DIR", str(tmp_path / "cache"))
     url = gcs.upload_artifact(small_artifact_dir, f"gs://{gcs_bucket}/artifacts/glove5k-template")

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from textdp.tokenize import CAPITALIZED, LOWER, UNKNOWN_ID, UPPER, Tokenizer, apply_case, case_pattern
+from textdp.text.tokenize import CAPITALIZED, LOWER, UNKNOWN_ID, UPPER, Tokenizer, apply_case, case_pattern
 
 
 def test_round_trip_is_exact_on_real_reviews(imdb_rows, small_artifact):

@@ -2,7 +2,7 @@
 K=40 table from the neighbour job).
 
 The exact law of the released candidate is computed by numerical integration
-(``textdp.truncated_gumbel.output_distribution``: the Poisson weights times the probability that a
+(``textdp.mechanisms.truncated_gumbel.output_distribution``: the Poisson weights times the probability that a
 candidate has the smallest noisy distance, integrated over the truncated Gumbel density), a
 derivation independent of the sampler. G-tests of 40,000 draws (by candidate rank) at significance
 1e-5; 4 checks, so a correct sampler fails any with probability below 4e-5. Power: the same draws
@@ -16,8 +16,8 @@ import pytest
 
 from tests.statcheck import g_test
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
-from textdp.locate import open_artifact
-from textdp.truncated_gumbel import (TruncatedGumbel, lambert_w0, output_distribution, poisson_pmf, scale_from_epsilon,
+from textdp.artifact.locate import open_artifact
+from textdp.mechanisms.truncated_gumbel import (TruncatedGumbel, lambert_w0, output_distribution, poisson_pmf, scale_from_epsilon,
                                      truncated_gumbel_noise)
 
 ALPHA = 1e-5

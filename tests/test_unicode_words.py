@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 
 import textdp
 from pipelines.privatize import build_pipeline
-from textdp import word_split
-from textdp.locate import open_artifact
+from textdp.text import word_split
+from textdp.artifact.locate import open_artifact
 from textdp.mechanisms import make_mechanism
-from textdp.text_privatizer import TextPrivatizer
-from textdp.tokenize import CAPITALIZED, LOWER, UNKNOWN_ID, UPPER, Tokenizer
+from textdp.text.privatizer import TextPrivatizer
+from textdp.text.tokenize import CAPITALIZED, LOWER, UNKNOWN_ID, UPPER, Tokenizer
 
 IDENTITY = 1e6  # Madlib's noise is then far below any word distance: every known word is released as itself
 PROPERTY_EXAMPLES = 300  # per OOV policy; docs/privatize.md states this number

@@ -1,4 +1,4 @@
-"""The pre-run artifact check (``textdp.locate.verify_artifact``) and the verification stamps behind it.
+"""The pre-run artifact check (``textdp.artifact.locate.verify_artifact``) and the verification stamps behind it.
 
 Real GloVe artifacts (300 words, an Annoy index and an exact K=8 neighbour table), damaged the way
 a disk, a careless copy or a partial upload damages them; gs:// artifacts on the real Cloud
@@ -17,15 +17,15 @@ import time
 import numpy as np
 import pytest
 
-from textdp import gcs
-from textdp.embeddings import BUNDLED_GLOVE, EmbeddingSource
+from textdp.artifact import gcs
+from textdp.artifact.embeddings import BUNDLED_GLOVE, EmbeddingSource
 from textdp.errors import ArtifactError
-from textdp.locate import ARTIFACT_PARTS, open_artifact, read_manifest, verify_artifact
+from textdp.artifact.locate import ARTIFACT_PARTS, open_artifact, read_manifest, verify_artifact
 from textdp.mechanisms import artifact_needs
-from textdp.neighbours import DISTANCES_FILE, IDS_FILE, TableWriter, knn_rows, metric_points
-from textdp import store
-from textdp.store import MANIFEST, build_artifact, stamp_dir
-from textdp.verification import STAMP_MIN_AGE_NS, stamp_path
+from textdp.artifact.neighbours import DISTANCES_FILE, IDS_FILE, TableWriter, knn_rows, metric_points
+from textdp.artifact import store
+from textdp.artifact.store import MANIFEST, build_artifact, stamp_dir
+from textdp.artifact.verification import STAMP_MIN_AGE_NS, stamp_path
 from tests.gcs_emulator import gcs_bucket, gcs_emulator  # noqa: F401 (pytest fixtures)
 
 EVERYTHING = artifact_needs("tem") + ("annoy",)
@@ -332,7 +332,7 @@ def test_artifact_layers_import_only_downwards():
     function (the old artifact/remote pair imported each other)."""
     import ast
 
-    layers = ["textdp.verification", "textdp.store", "textdp.gcs", "textdp.locate"]
+    layers = ["textdp.artifact.verification", "textdp.artifact.store", "textdp.artifact.gcs", "textdp.artifact.locate"]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for level, module in enumerate(layers):
         with open(os.path.join(root, *module.split(".")) + ".py", encoding="utf-8") as handle:

@@ -16,10 +16,10 @@ import pytest
 import textdp
 from pipelines.cli import main as cli_main
 from textdp.errors import ArtifactError, ParameterError
-from textdp.locate import open_artifact, verify_artifact
-from textdp.store import Artifact
-from textdp.tokenize import Tokenizer, unreadable_entries
-from textdp.verification import sha256_file
+from textdp.artifact.locate import open_artifact, verify_artifact
+from textdp.artifact.store import Artifact
+from textdp.text.tokenize import Tokenizer, unreadable_entries
+from textdp.artifact.verification import sha256_file
 
 RUNNER = ["--runner", "FnApiRunner"]
 NOT_WORDS = ["x y", "a\x00b", "line\u2028sep", '"', ",", "--", "u.s.", "Paris"]

@@ -8,8 +8,8 @@
     p.privacy_statement()                              # the statement the public summary prints
 
 It is the same code path as ``textdp privatize`` and the ``Privatize`` transform: the record checks
-of ``textdp.records``, the tokenizer, OOV policies and mechanisms of ``textdp.text_privatizer``,
-and the statements of ``textdp.summary``. Randomness comes from OS entropy (one generator per
+of ``textdp.text.records``, the tokenizer, OOV policies and mechanisms of ``textdp.text.privatizer``,
+and the statements of ``textdp.privacy.summary``. Randomness comes from OS entropy (one generator per
 ``Privatizer``, created when it is built) unless a seed is given.
 
 Bad input. ``privatize`` takes a list (or any sequence) of strings; a single string is refused
@@ -48,15 +48,15 @@ from typing import List, Optional, Sequence
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from textdp.compact_vocab import SharedVocabularyArtifact
+from textdp.artifact.compact_vocab import SharedVocabularyArtifact
 from textdp.errors import TextdpError, TextdpTypeError, TextdpValueError
-from textdp.locate import resolve_artifact, verify_artifact
+from textdp.artifact.locate import resolve_artifact, verify_artifact
 from textdp.mechanisms import ALL_MECHANISMS, MAX_EPSILON, check_mechanism, check_number, make_mechanism  # noqa: F401
 from textdp.mechanisms import DEFAULT_MECHANISM, statement_of
-from textdp.records import EMPTY, NOT_A_TEXT, check_record
+from textdp.text.records import EMPTY, NOT_A_TEXT, check_record
 from textdp.spec import PrivacySpec
-from textdp.summary import privacy_section
-from textdp.text_privatizer import TextPrivatizer
+from textdp.privacy.summary import privacy_section
+from textdp.text.privatizer import TextPrivatizer
 
 ERROR_POLICIES = ("raise", "none")
 # Words per mechanism call in the API, for every mechanism (the pipeline uses 4,096 for the
@@ -71,7 +71,7 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
 
     Keyword arguments mirror ``textdp privatize``'s flags: ``epsilon`` (required, in
     [1e-30, 1e6]: ``textdp.mechanisms.check_epsilon``), ``mechanism`` (a registered name, an import path
-    ``package.module:Class`` or a ``textdp.mechanism_base.Mechanism`` subclass: docs/mechanisms.md),
+    ``package.module:Class`` or a ``textdp.mechanisms.base.Mechanism`` subclass: docs/mechanisms.md),
     ``artifact`` (a directory or gs:// URL; None: the bundled GloVe 6B 50d artifact, built once into the cache), ``oov_policy``
     (random, unk, keep), ``unk_token``, ``max_text_bytes``; ``threads``: threads of the exact
     nearest-word search (default: this machine's cores); ``batch_tokens``: about how many words go

@@ -378,7 +378,7 @@ class OutputGuard:
     # --- checking -----------------------------------------------------------------------------
     def check(self) -> List[str]:
         """Every refusal that needs no lock; returns the earlier run's files ``--overwrite`` replaces."""
-        from textdp.store import cache_dir  # pylint: disable=import-outside-toplevel
+        from textdp.artifact.store import cache_dir  # pylint: disable=import-outside-toplevel
 
         self.inside("the textdp cache", cache_dir(), "textdp's cache (TEXTDP_CACHE_DIR)")
         for flag, path in self.inputs:

@@ -5,14 +5,14 @@ picklable form ``textdp.mechanisms.mechanism_reference`` gives), its parameters 
 epsilon(s), the artifact's location and the out-of-vocabulary policy. Building one checks everything that can
 be checked without loading the artifact, with the one epsilon rule (``textdp.mechanisms.check_epsilon``), each
 declared parameter's check and the mechanism's own (``check_mechanism``), and the OOV policy
-(``textdp.text_privatizer.check_oov``); a refusal is one ``TextdpError`` line (``ParameterError`` for the
+(``textdp.text.privatizer.check_oov``); a refusal is one ``TextdpError`` line (``ParameterError`` for the
 mechanism and epsilon). ``textdp.Privatizer``, ``transforms.Privatize`` and the jobs' ``MechanismOptions``
 (privatize, calibrate, audit) build their spec and take the mechanism, parameters and epsilons from it, so none
 re-checks them in its own way. Checks that need the vocabulary run later, once the artifact is known
 (``check_artifact``).
 
-Why a module of its own and not textdp/mechanisms.py: the registry knows mechanisms; a spec also holds the
-artifact and the text policy (textdp/locate.py, textdp/text_privatizer.py), which the registry need not import.
+Why a module of its own and not textdp/mechanisms/__init__.py: the registry knows mechanisms; a spec also holds the
+artifact and the text policy (textdp/artifact/locate.py, textdp/text/privatizer.py), which the registry need not import.
 textdp has no user-facing case policy (the tokenizer's case rule is fixed), so the spec has no field for one.
 """
 
@@ -44,8 +44,8 @@ class PrivacySpec:
     epsilon_label: str = field(default="epsilon", compare=False, repr=False)
 
     def __post_init__(self):
-        from textdp.locate import artifact_location  # pylint: disable=import-outside-toplevel
-        from textdp.text_privatizer import check_oov  # pylint: disable=import-outside-toplevel
+        from textdp.artifact.locate import artifact_location  # pylint: disable=import-outside-toplevel
+        from textdp.text.privatizer import check_oov  # pylint: disable=import-outside-toplevel
 
         reference = mechanism_reference(self.mechanism)  # refuses an unknown or unusable mechanism
         given = self.epsilons if isinstance(self.epsilons, (tuple, list)) else (self.epsilons,)
@@ -84,7 +84,7 @@ class PrivacySpec:
         return dict(self.params)
 
     def needs(self) -> tuple:
-        """The artifact parts the run reads (``textdp.locate.artifact_needs``)."""
+        """The artifact parts the run reads (``textdp.artifact.locate.artifact_needs``)."""
         from textdp.mechanisms import artifact_needs  # pylint: disable=import-outside-toplevel
 
         return artifact_needs(self.mechanism, self.keywords().get("nn", "exact"))

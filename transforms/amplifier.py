@@ -8,10 +8,10 @@ configuration says, and returns:
 * ``shards``: with ``shuffle``, the output shards in their shuffled order, for
   ``transforms.shard_writer.WriteShuffledShards`` (the only writer that keeps that order);
 * ``dropped``: one number, the records removed by sub-sampling (for the summary's reconciliation);
-* ``section``: one dict, the amplification report (``textdp.accounting.amplification_section``),
+* ``section``: one dict, the amplification report (``textdp.privacy.accounting.amplification_section``),
   also written as JSON to ``report_path``.
 
-The accounting arithmetic lives in ``textdp/accounting.py`` (no Beam); epsilon_0 is computed on a
+The accounting arithmetic lives in ``textdp/privacy/accounting.py`` (no Beam); epsilon_0 is computed on a
 worker from the very mechanism and artifact the privatize workers loaded (the same ``Shared``
 holder, so nothing is loaded twice in a process).
 """
@@ -24,9 +24,9 @@ from typing import Optional, Sequence, Tuple
 
 import apache_beam as beam
 
-from textdp import accounting
-from textdp.records import check_author
-from textdp.statements import unbounded_epsilon0_reason
+from textdp.privacy import accounting
+from textdp.text.records import check_author
+from textdp.privacy.statements import unbounded_epsilon0_reason
 from transforms.shuffle import DEFAULT_BYTES_PER_SHARD, DEFAULT_RECORDS_PER_SHARD, ShuffleAmplifier
 
 
@@ -60,7 +60,7 @@ class AmplifierConfig:
             raise ValueError("--shuffle-shard-records must be >= 1")
 
     def steps(self) -> dict:
-        """The steps that run, for the summary's records statement (textdp.statements.records_statement)."""
+        """The steps that run, for the summary's records statement (textdp.privacy.statements.records_statement)."""
         removed = list(dict.fromkeys(([self.user_field] if self.user_field else []) + list(self.drop_fields)))
         return {"shuffle": self.shuffle, "subsample": self.subsample, "k_threshold": self.k_threshold,
                 "removed_fields": removed}

@@ -1,4 +1,4 @@
-"""Beam side of the inversion and linkage attacks (arithmetic in ``textdp.audit_attacks``/``audit_corpus``).
+"""Beam side of the inversion and linkage attacks (arithmetic in ``textdp.audit.attacks``/``audit_corpus``).
 
 Stages, each parallel over its own unit of work:
 
@@ -24,12 +24,12 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from textdp.audit_attacks import (TOP_K, CountTable, KernelPosterior, Prior, fill_guesses, inversion_outcomes,
+from textdp.audit.attacks import (TOP_K, CountTable, KernelPosterior, Prior, fill_guesses, inversion_outcomes,
                                   kernel_of, linkage_success, log_normalizers, rank_band, structure_unique)
-from textdp.audit_corpus import (LogZLookup, encode_record, kernel_log_likelihood, linkage_scores, nested_order,
+from textdp.audit.corpus import (LogZLookup, encode_record, kernel_log_likelihood, linkage_scores, nested_order,
                                  record_key, release_keys)
-from textdp.audit_pairs import TokenReleaser
-from textdp.tokenize import Tokenizer
+from textdp.audit.pairs import TokenReleaser
+from textdp.text.tokenize import Tokenizer
 from transforms.audit_common import NAMESPACE, AuditConfig, holder_state
 
 TOKEN_CHUNK = 4000

@@ -18,7 +18,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from textdp.locate import open_artifact
+from textdp.artifact.locate import open_artifact
 from textdp.mechanisms import make_mechanism, mechanism_reference
 from transforms.worker import WorkerConfig, WorkerState
 
@@ -84,7 +84,7 @@ class AuditHolder:
         key = (metric, np.dtype(dtype).name)
         with self._lock:
             if key not in self._points:
-                from textdp.neighbours import metric_points  # pylint: disable=import-outside-toplevel
+                from textdp.artifact.neighbours import metric_points  # pylint: disable=import-outside-toplevel
 
                 self._points[key] = metric_points(np.asarray(self.artifact.vectors), metric, dtype=dtype)
             return self._points[key]

@@ -9,9 +9,9 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
-from textdp.audit_attacks import BAND_LABELS, mcdiarmid_margin, summarise_inversion
-from textdp.audit_report import DEFINITIONS, REPORT, build_report_files, summarise_linkage
-from textdp.audit_selfcheck import summarise_self_check
+from textdp.audit.attacks import BAND_LABELS, mcdiarmid_margin, summarise_inversion
+from textdp.audit.report import DEFINITIONS, REPORT, build_report_files, summarise_linkage
+from textdp.audit.selfcheck import summarise_self_check
 from textdp.mechanisms import statement_of
 from transforms.audit_common import AuditConfig, holder_state
 from transforms.io import write_json

@@ -6,7 +6,7 @@
 2. Every pair is keyed by each of its two tokens and grouped by token, so ``DrawTokenFn`` draws each
    token once per epsilon (``draws`` releases, split into two halves) however many pairs share it.
 3. The halves travel to their pairs, keyed by (pair, epsilon); ``TestPairFn`` computes the pair's
-   guarantee and the two directional tests (``textdp.audit_selfcheck.test_pair``).
+   guarantee and the two directional tests (``textdp.audit.selfcheck.test_pair``).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from __future__ import annotations
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from textdp.audit_pairs import (BANDS, PairSpec, TokenReleaser, band_pairs, guarantee_row, oov_pairs)
-from textdp.audit_selfcheck import pair_guarantee, test_pair
-from textdp.audit_stats import split_histograms
+from textdp.audit.pairs import (BANDS, PairSpec, TokenReleaser, band_pairs, guarantee_row, oov_pairs)
+from textdp.audit.selfcheck import pair_guarantee, test_pair
+from textdp.audit.stats import split_histograms
 from transforms.audit_common import NAMESPACE, AuditConfig, holder_state
 
 

@@ -1,7 +1,7 @@
 """The audit's two composite stages: ``SelfCheckStage`` and ``Attacks`` (inversion and linkage).
 
 ``Attacks`` reads the corpus, keeps a uniform sample of its records (``Top`` over a keyed hash),
-plans the attacks (``textdp.audit_corpus.plan_corpus``), builds the prior, then either the exact
+plans the attacks (``textdp.audit.corpus.plan_corpus``), builds the prior, then either the exact
 normalisers (closed-form mechanisms) or the Monte Carlo tables (the others), and runs the inversion
 and linkage work items in parallel. Its outputs: inversion rows (per epsilon and frequency band),
 linkage rows (per query, epsilon and set size), the Monte Carlo facts, the corpus plan's
@@ -15,8 +15,8 @@ from typing import Optional
 import apache_beam as beam
 import numpy as np
 
-from textdp.audit_attacks import Prior
-from textdp.audit_corpus import plan_corpus
+from textdp.audit.attacks import Prior
+from textdp.audit.corpus import plan_corpus
 from transforms.audit_attacks import (DRAW_CHUNK, QUERY_CHUNK, TOKEN_CHUNK, WORD_CHUNK, ConcatPairs, CountPriorWordsFn,
                                       EncodeRecordFn, InvertFn, LinkFn, LogNormalizersFn, McDrawsFn, chunks,
                                       table_from)

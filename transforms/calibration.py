@@ -1,7 +1,7 @@
 """Beam side of ``textdp calibrate``: shard the per-word statistics, then write table, summary, report.
 
 ``CalibrateWords`` turns ``(word or id, stratum)`` elements into one row per word and epsilon
-(:class:`textdp.calibration.WordCalibrator`). Heavy state (the memory-mapped artifact) is loaded
+(:class:`textdp.calibration.statistics.WordCalibrator`). Heavy state (the memory-mapped artifact) is loaded
 once per worker process behind ``apache_beam.utils.shared.Shared``; the mechanisms, which keep
 per-instance scratch buffers, are built per DoFn instance (one thread at a time), and each
 instance draws its randomness from a generator created in ``setup()`` from OS entropy. With
@@ -26,11 +26,11 @@ import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from textdp.calibration import K_VALUES, WordCalibrator, build_summary
-from textdp.locate import open_artifact
+from textdp.calibration.statistics import K_VALUES, WordCalibrator, build_summary
+from textdp.artifact.locate import open_artifact
 from textdp.mechanisms import make_mechanism, mechanism_reference, statement_of
-from textdp.report import build_report_files
-from textdp.tokenize import UNKNOWN_ID, Tokenizer
+from textdp.calibration.report import build_report_files
+from textdp.text.tokenize import UNKNOWN_ID, Tokenizer
 from transforms.worker import NAMESPACE, WorkerConfig, WorkerState
 SUMMARY_FILE = "summary.json"
 TABLE_PREFIX = "per_word"

@@ -2,13 +2,13 @@
 
 ``ComputeNeighbourTable`` = Create(row ranges) -> Reshuffle -> ``ComputeNeighbourBlocks`` (each
 worker memory-maps the artifact's vectors once, behind ``Shared``, and compares its rows with the
-whole vocabulary; see ``textdp.neighbours.knn_rows``) -> one ``WriteNeighbourTable`` that fills
+whole vocabulary; see ``textdp.artifact.neighbours.knn_rows``) -> one ``WriteNeighbourTable`` that fills
 staging files in the artifact directory and adds them to the manifest atomically.
 
 The artifact is a local directory that every worker can reach (the local runners) or a gs:// URL
 (any runner, Dataflow included): each worker then fetches the artifact into its own cache once,
 and the writer checks out a working copy on its worker (hard links into that cache), writes the
-table into it and uploads the two new files and then the manifest (``textdp.gcs``), so readers
+table into it and uploads the two new files and then the manifest (``textdp.artifact.gcs``), so readers
 see either the old artifact or the complete new one.
 """
 
@@ -25,9 +25,9 @@ import numpy as np
 from apache_beam.metrics import Metrics
 from apache_beam.utils import shared
 
-from textdp import gcs
-from textdp.locate import open_artifact
-from textdp.neighbours import QUERY_ROWS, TableWriter, knn_rows, metric_points
+from textdp.artifact import gcs
+from textdp.artifact.locate import open_artifact
+from textdp.artifact.neighbours import QUERY_ROWS, TableWriter, knn_rows, metric_points
 from transforms.worker import NAMESPACE, WorkerConfig, WorkerState
 
 

@@ -5,7 +5,7 @@ per worker process by ``transforms.worker.WorkerState`` (``Shared`` + one load m
 instance builds its own ``TextPrivatizer`` from it in ``setup()`` (the exact search keeps a
 scratch buffer, so mechanisms are not shared between threads). The DoFn only batches, seeds and
 counts: checking a record, taking its texts out and putting the released texts back is
-``textdp.records``; tokenizing and releasing is ``textdp.text_privatizer``.
+``textdp.text.records``; tokenizing and releasing is ``textdp.text.privatizer``.
 
 Randomness is per DoFn instance and created in ``setup()`` from OS entropy, never in ``__init__``
 (which is pickled and copied to every worker: a generator made there would repeat the same noise
@@ -31,12 +31,12 @@ import numpy as np
 from apache_beam.metrics import Metrics
 
 from textdp.allocator import allocator_settings
-from textdp.compact_vocab import SharedVocabularyArtifact
-from textdp.locate import resolve_artifact
+from textdp.artifact.compact_vocab import SharedVocabularyArtifact
+from textdp.artifact.locate import resolve_artifact
 from textdp.mechanisms import make_mechanism, mechanism_reference, statement_of
-from textdp.nearest import search_threads
-from textdp.records import check_record, record_texts, released_record
-from textdp.text_privatizer import TextPrivatizer
+from textdp.search.nearest import search_threads
+from textdp.text.records import check_record, record_texts, released_record
+from textdp.text.privatizer import TextPrivatizer
 from transforms.worker import NAMESPACE, WorkerConfig, WorkerState, blas_threads_in_use, process_loads
 
 
@@ -126,7 +126,7 @@ class PerturbTokens(beam.DoFn):
     """Batches of ``(key, record)`` -> released records, + 'errors', 'stats' and 'diagnostics' outputs.
 
     Metrics (namespace ``textdp``): records, tokens, changed_tokens, unknown_tokens (figures of the
-    raw input: operator diagnostics, see textdp/summary.py), artifact_loads, artifact_load_ms.
+    raw input: operator diagnostics, see textdp/privacy/summary.py), artifact_loads, artifact_load_ms.
     """
 
     ERRORS = "errors"
@@ -224,7 +224,7 @@ class WriteSummary(beam.DoFn):
     It asks the same per-process holder as PerturbTokens for the mechanism's parameters and privacy
     statement, so the summaries describe exactly the mechanism that ran. The operator's summary keeps
     the raw-data figures (marked as such); the public one, written only when ``public_path`` is
-    given, holds none (textdp/summary.py).
+    given, holds none (textdp/privacy/summary.py).
     """
 
     def __init__(self, shared_handle, config: PerturbConfig, summary_path: str, context: dict,
@@ -239,7 +239,7 @@ class WriteSummary(beam.DoFn):
         self._state.setup()
 
     def process(self, counts, amplification=()):
-        from textdp.summary import build_public_summary, build_summary  # pylint: disable=import-outside-toplevel
+        from textdp.privacy.summary import build_public_summary, build_summary  # pylint: disable=import-outside-toplevel
         from transforms.io import write_json  # pylint: disable=import-outside-toplevel
 
         holder = self._state.value

@@ -20,7 +20,7 @@ would make a batch of short records cost as much as a long one); the artifact is
 worker process (``transforms.worker``); BLAS threads per process and progress come from ``worker``.
 
 ``stats`` and the ``records``/``tokens`` counters are figures of the raw input: operator
-diagnostics, not for publication with the output (see textdp/summary.py).
+diagnostics, not for publication with the output (see textdp/privacy/summary.py).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import NamedTuple, Optional, Sequence
 import apache_beam as beam
 from apache_beam.utils import shared
 
-from textdp.records import as_pair, row_fields
+from textdp.text.records import as_pair, row_fields
 from textdp.mechanisms import mechanism_parameters
 from textdp.mechanisms import default_batch_tokens
 from transforms.perturb import PerturbConfig, PerturbTokens

@@ -34,7 +34,7 @@ word count, the layout (known only from the privatizer's ``shape_field``: withou
 estimated and nothing is claimed) and the fields left unprivatized.
 
 The k-threshold and the word counts find the released text's words with the privatizer's own word
-rule (``textdp.tokenize.WORD_PATTERN``, every Unicode class as textdp.word_split states it),
+rule (``textdp.text.tokenize.WORD_PATTERN``, every Unicode class as textdp.text.word_split states it),
 lowercased.
 """
 
@@ -51,8 +51,8 @@ from typing import Iterable, Optional, Sequence
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from textdp import accounting
-from textdp.tokenize import WORD_PATTERN  # the privatizer's notion of a word
+from textdp.privacy import accounting
+from textdp.text.tokenize import WORD_PATTERN  # the privatizer's notion of a word
 
 DEFAULT_MARKER = "<rare>"
 DEFAULT_RECORDS_PER_SHARD = 20_000
@@ -115,7 +115,7 @@ def record_words(record: dict, text_fields: Sequence[str]) -> int:
 
 
 def record_shape_value(record: dict, shape_field: str) -> dict:
-    """The privatizer's ``{"words": n, "layout": digest}`` for a record (see textdp.tokenize.Tokenized.layout)."""
+    """The privatizer's ``{"words": n, "layout": digest}`` for a record (see textdp.text.tokenize.Tokenized.layout)."""
     value = record.get(shape_field)
     words = value.get("words") if isinstance(value, dict) else None
     if (not isinstance(words, int) or isinstance(words, bool) or words < 0

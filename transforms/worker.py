@@ -156,11 +156,11 @@ class WorkerState:
     def setup(self, own_search_threads: bool = False) -> Any:
         """Load (once per process) and size the process's threads. ``own_search_threads``: the DoFn's
         heavy work is textdp's exact nearest-word search, which then runs its own threads over
-        single-threaded BLAS calls (textdp.nearest.set_search_threads) instead of a BLAS pool."""
+        single-threaded BLAS calls (textdp.search.nearest.set_search_threads) instead of a BLAS pool."""
         if self.worker is not None:
             retain_freed_memory()  # batches reuse their temporaries' pages (textdp/allocator.py)
             if own_search_threads:
-                from textdp.nearest import set_search_threads  # pylint: disable=import-outside-toplevel
+                from textdp.search.nearest import set_search_threads  # pylint: disable=import-outside-toplevel
 
                 set_search_threads(self.worker.threads())
                 limit_blas_threads(1)

@@ -45,10 +45,10 @@ from scipy import stats
 
 from benchmarks.harness import BENCH_CACHE, RESULTS, imdb_token_ids, machine, write_results
 from benchmarks.peer.bench_peer import ensure_venv, export_vocabulary, goodness_of_fit, time_textdp
-from textdp.locate import open_artifact
-from textdp.geometry import distance_row
+from textdp.artifact.locate import open_artifact
+from textdp.search.geometry import distance_row
 from textdp.mechanisms import make_mechanism
-from textdp.nearest import ExactNearest
+from textdp.search.nearest import ExactNearest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYPANTERA_REQUIREMENTS = ("pypantera==1.0.2",)
@@ -107,9 +107,9 @@ def santext_law(vectors, word_id, epsilon):
 def truncated_gumbel_law(artifact, word_id, scale, bound, mean, others_pmf=None, squared=False):
     """Law over the vocabulary of the truncated Gumbel mechanism from the neighbour table (see textdp);
     ``squared``: the noise is added to squared distances (what MLDP's faiss search returns)."""
-    from textdp.truncated_gumbel import output_distribution  # pylint: disable=import-outside-toplevel
+    from textdp.mechanisms.truncated_gumbel import output_distribution  # pylint: disable=import-outside-toplevel
 
-    from textdp.neighbours import NeighbourTable  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.neighbours import NeighbourTable  # pylint: disable=import-outside-toplevel
 
     table = NeighbourTable.from_artifact(artifact)
     ids = np.asarray(table.ids[word_id], dtype=np.int64)
@@ -397,7 +397,7 @@ def main(argv=None) -> None:  # pylint: disable=too-many-locals,too-many-stateme
         evidence["mldp_truncated_gumbel_constructions"] = [{"seed": c["seed"], "epsilon": c["epsilon"], **c["derived"]}
                                                            for c in mldp_out["constructions"]]
     evidence["exact_min_distance_and_diameter"] = {"min_distance": tg.min_distance, "diameter_upper": tg.max_distance}
-    from textdp.neighbours import NeighbourTable  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.neighbours import NeighbourTable  # pylint: disable=import-outside-toplevel
 
     table = NeighbourTable.from_artifact(artifact)
     sample = np.unique(ids[:5000])

@@ -14,7 +14,7 @@
    every process limited to one BLAS/OpenMP thread: tokens per CPU second, per core.
 4. Distributions, on a few check words:
    * TEM (both libraries): chi-square goodness of fit of the released words against the paper's
-     closed form P(i) ~ exp(-eps min(d(w,i), gamma)/2) (``textdp.tem.output_distribution``), with each
+     closed form P(i) ~ exp(-eps min(d(w,i), gamma)/2) (``textdp.mechanisms.tem.output_distribution``), with each
      library's own gamma;
    * Madlib (both libraries): Madlib has no closed form, so each library's draws are compared by a
      two-sample chi-square test with draws from a direct implementation of the paper's Alg. 1
@@ -46,10 +46,10 @@ import numpy as np
 from scipy import stats
 
 from benchmarks.harness import BENCH_CACHE, RESULTS, imdb_token_ids, machine, write_results
-from textdp.locate import open_artifact
-from textdp.geometry import distance_row
-from textdp.madlib import Madlib
-from textdp.tem import DEFAULT_BETA, TEM, gamma_from_beta, output_distribution
+from textdp.artifact.locate import open_artifact
+from textdp.search.geometry import distance_row
+from textdp.mechanisms.madlib import Madlib
+from textdp.mechanisms.tem import DEFAULT_BETA, TEM, gamma_from_beta, output_distribution
 
 MLDP_REQUIREMENTS = ("mldp-text==0.1.2", "numpy<2")
 DEFAULT_VENV = os.path.join(BENCH_CACHE, "mldp-text-0.1.2")

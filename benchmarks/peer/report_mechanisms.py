@@ -72,7 +72,7 @@ def markdown(payload: dict) -> str:  # pylint: disable=too-many-locals
     if tg:
         lines += ["", "Truncated Gumbel: textdp ran with the noise scale b that MLDP derived for the same epsilon ("
                   + ", ".join(f"epsilon {r['epsilon']:g}: b = {r['textdp']['parameters']['scale']:.4g}" for r in tg)
-                  + "), so both add the same noise; textdp claims no guarantee for this mechanism (see textdp/truncated_gumbel.py)."]
+                  + "), so both add the same noise; textdp claims no guarantee for this mechanism (see textdp/mechanisms/truncated_gumbel.py)."]
     lines += ["", "Mahalanobis and Vickrey search the nearest (two nearest) of 400,000 words exactly for every token; MLDP "
               "searches an approximate faiss IVF index (nprobe 50 of 100 lists) and, for Mahalanobis, recomputes a 50x50 "
               "matrix square root and scans the vocabulary to name the word for every token; pyPANTERA computes every "
@@ -86,7 +86,7 @@ def markdown(payload: dict) -> str:  # pylint: disable=too-many-locals
         versus = f" ({blas / mldp:.1f}x MLDP)" if mldp else ""
         if search["method"] == "int8":
             lines += ["", f"Vickrey at epsilon {r['epsilon']:g}: the two nearest words came from the int8-prefiltered "
-                          f"exact search (textdp/int8_search.py, kernel {search['kernel']}): it computed the float64 "
+                          f"exact search (textdp/search/int8_search.py, kernel {search['kernel']}): it computed the float64 "
                           f"distance of {search['exact_distances_per_token_median']:,.0f} words per token (median; p99 "
                           f"{search['exact_distances_per_token_p99']:,.0f}, max {search['exact_distances_per_token_max']:,}) "
                           f"of {search['vocabulary']:,} and skipped the others by a proven bound; its index takes "

@@ -37,7 +37,7 @@ import numpy as np
 
 from benchmarks.harness import RESULTS, load_results, machine, write_results
 from benchmarks.utility import classify, data, stats
-from textdp.tokenize import WORD_PATTERN
+from textdp.text.tokenize import WORD_PATTERN
 
 REPO = data.REPO
 SINGLE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}

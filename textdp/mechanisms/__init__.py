@@ -1,0 +1,400 @@
+"""Mechanism registry and factory: the one place that turns a mechanism reference and its parameters into an
+object.
+
+A mechanism reference is a registered name (a built-in one of ``BUILT_IN``, or one an installed package
+registers through the entry point group ``textdp.mechanisms``), an import path ``package.module:Class`` or a
+``Mechanism`` subclass; ``mechanism_class`` resolves every one of them and refuses the rest in one line, and
+``mechanism_reference`` gives the picklable form configurations carry (docs/mechanisms.md, "Bring your own
+mechanism").
+
+The contract every mechanism keeps (Madlib, TEM, Mahalanobis, Vickrey, TruncatedGumbel, SanText,
+SanText+, CusText), so that the pipeline never needs to know which one runs:
+
+``name``
+    the mechanism's name as the factory knows it (``"santext+"`` for SanText with ``plus=True``).
+``privatize_ids(ids, rng) -> ids``
+    one released vocabulary id per input id, independent draws, vectorised over the batch (never a
+    Python loop per token, apart from Annoy's one-query-at-a-time C++ calls). ``rng`` is a
+    ``numpy.random.Generator`` made by the caller (from OS entropy in a worker's ``setup()``).
+``parameters() -> dict``
+    the parameters that define the distribution, JSON-ready, with ``"mechanism": name``.
+``privacy_statement() -> dict``
+    what holds for a released token and a record, derived from the parameters: at least
+    ``notion``, ``per_token`` and ``per_record``; mechanisms that protect only some words or pairs
+    (SanText+, CusText) also say exactly which (``covered``, ``not_covered``), and a mechanism
+    whose guarantee textdp cannot check (truncated-gumbel) says that none is claimed.
+``metric_points(vectors) -> points``
+    maps embedding rows (any block of them: it works row by row) to the points whose EUCLIDEAN
+    distances are the metric of the mechanism's guarantee: the vectors themselves (Madlib,
+    Vickrey over Madlib noise, SanText, truncated-gumbel), the table's metric points (TEM: the
+    directions for an angular table), S^{-1/2} phi for Mahalanobis (and Vickrey over Mahalanobis
+    noise). The diameter a caller passes to ``token_epsilon0`` must be measured on these points:
+    ``diameter_bounds(mechanism.metric_points(artifact.vectors)).upper`` (textdp.privacy.accounting
+    ``mechanism_token_epsilon0`` does exactly that).
+``token_epsilon0(diameter_upper) -> float``
+    the pure local-DP epsilon_0 of one released token over the finite vocabulary, given an upper
+    bound on the vocabulary's diameter in that metric: Madlib epsilon*diam, TEM
+    epsilon*min(diam, gamma), Mahalanobis and Vickrey epsilon*diam_metric, SanText epsilon*diam,
+    SanText+ inf when p < 1 (a kept non-sensitive word reveals itself), CusText epsilon with a
+    single output set and inf otherwise (groups have disjoint outputs), truncated-gumbel inf (no
+    guarantee claimed). inf means "no finite bound is claimed", never "unknown but fine".
+
+The interface itself (names, parameter declarations, artifact needs, exact law, ...) is declared on
+each class: ``textdp.mechanisms.base.Mechanism``. This module is the registry built from those
+classes, and the functions every entry point uses to check and build a mechanism by name.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import sys
+from collections.abc import Mapping
+from typing import Dict, Iterator, Optional, Tuple
+
+from textdp.errors import ParameterError, TextdpError
+from textdp.mechanisms.base import (EPSILON_RANGE_HELP, MAX_EPSILON, MIN_EPSILON, Mechanism,  # noqa: F401  (the
+                                   Parameter, check_epsilon, check_number)  # rules live with the interface)
+
+# The registry: one line per built-in mechanism, its name and its class's import path, in the order --help
+# and the docs list them. Imported on demand, as a Python entry point is (name = module:Class); the class's
+# own ``name`` must be the same (checked on import). Everything else about a mechanism is on its class.
+BUILT_IN = {
+    "madlib": "textdp.mechanisms.madlib:Madlib",
+    "tem": "textdp.mechanisms.tem:TEM",
+    "mahalanobis": "textdp.mechanisms.mahalanobis:Mahalanobis",
+    "vickrey": "textdp.mechanisms.vickrey:Vickrey",
+    "truncated-gumbel": "textdp.mechanisms.truncated_gumbel:TruncatedGumbel",
+    "santext": "textdp.mechanisms.santext:SanText",
+    "santext+": "textdp.mechanisms.santext:SanTextPlus",
+    "custext": "textdp.mechanisms.custext:CusText",
+    "clusant": "textdp.mechanisms.clusant:CluSanT",
+}
+ALL_MECHANISMS: Tuple[str, ...] = tuple(BUILT_IN)
+DEFAULT_MECHANISM = "madlib"  # what every entry point runs when no mechanism is named
+
+ENTRY_POINT_GROUP = "textdp.mechanisms"  # other installed packages register mechanisms here: name = "module:Class"
+REFERENCE_HELP = ("a registered name, an import path 'package.module:Class' or a textdp.mechanisms.base.Mechanism "
+                  "subclass")
+
+
+def _entry_points() -> Dict[str, str]:
+    """{name: "module:Class"} of the mechanisms installed packages register (group ``textdp.mechanisms``), read
+    with importlib.metadata once per ``sys.path`` (a scan costs milliseconds; a path added later is read then).
+    One that takes a built-in's name is left out here and refused by ``mechanism_class``."""
+    return _scan_entry_points(tuple(sys.path))[0]
+
+
+def _refuse_shadowing() -> None:
+    """Refuse every resolution while an installed package registers a built-in's name: a run could not tell which
+    of the two the user means. (The flags and --help are still built, from the built-in ones, so that the refusal
+    is this one line and not a parse error, and a Beam pipeline of other code in the process still parses.)"""
+    problem = _scan_entry_points(tuple(sys.path))[1]
+    if problem:
+        raise ParameterError(problem)
+
+
+@functools.lru_cache(maxsize=8)
+def _scan_entry_points(_path: tuple) -> Tuple[Dict[str, str], Optional[str]]:
+    from importlib.metadata import entry_points  # pylint: disable=import-outside-toplevel
+
+    found: Dict[str, str] = {}
+    problem = None
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        if point.name in BUILT_IN:
+            dist = getattr(getattr(point, "dist", None), "name", None) or "an installed package"
+            problem = problem or (f"{dist} registers a mechanism named {point.name!r} (entry point group "
+                                  f"{ENTRY_POINT_GROUP}), which is the name of textdp's built-in mechanism; rename "
+                                  "or uninstall it")
+            continue
+        found.setdefault(point.name, point.value)
+    return found, problem
+
+
+def registered() -> Dict[str, str]:
+    """{name: "module:Class"} of every registered mechanism: the built-in ones, then the entry points'."""
+    return {**BUILT_IN, **_entry_points()}
+
+
+def _import_class(path: str, what: str):
+    """The object at import path ``module:Attribute`` (TextdpError naming ``what`` if it does not import)."""
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise ParameterError(f"{what}: {path!r} is not an import path 'package.module:Class'")
+    try:
+        target = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            target = getattr(target, part)
+    except Exception as exc:  # pylint: disable=broad-except  (ImportError, an error raised by the module, ...)
+        raise ParameterError(f"{what}: {path!r} cannot be imported ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
+    return target
+
+
+def mechanism_class(reference) -> type:
+    """The class of mechanism ``reference``: a registered name (built-in or entry point), an import path
+    ``package.module:Class`` or a Mechanism subclass. The one place a reference is resolved; TextdpError in
+    one line for an unknown name, a path that does not import, an object that is no Mechanism subclass, a
+    custom class without a name or whose name is a different registered mechanism's (raised as ParameterError,
+    a TextdpError and a ValueError, like every refused parameter)."""
+    _refuse_shadowing()
+    return _class_of(reference)
+
+
+def _class_of(reference) -> type:
+    """``mechanism_class`` without the check of the installed entry points (the registry's own lookups)."""
+    if isinstance(reference, type):
+        return _custom(reference, f"mechanism {reference.__module__}.{reference.__qualname__}")
+    if not isinstance(reference, str):
+        raise ParameterError(f"a mechanism is {REFERENCE_HELP}, not a {type(reference).__name__}")
+    names = registered()
+    if reference in names:
+        path = names[reference]
+        if reference in BUILT_IN:
+            module_name = path.split(":")[0]
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                raise ParameterError(f"--mechanism {reference} is not available in this installation ({module_name} "
+                                  f"cannot be imported: {exc})") from None
+            cls = getattr(module, path.split(":")[1])
+            if not (isinstance(cls, type) and issubclass(cls, Mechanism) and cls.name == reference):
+                raise TypeError(f"{path} is not the Mechanism class named {reference!r}")
+            return cls
+        cls = _import_class(path, f"mechanism {reference!r} (entry point group {ENTRY_POINT_GROUP})")
+        if not (isinstance(cls, type) and issubclass(cls, Mechanism) and cls.name == reference):
+            raise ParameterError(f"mechanism {reference!r} (entry point group {ENTRY_POINT_GROUP}): {path} is not a "
+                              f"Mechanism subclass named {reference!r}")
+        return cls
+    if ":" in reference:
+        return _custom(_import_class(reference, "mechanism"), f"mechanism {reference}")
+    raise ParameterError(f"unknown mechanism {reference!r}; expected one of {', '.join(names)}, or an import path "
+                      "'package.module:Class' of a Mechanism subclass")
+
+
+def _custom(cls, what: str) -> type:
+    """``cls`` if it is a Mechanism subclass that can run beside the registered ones (see mechanism_class)."""
+    if not (isinstance(cls, type) and issubclass(cls, Mechanism)) or cls is Mechanism:
+        raise ParameterError(f"{what} is not a subclass of textdp.mechanisms.base.Mechanism")
+    if not isinstance(cls.name, str) or not cls.name.strip() or ":" in cls.name:
+        raise ParameterError(f"{what} has no usable name (its class attribute name must be a non-empty string "
+                          "without ':')")
+    if cls.name in registered() and _class_of(cls.name) is not cls:
+        raise ParameterError(f"{what} is named {cls.name!r}, the name of a different registered mechanism; give it "
+                          "a name of its own")
+    known = all_parameters()
+    for param in cls.PARAMETERS:
+        if param.cli and known.get(param.name, param) is not param:
+            raise ParameterError(f"{what} declares a parameter {param.name!r} of its own, but the registered "
+                              f"mechanisms {', '.join(users_of(param.name))} already use that name (a flag and "
+                              "summary key mean one thing): rename it or reuse their Parameter")
+    return cls
+
+
+def mechanism_reference(reference):
+    """The picklable reference a config carries for ``reference``: the name of a registered mechanism, the import
+    path of an importable class, else the class itself (resolved, hence checked, by ``mechanism_class``)."""
+    cls = mechanism_class(reference)
+    if cls.name in registered() and mechanism_class(cls.name) is cls:
+        return cls.name
+    if isinstance(reference, str):
+        return reference
+    path = f"{cls.__module__}:{cls.__qualname__}"
+    if "<" not in path and cls.__module__ != "__main__":
+        try:
+            if _import_class(path, "") is cls:
+                return path
+        except ParameterError:
+            pass
+    return cls
+
+
+def mechanism_name(reference) -> str:
+    """The name summaries and reports show for ``reference``: its class's ``name``."""
+    return mechanism_class(reference).name
+
+
+def statement_of(mechanism) -> dict:
+    """The privacy statement a summary copies from ``mechanism``: its ``privacy_statement()``, and for a mechanism
+    that is not one of textdp's built-in ones a ``statement_source`` saying whose sentences they are (textdp
+    states a user's guarantee as the class declares it; it neither derived nor tested it)."""
+    statement = dict(mechanism.privacy_statement())
+    cls = type(mechanism)
+    if cls.name not in BUILT_IN or available_class(cls.name) is not cls:
+        statement["statement_source"] = (
+            f"the mechanism's own: {cls.__module__}.{cls.__qualname__} is not one of textdp's built-in mechanisms; "
+            "its guarantee is stated as the class declares it, not derived or tested by textdp")
+    return statement
+
+
+def available_class(name: str) -> Optional[type]:
+    """The class of mechanism ``name``, or None when this installation cannot import it."""
+    try:
+        return _class_of(name)
+    except TextdpError:
+        return None
+
+
+class _Registry(Mapping):
+    """{name: class} of every registered mechanism this installation can import (read-only, on demand)."""
+
+    def __getitem__(self, name: str) -> type:
+        if name not in registered():
+            raise KeyError(name)
+        return _class_of(name)
+
+    def __contains__(self, name) -> bool:
+        return name in registered()
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name in registered() if available_class(name) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def get(self, name, default=None):
+        return available_class(name) if name in registered() else default
+
+
+REGISTRY = _Registry()
+
+
+def all_parameters() -> Dict[str, Parameter]:
+    """{public name: Parameter} over every registered mechanism (a shared parameter is declared by one
+    object; two different declarations under one name are a programming error)."""
+    out: Dict[str, Parameter] = {}
+    for cls in REGISTRY.values():
+        for param in cls.PARAMETERS:
+            if out.setdefault(param.name, param) is not param:
+                raise TypeError(f"parameter {param.name!r} is declared twice with different declarations")
+    return out
+
+
+def users_of(name: str) -> Tuple[str, ...]:
+    """The registered mechanisms that take parameter ``name``."""
+    return tuple(mech for mech, cls in REGISTRY.items() if any(p.name == name for p in cls.PARAMETERS))
+
+
+class ManifestFacts:
+    """What a launcher knows of an artifact from its verified manifest alone (vocabulary size, Annoy
+    trees): enough for every vocabulary check but the truncated Gumbel mechanism's."""
+
+    def __init__(self, manifest: dict):
+        self.manifest = manifest
+        self.vocab_size = int(manifest["vocab_size"])
+
+
+def artifact_for_checks(name: str, location, manifest: dict):
+    """The artifact as ``check_mechanism`` needs it in a launcher, after ``verify_artifact`` returned
+    ``manifest``: the manifest's facts, or, for a mechanism whose checks read the artifact's arrays
+    (``CHECKS_READ_ARRAYS``: truncated-gumbel reads the neighbour table's smallest distance), the
+    artifact itself, memory-mapped from its local directory. A gs:// artifact is then fetched into
+    this machine's cache first (checksums verified, as a worker does)."""
+    if not getattr(mechanism_class(name), "CHECKS_READ_ARRAYS", False):
+        return ManifestFacts(manifest)
+    from textdp.artifact.locate import resolve_artifact  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.store import Artifact  # pylint: disable=import-outside-toplevel
+
+    return Artifact(resolve_artifact(location), verify=False)
+
+
+def check_mechanism(name: str, epsilon, artifact=None, **params) -> dict:
+    """Refuse, without building anything, an epsilon or parameter that mechanism ``name`` cannot use:
+    one that would make it release its input unchanged or break its arithmetic. Every entry point
+    calls this (CLI flags, calibrate's and audit's epsilons, textdp.Privatizer, transforms.Privatize);
+    the constructors run the same check (the mechanism class's ``check_parameters``).
+
+    ``artifact``: None (checks that need no vocabulary), or a loaded artifact (vocabulary size,
+    Annoy trees, the neighbour table's smallest distance: the checks that depend on them too).
+    Returns the resolved keyword parameters by public name (see ``make_mechanism``). Raises ParameterError.
+    """
+    cls, public = _resolve(name, params)
+    cls.check_parameters(epsilon, artifact, **_constructor_keywords(cls, public))
+    return public
+
+
+def mechanism_parameters(name: str) -> dict:
+    """The parameters (public names) and their defaults that mechanism ``name`` takes."""
+    return mechanism_class(name).defaults()
+
+
+def accepted_keywords(name: str) -> Tuple[str, ...]:
+    """Every keyword mechanism ``name`` takes: its public parameter names and their older spellings."""
+    return tuple(key for param in mechanism_class(name).PARAMETERS for key in (param.name,) + param.aliases)
+
+
+def artifact_parts(name: str, **params) -> tuple:
+    """The artifact parts beyond vocabulary and vectors that mechanism ``name`` reads with ``params``."""
+    return mechanism_class(name).artifact_parts(**params)
+
+
+def make_mechanism(name: str, artifact, epsilon: float, **params):
+    """Build the mechanism ``name`` over a loaded artifact with its own parameters, by their public
+    names (``PARAMETERS`` of the class; older keyword spellings in a declaration's ``aliases`` too:
+    ``lambda``, ``t``, ``k``, ...).
+
+    A parameter of another mechanism is accepted only at its default value (callers that pass one set
+    of flags to every mechanism keep working); any other value, or an unknown keyword, is an error.
+    """
+    cls, public = _resolve(name, params)
+    return cls(artifact, epsilon, **cls.FIXED, **_constructor_keywords(cls, public))
+
+
+def _constructor_keywords(cls, public: dict) -> dict:
+    return {cls.parameter(key).keyword: value for key, value in public.items()}
+
+
+def _resolve(name: str, params: dict):
+    """(class, {public name: value} of mechanism ``name`` among ``params``); see make_mechanism."""
+    cls = mechanism_class(name)
+    name = cls.name
+    fixed = cls.FIXED
+    elsewhere = {}
+    for other in REGISTRY.values():
+        for param in other.PARAMETERS:
+            for key in (param.name,) + param.aliases:
+                elsewhere.setdefault(key, param)
+    public = {}
+    for key, value in params.items():
+        if key in fixed:
+            if value != fixed[key]:
+                raise TextdpError(f"mechanism {name!r} always has {key}={fixed[key]!r}")
+            continue
+        try:
+            param = cls.parameter(key)
+        except KeyError:
+            param = None
+        if param is not None:
+            if param.name in public and key != param.name:
+                continue  # the public name wins over an older spelling given too
+            public[param.name] = value
+        elif key in elsewhere:
+            other = elsewhere[key]
+            if value is not None and value != other.default:
+                raise TextdpError(f"parameter {other.name!r} does not apply to mechanism {name!r} (its parameters: "
+                                  f"{', '.join(p.name for p in cls.PARAMETERS) or 'none'})")
+        else:
+            raise TextdpError(f"unknown parameter {key!r} for mechanism {name!r}")
+    return cls, public
+
+
+def default_batch_tokens(mechanism) -> int:
+    """Words per mechanism call when the user gives none: the class's ``BATCH_TOKENS``.
+
+    Mechanisms that search the whole vocabulary for every word (Madlib, Mahalanobis, Vickrey) cost
+    ~0.5 ms per word, so 4,096 words already amortise the per-call work (benchmarks/results/scaling.md:
+    flat from 4,096 on) and keep a batch to seconds. The table-sampled mechanisms (TEM, SanText, CusText,
+    the truncated Gumbel) cost ~1-20 µs per word, where the per-call work of the text path and the
+    sampler shows: TEM at epsilon 10, 20,000 IMDb reviews, one worker on one thread ran the whole job in
+    13.2-14.5 s at 4,096 words per call and 11.0-11.2 s at 65,536 (3.4 s of it start-up).
+    """
+    return mechanism_class(mechanism).BATCH_TOKENS
+
+
+def artifact_needs(mechanism="", nn: str = "exact") -> tuple:
+    """The parts of the artifact a privatize or calibrate run with this mechanism reads: what the mechanism's
+    class declares (``Mechanism.artifact_parts``) beyond the vocabulary and vectors."""
+    from textdp.artifact.locate import ALWAYS_NEEDED, ArtifactNeeds  # pylint: disable=import-outside-toplevel
+
+    cls = mechanism_class(mechanism or DEFAULT_MECHANISM)  # any mechanism reference (TextdpError if unknown)
+    return ArtifactNeeds(ALWAYS_NEEDED + cls.artifact_parts(nn=nn), cls.name)
