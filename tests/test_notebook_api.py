@@ -245,7 +245,7 @@ def test_preview_is_fast_on_a_5k_artifact(neighbour_artifact_dir):  # noqa: F811
     p = textdp.Privatizer(epsilon=10, artifact=neighbour_artifact_dir, progress=False)
     started = time.monotonic()
     p.preview(TEXTS * 10, epsilons=[5, 10, 20], mechanisms=["madlib", "tem"])
-    assert time.monotonic() - started < 30  # a few seconds alone; 2 cores shared with other test runs
+    assert time.monotonic() - started < 60  # ~10 s at load average 15 on 2 cores; a few seconds alone
 
 
 def test_preview_refusals(tiny, tiny_artifact_dir):
