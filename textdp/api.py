@@ -5,6 +5,8 @@
     p.privatize(["a good movie", "the plot was thin"])  # -> list of str, in the same order
     p.privatize(texts, seed=1)                         # reproducible (NOT private), as --seed
     p.privatize_series(df["review"])                   # pandas in, pandas out, index and name kept
+    p.privatize_frame(df, columns=["review"])          # a new DataFrame with those columns privatized
+    p.preview(texts, epsilons=[5, 10], mechanisms=["madlib", "tem"])  # one row per setting: the trade-off
     p.privacy_statement()                              # the statement the public summary prints
 
 It is the same code path as ``textdp privatize`` and the ``Privatize`` transform: the record checks
@@ -24,6 +26,9 @@ raises on purpose is a ``TextdpError``, and also the built-in type Python code e
 a ``TypeError`` for a value of the wrong kind (a dict, a DataFrame, an element that is not a string),
 a ``ValueError`` for a bad value (bad mechanism parameters are ``ParameterError``; an element larger
 than ``max_text_bytes``), a ``FileNotFoundError`` for an artifact that is not there.
+
+Progress. Long calls show a tqdm bar of texts done: ``progress=None`` (default) in a Jupyter kernel or when
+stderr is a terminal, never in a log; ``progress=False`` / ``True`` on the constructor or one call.
 
 Failed share. The API has no ``max_failed_fraction`` (the command's ``--max-failed-fraction``): with
 ``errors="raise"`` (the default) the first unusable element raises, a threshold of zero; ``errors="none"``
@@ -353,11 +358,11 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
 
         ``mechanisms``: references as for the constructor (default: this Privatizer's; its own parameters go
         with it, any other runs with its defaults); ``epsilons``: default this Privatizer's. ``seed``: a
-        reproducible table (tests only). Nothing here is a privacy statement: see ``privacy_statement()``.
+        reproducible table (tests only; every row's samples use it as ``privatize(texts, seed=seed)`` would). Nothing
+        here is a privacy statement: see ``privacy_statement()``. It runs beside other calls of this Privatizer:
+        every setting gets its own mechanism object and generator.
         """
         import pandas as pd  # pylint: disable=import-outside-toplevel
-
-        from textdp.spec import PrivacySpec as Spec  # pylint: disable=import-outside-toplevel,reimported
 
         if hasattr(texts, "dropna") and hasattr(texts, "tolist") and not hasattr(texts, "columns"):
             texts = texts.dropna().tolist()  # a pandas Series: missing values are not texts
@@ -373,7 +378,7 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
         specs = []
         for reference in list(mechanisms):
             own = mechanism_reference(reference) == self.spec.mechanism
-            spec = Spec(reference, tuple(epsilons), self.spec.keywords() if own else {}, self.spec.artifact,
+            spec = PrivacySpec(reference, tuple(epsilons), self.spec.keywords() if own else {}, self.spec.artifact,
                         self.oov_policy, self.unk_token)
             if not own:
                 verify_artifact(spec.artifact, needs=spec.needs())
@@ -383,19 +388,18 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
             raise TextdpValueError("preview needs at least one mechanism")
         if isinstance(texts, Iterable) and not isinstance(texts, (str, bytes, Mapping)) and not hasattr(texts, "columns"):
             texts = list(texts)  # read once (a generator), refused below like privatize refuses it otherwise
-        base = self._with_mechanism(self.mechanism, self.spec)
-        base.privatize(texts, seed=seed, errors="raise", progress=False)  # privatize's refusals, before the work
-        rng = np.random.default_rng(None if seed is None else [seed, 1])
-        ids, counts = _word_counts(base._text, texts)  # pylint: disable=protected-access
-        chosen = ids if len(ids) <= words else np.sort(rng.choice(ids, size=words, replace=False))
-        tokens = _token_ids(base._text, texts)[:attack_tokens]  # pylint: disable=protected-access
-        rows = []
+        rows, rng = [], None
         for spec in specs:
-            for number, epsilon in enumerate(spec.epsilons):
-                mech = spec.make(self.artifact, epsilon)
+            for epsilon in spec.epsilons:
+                mech = spec.make(self.artifact, epsilon)  # a mechanism object of its own: none is shared
                 clone = self._with_mechanism(mech, spec)
-                released = clone.privatize(texts, seed=None if seed is None else seed + number, progress=False)
+                released = clone.privatize(texts, seed=seed, progress=False)  # the first refuses what privatize does
                 stats = clone.last_stats
+                if rng is None:  # the texts and the seed are usable: the words and tokens the figures are over
+                    rng = np.random.default_rng(None if seed is None else [seed, 1])
+                    ids, counts = _word_counts(clone._text, texts)  # pylint: disable=protected-access
+                    chosen = ids if len(ids) <= words else np.sort(rng.choice(ids, size=words, replace=False))
+                    tokens = _token_ids(clone._text, texts)[:attack_tokens]  # pylint: disable=protected-access
                 row = {"mechanism": spec.name, "epsilon": float(epsilon)}
                 row.update({f"sample_{i + 1}": released[i] for i in range(min(examples, len(texts)))})
                 row["changed_share"] = stats["changed_tokens"] / stats["tokens"] if stats["tokens"] else None
