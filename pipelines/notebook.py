@@ -31,7 +31,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
-from pipelines.jobs import EXIT_OK, EXIT_REFUSED, run_job
+from pipelines.jobs import EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, run_job
 from textdp.errors import TextdpError, TextdpTypeError, TextdpValueError
 
 
@@ -87,6 +87,8 @@ def _run(job: str, output: str, flags: dict, temporary: bool = False) -> None:
         sys.stderr = saved
     if code == EXIT_OK:
         return
+    if code == EXIT_INTERRUPTED:  # Ctrl-C / the notebook's interrupt: the job removed its temporary files
+        raise KeyboardInterrupt(f"textdp {job} was interrupted")
     prefix = f"textdp {job}: error: "
     lines = [line for line in "".join(tee.kept).splitlines() if line.startswith(prefix)]
     message = lines[-1][len(prefix):] if lines else f"the {job} job ended with exit code {code}"

@@ -154,7 +154,8 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
     (random, unk, keep), ``unk_token``, ``max_text_bytes``; ``threads``: threads of the exact
     nearest-word search (default: this machine's cores); ``batch_tokens``: about how many words go
     into one mechanism call (default 65,536; a long list is privatized in such batches, so memory
-    stays bounded); any other keyword is a parameter of the
+    stays bounded); ``progress``: a progress bar of long calls (None: automatic, in a notebook or a terminal;
+    True; False); any other keyword is a parameter of the
     mechanism by its public name (``nn``, ``search_k``, ``gamma``, ``beta``, ``lam``, ``vickrey_t``, ``custext_k``,
     ...: the ``PARAMETERS`` its class declares, the same names as the flags; see ``textdp.mechanisms``).
     The artifact is checked (manifest, sizes, checksums) before anything is loaded.
