@@ -131,13 +131,13 @@ def test_privatize_frame_accepts_one_column_label(tiny):
 
 
 def test_privatize_frame_errors_policy_names_column_and_position_never_the_value(tiny):
-    frame = pd.DataFrame({"t": ["good movie", 12345, b"secretbytes", "nice plot"]})
+    frame = pd.DataFrame({"t": [None, "good movie", 12345, b"secretbytes", "nice plot"]})
     with pytest.raises(TextdpTypeError) as info:
         tiny.privatize_frame(frame, columns=["t"])
-    assert "column 't'" in str(info.value) and "text 1" in str(info.value)
+    assert "column 't'" in str(info.value) and "text 2:" in str(info.value)  # the row, the missing value counted
     assert "12345" not in str(info.value) and "secretbytes" not in str(info.value)
     out = tiny.privatize_frame(frame, columns=["t"], errors="none")
-    assert out["t"].isna().tolist() == [False, True, True, False]
+    assert out["t"].isna().tolist() == [True, False, True, True, False]
     assert tiny.last_stats["failed"] == 2
 
 

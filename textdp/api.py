@@ -202,7 +202,7 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
 
     # --- privatizing -------------------------------------------------------------------------------
     def privatize(self, texts: Sequence[str], seed: Optional[int] = None, errors: str = "raise",
-                  progress: Optional[bool] = None) -> List[Optional[str]]:
+                  progress: Optional[bool] = None, *, _positions: Optional[List[int]] = None) -> List[Optional[str]]:
         """The privatized texts, in order. ``seed``: reproducible output for tests (not private).
 
         ``errors``: "raise" (default) or "none" (an unusable element becomes None; see the module
@@ -235,12 +235,12 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
         with self._lock:
             self._owner = threading.get_ident()
             try:
-                return self._privatize(texts, seed, errors, progress)
+                return self._privatize(texts, seed, errors, progress, _positions)
             finally:
                 self._owner = None
 
-    def _privatize(self, texts: List[str], seed: Optional[int], errors: str,
-                   progress: Optional[bool] = False) -> List[Optional[str]]:
+    def _privatize(self, texts: List[str], seed: Optional[int], errors: str, progress: Optional[bool] = False,
+                   positions: Optional[List[int]] = None) -> List[Optional[str]]:
         usable, out = [], [None] * len(texts)
         failed = 0
         for index, text in enumerate(texts):
@@ -254,7 +254,8 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
             failed += 1
             if errors == "raise":
                 kind = TextdpTypeError if problem[0] == NOT_A_TEXT else TextdpValueError  # not a string / too large
-                raise kind(f"text {index}: {problem[1]} (reason {problem[0]}); pass errors='none' to get None")
+                where = index if positions is None else positions[index]  # a Series: its row, missing values counted
+                raise kind(f"text {where}: {problem[1]} (reason {problem[0]}); pass errors='none' to get None")
         stats = {"tokens": 0, "changed_tokens": 0, "unknown_tokens": 0}
         bar = progress_bar(progress, total=len(usable), unit="text", desc="textdp privatize")
         with bar, threadpool_limits(limits=1, user_api="blas"):  # the search's own threads, not a BLAS pool each
@@ -298,7 +299,8 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
         values = series.tolist()
         missing = series.isna().tolist()
         present = [i for i in range(len(values)) if not missing[i]]
-        released = self.privatize([values[i] for i in present], seed=seed, errors=errors, progress=progress)
+        released = self.privatize([values[i] for i in present], seed=seed, errors=errors, progress=progress,
+                                  _positions=present)
         out = [None] * len(values)
         for index, text in zip(present, released):
             out[index] = text
@@ -308,7 +310,7 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
                         progress: Optional[bool] = None):
         """A pandas DataFrame -> a new DataFrame with ``columns`` privatized, every other column, the index and
         the column order unchanged; missing values stay missing; other values follow ``errors`` as in
-        ``privatize`` (an error names the column and the text's position among the column's present values).
+        ``privatize`` (an error names the column and the row's position, counted from 0).
         ``last_stats`` then holds the counts summed over the columns. ``seed`` (tests only) seeds every column
         the same way: the same text at the same position of two columns gets the same output."""
         import pandas as pd  # pylint: disable=import-outside-toplevel
