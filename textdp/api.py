@@ -5,6 +5,8 @@
     p.privatize(["a good movie", "the plot was thin"])  # -> list of str, in the same order
     p.privatize(texts, seed=1)                         # reproducible (NOT private), as --seed
     p.privatize_series(df["review"])                   # pandas in, pandas out, index and name kept
+    p.privatize_frame(df, columns=["review"])          # a new DataFrame with those columns privatized
+    p.preview(texts, epsilons=[5, 10], mechanisms=["madlib", "tem"])  # one row per setting: the trade-off
     p.privacy_statement()                              # the statement the public summary prints
 
 It is the same code path as ``textdp privatize`` and the ``Privatize`` transform: the record checks
@@ -24,6 +26,9 @@ raises on purpose is a ``TextdpError``, and also the built-in type Python code e
 a ``TypeError`` for a value of the wrong kind (a dict, a DataFrame, an element that is not a string),
 a ``ValueError`` for a bad value (bad mechanism parameters are ``ParameterError``; an element larger
 than ``max_text_bytes``), a ``FileNotFoundError`` for an artifact that is not there.
+
+Progress. Long calls show a tqdm bar of texts done: ``progress=None`` (default) in a Jupyter kernel or when
+stderr is a terminal, never in a log; ``progress=False`` / ``True`` on the constructor or one call.
 
 Failed share. The API has no ``max_failed_fraction`` (the command's ``--max-failed-fraction``): with
 ``errors="raise"`` (the default) the first unusable element raises, a threshold of zero; ``errors="none"``
@@ -52,10 +57,11 @@ from textdp.artifact.compact_vocab import SharedVocabularyArtifact
 from textdp.errors import TextdpError, TextdpTypeError, TextdpValueError
 from textdp.artifact.locate import resolve_artifact, verify_artifact
 from textdp.mechanisms import ALL_MECHANISMS, MAX_EPSILON, check_mechanism, check_number, make_mechanism  # noqa: F401
-from textdp.mechanisms import DEFAULT_MECHANISM, statement_of
+from textdp.mechanisms import DEFAULT_MECHANISM, mechanism_reference, statement_of
 from textdp.text.records import EMPTY, NOT_A_TEXT, check_record
 from textdp.spec import PrivacySpec
 from textdp.privacy.summary import privacy_section
+from textdp.progress import progress_bar
 from textdp.text.privatizer import TextPrivatizer
 
 ERROR_POLICIES = ("raise", "none")
@@ -64,6 +70,78 @@ ERROR_POLICIES = ("raise", "none")
 # epsilon 10, warm, alternating runs: ~290k tokens/s at 4,096 words per call, ~390k at 65,536), and
 # 65,536 words keep a call's arrays to ~10-20 MB whatever the list's length.
 API_BATCH_TOKENS = 65_536
+
+
+def _check_progress(progress) -> Optional[bool]:
+    """``progress=``: None (automatic), True or False; True needs tqdm (requirements.txt)."""
+    if progress is not None and not isinstance(progress, (bool, np.bool_)):
+        raise TextdpTypeError(f"progress must be True, False or None (automatic), not {type(progress).__name__}")
+    if progress:
+        try:
+            import tqdm  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+        except ImportError as exc:
+            raise TextdpValueError("progress=True needs tqdm: pip install tqdm") from exc
+    return None if progress is None else bool(progress)
+
+
+PREVIEW_SAMPLES = 1_000  # draws per word for preview's N_w / S_w: calibrate's default (the paper's)
+PREVIEW_ATTACK_TOKENS = 2_000  # word tokens of the texts the preview's attacker tries to recover
+
+
+def _token_ids(text_privatizer, texts: List[str]) -> np.ndarray:
+    """The vocabulary ids of the texts' words, in order (unknown words left out), by privatize's tokenizer."""
+    tokenizer = text_privatizer.tokenizer
+    found = [np.asarray(tokenizer.tokenize(t).ids, dtype=np.int64) for t in texts if isinstance(t, str)]
+    ids = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+    return ids[ids >= 0]
+
+
+def _word_counts(text_privatizer, texts: List[str]):
+    """(distinct vocabulary ids of the texts' words, how often each occurs)."""
+    return np.unique(_token_ids(text_privatizer, texts), return_counts=True)
+
+
+def _calibration_figures(artifact, spec, epsilon, mech, word_ids, samples, rng) -> dict:
+    """Median N_w and S_w over ``word_ids`` at one epsilon, by calibrate's own WordCalibrator."""
+    from textdp.calibration.statistics import WordCalibrator  # pylint: disable=import-outside-toplevel
+
+    if not len(word_ids):
+        return {"median_n_w": None, "median_s_w": None, "calibration_basis": "no vocabulary word in the texts"}
+    calibrator = WordCalibrator(artifact, spec.mechanism, {float(epsilon): mech}, samples=samples)
+    rows = [calibrator.calibrate(int(w), rng)[0] for w in word_ids]
+    exact = all(r["n_w_exact"] is not None for r in rows)
+    n_w = [r["n_w_exact"] if exact else r["n_w"] for r in rows]
+    s_w = [r["s_w_exact"] if exact else r["s_w"] for r in rows]
+    basis = (f"{'exact law' if exact else f'{samples:,} draws'} over {len(rows)} word(s) of the texts; S_w counts "
+             f"distinct outputs in {samples:,} draws")
+    return {"median_n_w": float(np.median(n_w)), "median_s_w": float(np.median(s_w)), "calibration_basis": basis}
+
+
+def _attack_figures(artifact, mech, ids, counts, tokens, rng) -> dict:
+    """Top-1 recovery of ``tokens`` by the context-free Bayes attacker of textdp.audit (prior: the texts' word
+    frequencies): the exact posterior where the mechanism has a closed form, else the Monte Carlo attacker
+    (a lower bound of the Bayes-optimal rate, as in ``textdp audit``)."""
+    from textdp.audit import attacks  # pylint: disable=import-outside-toplevel
+
+    if not len(tokens):
+        return {"attack_top1": None, "attack_basis": "no vocabulary word in the texts"}
+    prior = attacks.Prior.from_counts(ids, counts, None, "word frequencies of the given texts")
+    outputs = np.asarray(mech.privatize_ids(tokens, rng), dtype=np.int64)
+    kernel = attacks.kernel_of(mech)
+    if kernel is not None:
+        points64 = attacks.metric_points64(np.asarray(artifact.vectors), kernel.metric)
+        log_z = attacks.log_normalizers(points64.astype(np.float32), prior.support, [kernel], points64)[:, 0]
+        guesses = attacks.KernelPosterior(points64, prior, log_z, kernel).top_guesses(outputs, k=1)
+        basis = "exact posterior (closed form)"
+    else:
+        draws = int(min(50_000, max(5_000, 20 * len(prior))))
+        inputs = prior.sample(draws, rng)
+        table = attacks.CountTable(inputs, mech.privatize_ids(inputs, rng), len(artifact.words))
+        guesses = attacks.fill_guesses(table.guesses(prior, k=1), outputs, prior.top(1), k=1)
+        basis = f"Monte Carlo posterior from {draws:,} draws (a lower bound of the Bayes-optimal rate)"
+    top1 = float(np.mean(guesses[:, 0] == tokens))
+    return {"attack_top1": top1, "attack_basis": f"{basis}; prior: the texts' word frequencies; "
+                                                 f"{len(tokens):,} token(s)"}
 
 
 class Privatizer:  # pylint: disable=too-many-instance-attributes
@@ -76,7 +154,8 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
     (random, unk, keep), ``unk_token``, ``max_text_bytes``; ``threads``: threads of the exact
     nearest-word search (default: this machine's cores); ``batch_tokens``: about how many words go
     into one mechanism call (default 65,536; a long list is privatized in such batches, so memory
-    stays bounded); any other keyword is a parameter of the
+    stays bounded); ``progress``: a progress bar of long calls (None: automatic, in a notebook or a terminal;
+    True; False); any other keyword is a parameter of the
     mechanism by its public name (``nn``, ``search_k``, ``gamma``, ``beta``, ``lam``, ``vickrey_t``, ``custext_k``,
     ...: the ``PARAMETERS`` its class declares, the same names as the flags; see ``textdp.mechanisms``).
     The artifact is checked (manifest, sizes, checksums) before anything is loaded.
@@ -86,12 +165,14 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
 
     def __init__(self, epsilon: float, mechanism=DEFAULT_MECHANISM, artifact: Optional[str] = None,
                  oov_policy: str = "random", unk_token: str = "<unk>", max_text_bytes: Optional[int] = None,
-                 threads: Optional[int] = None, batch_tokens: int = API_BATCH_TOKENS, **mechanism_params):
+                 threads: Optional[int] = None, batch_tokens: int = API_BATCH_TOKENS, progress: Optional[bool] = None,
+                 **mechanism_params):
         # mechanism, its parameters, epsilon, artifact and OOV policy, validated once (textdp/spec.py)
         self.spec = PrivacySpec(mechanism, (epsilon,), mechanism_params, artifact, oov_policy, unk_token)
         self._arguments = dict(epsilon=epsilon, mechanism=self.spec.mechanism, artifact=artifact, oov_policy=oov_policy,
                                unk_token=unk_token, max_text_bytes=max_text_bytes, threads=threads,
-                               batch_tokens=batch_tokens, **mechanism_params)  # what a pickle holds
+                               batch_tokens=batch_tokens, progress=progress, **mechanism_params)  # what a pickle holds
+        self.progress = _check_progress(progress)
         for name, value in (("max_text_bytes", max_text_bytes), ("threads", threads), ("batch_tokens", batch_tokens)):
             if value is not None or name == "batch_tokens":  # the first two may be None (no limit, every core)
                 check_number(value, name, low=1, integer=True)
@@ -120,13 +201,16 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
         self.__init__(**arguments)  # opens the artifact again; a fresh generator from OS entropy
 
     # --- privatizing -------------------------------------------------------------------------------
-    def privatize(self, texts: Sequence[str], seed: Optional[int] = None, errors: str = "raise") -> List[Optional[str]]:
+    def privatize(self, texts: Sequence[str], seed: Optional[int] = None, errors: str = "raise",
+                  progress: Optional[bool] = None, *, _positions: Optional[List[int]] = None) -> List[Optional[str]]:
         """The privatized texts, in order. ``seed``: reproducible output for tests (not private).
 
         ``errors``: "raise" (default) or "none" (an unusable element becomes None; see the module
         docstring). ``last_stats`` then holds this call's counts (raw-data figures: keep them to
-        yourself).
+        yourself). ``progress``: a progress bar of texts done (True / False; None: the constructor's
+        setting, whose None shows one in a notebook or when stderr is a terminal).
         """
+        progress = self.progress if progress is None else _check_progress(progress)
         if isinstance(texts, (str, bytes)):
             raise TextdpTypeError("privatize takes a list of strings; for one text use privatize([text])[0]")
         if isinstance(texts, (bytearray, memoryview)) or getattr(texts, "ndim", None) == 0:
@@ -151,11 +235,12 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
         with self._lock:
             self._owner = threading.get_ident()
             try:
-                return self._privatize(texts, seed, errors)
+                return self._privatize(texts, seed, errors, progress, _positions)
             finally:
                 self._owner = None
 
-    def _privatize(self, texts: List[str], seed: Optional[int], errors: str) -> List[Optional[str]]:
+    def _privatize(self, texts: List[str], seed: Optional[int], errors: str, progress: Optional[bool] = False,
+                   positions: Optional[List[int]] = None) -> List[Optional[str]]:
         usable, out = [], [None] * len(texts)
         failed = 0
         for index, text in enumerate(texts):
@@ -169,9 +254,11 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
             failed += 1
             if errors == "raise":
                 kind = TextdpTypeError if problem[0] == NOT_A_TEXT else TextdpValueError  # not a string / too large
-                raise kind(f"text {index}: {problem[1]} (reason {problem[0]}); pass errors='none' to get None")
+                where = index if positions is None else positions[index]  # a Series: its row, missing values counted
+                raise kind(f"text {where}: {problem[1]} (reason {problem[0]}); pass errors='none' to get None")
         stats = {"tokens": 0, "changed_tokens": 0, "unknown_tokens": 0}
-        with threadpool_limits(limits=1, user_api="blas"):  # the search's own threads, not a BLAS pool each
+        bar = progress_bar(progress, total=len(usable), unit="text", desc="textdp privatize")
+        with bar, threadpool_limits(limits=1, user_api="blas"):  # the search's own threads, not a BLAS pool each
             for chunk in self._chunks(texts, usable):
                 chosen = [texts[i] for i in chunk]
                 rng = self._rng if seed is None else [np.random.default_rng([seed, i]) for i in chunk]
@@ -180,6 +267,7 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
                     out[index] = text
                 for key, value in one.items():
                     stats[key] += value
+                bar.update(len(chunk))  # counts only, never text
         self.last_stats = dict(stats, records=len(usable), failed=failed)
         return out
 
@@ -198,7 +286,8 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
         if chunk:
             yield chunk
 
-    def privatize_series(self, series, seed: Optional[int] = None, errors: str = "raise"):
+    def privatize_series(self, series, seed: Optional[int] = None, errors: str = "raise",
+                         progress: Optional[bool] = None):
         """A pandas Series of strings -> a Series of privatized strings with the same index and name.
 
         Missing values (None, NaN) stay missing; other values follow ``errors`` as in ``privatize``.
@@ -210,11 +299,130 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
         values = series.tolist()
         missing = series.isna().tolist()
         present = [i for i in range(len(values)) if not missing[i]]
-        released = self.privatize([values[i] for i in present], seed=seed, errors=errors)
+        released = self.privatize([values[i] for i in present], seed=seed, errors=errors, progress=progress,
+                                  _positions=present)
         out = [None] * len(values)
         for index, text in zip(present, released):
             out[index] = text
         return pd.Series(out, index=series.index, name=series.name, dtype=object)
+
+    def privatize_frame(self, frame, columns, seed: Optional[int] = None, errors: str = "raise",
+                        progress: Optional[bool] = None):
+        """A pandas DataFrame -> a new DataFrame with ``columns`` privatized, every other column, the index and
+        the column order unchanged; missing values stay missing; other values follow ``errors`` as in
+        ``privatize`` (an error names the column and the row's position, counted from 0).
+        ``last_stats`` then holds the counts summed over the columns. ``seed`` (tests only) seeds every column
+        the same way: the same text at the same position of two columns gets the same output."""
+        import pandas as pd  # pylint: disable=import-outside-toplevel
+
+        if not isinstance(frame, pd.DataFrame):
+            raise TextdpTypeError(f"privatize_frame takes a pandas DataFrame, not {type(frame).__name__}; use "
+                                  "privatize_series for a Series and privatize for a list")
+        if isinstance(columns, str) or not isinstance(columns, Iterable):
+            columns = [columns]  # one column label
+        columns = list(columns)
+        if not columns:
+            raise TextdpValueError("privatize_frame needs at least one column to privatize (columns=[...])")
+        if len(set(map(repr, columns))) != len(columns):
+            raise TextdpValueError("privatize_frame: a column is named twice in columns=[...]")
+        missing = [c for c in columns if c not in frame.columns]
+        if missing:
+            raise TextdpValueError(f"privatize_frame: no column {', '.join(map(repr, missing))} in the DataFrame")
+        doubled = [c for c in columns if isinstance(frame[c], pd.DataFrame)]
+        if doubled:
+            raise TextdpValueError(f"privatize_frame: the DataFrame has several columns named "
+                                   f"{', '.join(map(repr, doubled))}; rename them first")
+        out, totals = frame.copy(), {}
+        for column in columns:
+            try:
+                out[column] = self.privatize_series(frame[column], seed=seed, errors=errors, progress=progress)
+            except TextdpError as exc:
+                raise type(exc)(f"column {column!r}: {exc}") from None
+            for key, value in self.last_stats.items():
+                totals[key] = totals.get(key, 0) + value
+        self.last_stats = totals
+        return out
+
+    # --- the trade-off on your own text -------------------------------------------------------------
+    def preview(self, texts, epsilons: Optional[Sequence[float]] = None, mechanisms: Optional[Sequence] = None,
+                examples: int = 3, words: int = 30, samples: int = PREVIEW_SAMPLES,
+                attack_tokens: int = PREVIEW_ATTACK_TOKENS, seed: Optional[int] = None):
+        """A small pandas DataFrame, one row per (mechanism, epsilon): what each setting does to ``texts``.
+
+        Columns: ``mechanism``, ``epsilon``; ``sample_1`` .. ``sample_<examples>``: the first texts privatized;
+        ``changed_share``: the share of the texts' words released as another word; ``median_n_w`` and
+        ``median_s_w``: the medians over up to ``words`` distinct vocabulary words of the texts (a uniform
+        sample when there are more) of calibrate's N_w (Pr[M(w) = w]) and S_w (distinct outputs in ``samples``
+        draws), from the mechanism's exact law where it declares one and estimated from the draws otherwise
+        (``calibration_basis`` says which; textdp.calibration.statistics.WordCalibrator); ``attack_top1``: the
+        share of up to ``attack_tokens`` of the texts' word tokens that the context-free Bayes attacker of
+        ``textdp audit`` recovers from their release (its prior: the word frequencies of these texts),
+        exactly where the mechanism has a closed form and by Monte Carlo otherwise (``attack_basis``).
+
+        ``mechanisms``: references as for the constructor (default: this Privatizer's; its own parameters go
+        with it, any other runs with its defaults); ``epsilons``: default this Privatizer's. ``seed``: a
+        reproducible table (tests only; every row's samples use it as ``privatize(texts, seed=seed)`` would). Nothing
+        here is a privacy statement: see ``privacy_statement()``. It runs beside other calls of this Privatizer:
+        every setting gets its own mechanism object and generator.
+        """
+        import pandas as pd  # pylint: disable=import-outside-toplevel
+
+        if hasattr(texts, "dropna") and hasattr(texts, "tolist") and not hasattr(texts, "columns"):
+            texts = texts.dropna().tolist()  # a pandas Series: missing values are not texts
+        for name, value in (("examples", examples), ("words", words), ("samples", samples),
+                            ("attack_tokens", attack_tokens)):
+            check_number(value, name, low=1 if name != "examples" else 0, integer=True)
+        mechanisms = [self.spec.mechanism] if mechanisms is None else mechanisms
+        epsilons = [self.spec.epsilon] if epsilons is None else epsilons
+        if isinstance(mechanisms, str) or not isinstance(mechanisms, Iterable):
+            mechanisms = [mechanisms]
+        if isinstance(epsilons, (str, bytes)) or not isinstance(epsilons, Iterable):
+            epsilons = [epsilons]
+        specs = []
+        for reference in list(mechanisms):
+            own = mechanism_reference(reference) == self.spec.mechanism
+            spec = PrivacySpec(reference, tuple(epsilons), self.spec.keywords() if own else {}, self.spec.artifact,
+                        self.oov_policy, self.unk_token)
+            if not own:
+                verify_artifact(spec.artifact, needs=spec.needs())
+            spec.check_artifact(self.artifact)
+            specs.append(spec)
+        if not specs:
+            raise TextdpValueError("preview needs at least one mechanism")
+        if isinstance(texts, Iterable) and not isinstance(texts, (str, bytes, Mapping)) and not hasattr(texts, "columns"):
+            texts = list(texts)  # read once (a generator), refused below like privatize refuses it otherwise
+        rows, rng = [], None
+        for spec in specs:
+            for epsilon in spec.epsilons:
+                mech = spec.make(self.artifact, epsilon)  # a mechanism object of its own: none is shared
+                clone = self._with_mechanism(mech, spec)
+                released = clone.privatize(texts, seed=seed, progress=False)  # the first refuses what privatize does
+                stats = clone.last_stats
+                if rng is None:  # the texts and the seed are usable: the words and tokens the figures are over
+                    rng = np.random.default_rng(None if seed is None else [seed, 1])
+                    ids, counts = _word_counts(clone._text, texts)  # pylint: disable=protected-access
+                    chosen = ids if len(ids) <= words else np.sort(rng.choice(ids, size=words, replace=False))
+                    tokens = _token_ids(clone._text, texts)[:attack_tokens]  # pylint: disable=protected-access
+                row = {"mechanism": spec.name, "epsilon": float(epsilon)}
+                row.update({f"sample_{i + 1}": released[i] for i in range(min(examples, len(texts)))})
+                row["changed_share"] = stats["changed_tokens"] / stats["tokens"] if stats["tokens"] else None
+                row.update(_calibration_figures(self.artifact, spec, epsilon, mech, chosen, samples, rng))
+                row.update(_attack_figures(self.artifact, mech, ids, counts, tokens, rng))
+                rows.append(row)
+        return pd.DataFrame(rows)
+
+    def _with_mechanism(self, mechanism, spec) -> "Privatizer":
+        """This Privatizer (same artifact, OOV policy, limits) over another mechanism object: for preview."""
+        clone = object.__new__(Privatizer)
+        clone.__dict__.update(self.__dict__)
+        clone.spec, clone.mechanism = spec, mechanism
+        nearest = getattr(mechanism, "nearest", None)
+        if hasattr(nearest, "threads"):
+            nearest.threads = self.threads
+        clone._text = TextPrivatizer(mechanism, self.artifact.words, self.artifact.word_to_id, self.oov_policy,
+                                     self.unk_token)
+        clone._rng, clone._lock, clone._owner, clone.last_stats = np.random.default_rng(), threading.Lock(), None, {}
+        return clone
 
     # --- describing ---------------------------------------------------------------------------------
     def parameters(self) -> dict:

@@ -196,3 +196,57 @@ class ProgressMonitor:
             self.print_line(final=True)
         elif self.tty and self.lines:
             self.stream.write("\n")
+
+
+# --- a progress bar for calls of the Python API (textdp.Privatizer), issue 27 item 2 ------------------------
+
+
+class _NoBar:
+    """What ``progress_bar`` returns when no bar is shown: same calls, nothing printed."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, count: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def in_notebook() -> bool:
+    """True inside a Jupyter kernel (where stderr is not a terminal but a bar is still seen)."""
+    shell = sys.modules.get("IPython")
+    if shell is None or "ipykernel.zmqshell" not in sys.modules:
+        return False
+    ipython = getattr(shell, "get_ipython", lambda: None)()
+    return type(ipython).__name__ == "ZMQInteractiveShell"
+
+
+def wants_progress(setting: Optional[bool]) -> bool:
+    """``True``/``False`` as given; ``None`` (automatic): in a notebook, or when stderr is a terminal."""
+    if setting is not None:
+        return bool(setting)
+    return in_notebook() or bool(getattr(sys.stderr, "isatty", lambda: False)())
+
+
+def progress_bar(setting: Optional[bool], total: int, unit: str, desc: str):
+    """A ``tqdm.auto`` bar of ``total`` ``unit``s (a widget in a notebook with ipywidgets, text on stderr
+    otherwise), or a silent stand-in when ``wants_progress(setting)`` is False or tqdm is not installed (then
+    ``setting=True`` was refused earlier, by the caller). Counts only: no text is ever passed to it."""
+    if not wants_progress(setting):
+        return _NoBar()
+    try:
+        from tqdm.std import tqdm  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return _NoBar()
+    if in_notebook():
+        try:  # the widget needs ipywidgets; without it tqdm.auto warns and falls back to the text bar anyway
+            import ipywidgets  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+            from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
+        except ImportError:
+            pass
+    return tqdm(total=total, unit=unit, desc=desc, file=sys.stderr, disable=False, dynamic_ncols=True)
