@@ -363,3 +363,36 @@ def test_an_input_in_the_wrong_format_is_refused_or_warned_before_the_run(tiny_a
     for args in (["--input", str(jsonl)], ["--input", str(plain)]):
         code, out, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, *args, "--overwrite"))
         assert code == 0 and "WARNING" not in out + err, err
+
+
+# --- F9: transforms.Privatize refuses at construction what a worker would fail on ----------------------------
+
+
+@pytest.mark.parametrize("keywords, message", [
+    ({"seed": -1}, "seed must be >= 0"),
+    ({"seed": 1.5}, "seed must be an integer"),
+    ({"seed": "7"}, "seed must be an integer"),
+    ({"seed": True}, "seed must be an integer"),
+    ({"max_text_bytes": "10"}, "max_text_bytes must be an integer"),
+    ({"max_text_bytes": 0}, "max_text_bytes must be >= 1"),
+    ({"batch_tokens": "5"}, "batch_tokens must be an integer"),
+    ({"batch_tokens": 0.5}, "batch_tokens must be an integer"),
+    ({"gamma": 1.0}, "parameter 'gamma' does not apply to mechanism 'madlib'"),
+    ({"text_fields": [1]}, "text_fields must be non-empty field names"),
+    ({"text_fields": [""]}, "text_fields must be non-empty field names"),
+    ({"mechanism": "tem"}, "needs a neighbour table"),
+])
+def test_privatize_transform_refuses_at_construction_what_a_worker_would_fail_on(tiny_artifact_dir, keywords, message):
+    """Each of these used to construct and then fail on a worker (a traceback), or send every record to the error
+    output; now it is one TextdpError line when the pipeline is built, as textdp.Privatizer refuses it."""
+    from transforms import Privatize
+
+    with pytest.raises(textdp.TextdpError, match=message):
+        Privatize(**dict({"epsilon": 5, "artifact": tiny_artifact_dir}, **keywords))
+
+
+def test_privatize_transform_refuses_a_missing_artifact_at_construction(tmp_path):
+    from transforms import Privatize
+
+    with pytest.raises(textdp.TextdpError, match="not a directory|no such"):
+        Privatize(epsilon=5, artifact=str(tmp_path / "nope"))

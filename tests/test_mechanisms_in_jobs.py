@@ -69,5 +69,5 @@ def test_a_parameter_of_another_mechanism_is_refused(neighbour_artifact_dir, tmp
     assert "vickrey t must be <= 1, got 1.5" in capsys.readouterr().err
     from transforms import Privatize  # pylint: disable=import-outside-toplevel
 
-    with pytest.raises(ValueError, match="gamma: not parameters of mechanism 'madlib'"):
-        Privatize(epsilon=3, mechanism="madlib", gamma=2.0)
+    with pytest.raises(textdp.TextdpError, match="parameter 'gamma' does not apply to mechanism 'madlib'"):
+        Privatize(epsilon=3, mechanism="madlib", gamma=2.0, artifact=neighbour_artifact_dir)

@@ -11,6 +11,7 @@ from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to, is_not_empty
 
 from textdp.artifact.locate import open_artifact
+from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
 from transforms import Privatize
 
 IDENTITY = 1e6  # far below any distance between words: the release is the input (tests/test_madlib.py)
@@ -160,11 +161,12 @@ def test_the_example_pipeline_runs(tiny_artifact_dir, tmp_path):
     assert open(f"{output}-errors.jsonl", encoding="utf-8").read() == ""
 
 
-def test_batch_size_defaults_by_how_the_mechanism_draws():
+def test_batch_size_defaults_by_how_the_mechanism_draws(neighbour_artifact_dir):  # noqa: F811
     """Mechanisms that search the vocabulary per word batch 4,096 words per call; table-sampled ones
     65,536 (docs/scale.md: TEM runs faster end to end with large calls); an explicit value wins."""
-    assert Privatize(epsilon=10).batch_tokens == 4096
-    assert Privatize(epsilon=10, mechanism="vickrey").batch_tokens == 4096
-    assert Privatize(epsilon=5, mechanism="tem").batch_tokens == 65_536
-    assert Privatize(epsilon=5, mechanism="santext").batch_tokens == 65_536
-    assert Privatize(epsilon=5, mechanism="tem", batch_tokens=100).batch_tokens == 100
+    art = neighbour_artifact_dir  # the table-sampled ones need its neighbour table (refused without one)
+    assert Privatize(epsilon=10, artifact=art).batch_tokens == 4096
+    assert Privatize(epsilon=10, mechanism="vickrey", artifact=art).batch_tokens == 4096
+    assert Privatize(epsilon=5, mechanism="tem", artifact=art).batch_tokens == 65_536
+    assert Privatize(epsilon=5, mechanism="santext", artifact=art).batch_tokens == 65_536
+    assert Privatize(epsilon=5, mechanism="tem", batch_tokens=100, artifact=art).batch_tokens == 100

@@ -30,13 +30,14 @@ from typing import NamedTuple, Optional, Sequence
 import apache_beam as beam
 from apache_beam.utils import shared
 
+from textdp.artifact.gcs import is_gcs_url
+from textdp.artifact.locate import verify_artifact
+from textdp.errors import TextdpValueError
+from textdp.mechanisms import DEFAULT_MECHANISM, artifact_for_checks, check_number, default_batch_tokens
+from textdp.spec import PrivacySpec
 from textdp.text.records import as_pair, row_fields
-from textdp.mechanisms import mechanism_parameters
-from textdp.mechanisms import default_batch_tokens
 from transforms.perturb import PerturbConfig, PerturbTokens
 from transforms.worker import WorkerConfig
-from textdp.mechanisms import DEFAULT_MECHANISM, accepted_keywords, mechanism_name, mechanism_reference  # noqa: I100
-from textdp.spec import PrivacySpec  # noqa: I100  (kept apart: merge-friendly lines)
 
 
 def estimated_tokens(element, text_fields: Sequence[str], keyed: bool) -> int:
@@ -115,23 +116,30 @@ class Privatize(beam.PTransform):
                  diagnostics: bool = False, worker: Optional[WorkerConfig] = None, redistribute: bool = False,
                  label: Optional[str] = None, **mechanism_params):
         super().__init__(label)
-        mechanism = mechanism_reference(mechanism)  # a name, an import path or a Mechanism subclass
+        # Everything a worker would otherwise fail on is refused here, as textdp.Privatizer refuses it (one
+        # TextdpError line): the spec (mechanism, its parameters, epsilon, OOV policy), the run's integers, the text
+        # fields, and a local artifact with the parts the mechanism reads (a gs:// one is read by the workers).
+        spec = PrivacySpec(mechanism, (epsilon,), mechanism_params, artifact, oov_policy, unk_token)  # validated once
+        if seed is not None:
+            check_number(seed, "seed", low=0, integer=True)
+        if max_text_bytes is not None:
+            check_number(max_text_bytes, "max_text_bytes", low=1, integer=True)
         if batch_tokens is None:
-            batch_tokens = default_batch_tokens(mechanism)
-        if batch_tokens < 1:
-            raise ValueError("batch_tokens must be >= 1")
+            batch_tokens = default_batch_tokens(spec.mechanism)
+        check_number(batch_tokens, "batch_tokens", low=1, integer=True)
         if isinstance(text_fields, str):
             text_fields = [text_fields]
-        accepted = mechanism_parameters(mechanism)  # raises for an unknown mechanism
-        unknown = sorted(set(mechanism_params) - set(accepted_keywords(mechanism)))
-        if unknown:
-            raise ValueError(f"{', '.join(unknown)}: not parameters of mechanism {mechanism_name(mechanism)!r} "
-                             f"(its parameters: {', '.join(accepted) or 'none'})")
-        spec = PrivacySpec(mechanism, (epsilon,), mechanism_params, artifact, oov_policy, unk_token)  # validated once
+        text_fields = list(text_fields)
+        if not all(isinstance(name, str) and name.strip() for name in text_fields):
+            raise TextdpValueError("text_fields must be non-empty field names (strings)")
+        if not is_gcs_url(spec.artifact):
+            spec.check_artifact(artifact_for_checks(spec.mechanism, spec.artifact,
+                                                    verify_artifact(spec.artifact, needs=spec.needs())))
         self.config = PerturbConfig(artifact=spec.artifact, mechanism=spec.mechanism, epsilon=spec.epsilon,
                                     params=spec.params, oov_policy=spec.oov_policy,
-                                    unk_token=spec.unk_token, seed=seed, text_fields=tuple(text_fields),
-                                    shape_field=shape_field, max_text_bytes=max_text_bytes)
+                                    unk_token=spec.unk_token, seed=None if seed is None else int(seed),
+                                    text_fields=tuple(text_fields), shape_field=shape_field,
+                                    max_text_bytes=None if max_text_bytes is None else int(max_text_bytes))
         self.batch_tokens = int(batch_tokens)
         self.keyed = bool(keyed)
         self.diagnostics = bool(diagnostics)
