@@ -1,0 +1,18 @@
+"""``textdp.pipelines``: textdp's jobs under the package's own name (issue 27, item 5).
+
+``textdp.pipelines.cli.main(argv)`` is the ``textdp`` command, ``textdp.pipelines.privatize.run(argv)`` one job
+(``build_pipeline(options) -> beam.Pipeline`` and ``run(argv)`` per job module). The code lives in the
+repository's top-level ``pipelines/`` folder; every ``textdp.pipelines.<module>`` is the very same module
+object as ``pipelines.<module>`` (see ``textdp.transforms``). The top-level name ``pipelines`` stays importable
+for now and may be deprecated later (docs/api.md).
+
+An adapter on top of the core: ``import textdp`` never imports it.
+"""
+
+from pipelines.cli import main  # noqa: F401
+from pipelines.jobs import JOBS, run_job  # noqa: F401
+from textdp.transforms import alias_package
+
+__all__ = ["main", "run_job", "JOBS"]
+
+alias_package(__name__, "pipelines")
