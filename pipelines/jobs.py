@@ -534,7 +534,10 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
             plan.guard.write_records()
             plan.guard.release()
     if is_dry_run(options):  # Beam built and validated the job graph and returned: nothing ran or was written
-        print(f"textdp {name}: dry run: the job graph was built and validated; nothing was submitted, read or written")
+        from apache_beam.options.pipeline_options import StandardOptions  # pylint: disable=import-outside-toplevel
+
+        print(f"textdp {name}: dry run: {options.view_as(StandardOptions).runner} built and validated the job graph; "
+              "no job was submitted and no output file was written")
         return EXIT_OK
     try:  # a run can finish and still have done nothing that was asked (e.g. no record to audit)
         lines = plan.report()
