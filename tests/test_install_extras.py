@@ -201,3 +201,17 @@ def test_every_requirement_is_bounded(declared):
         unbounded = [str(req) for req in reqs if not any(spec.operator in ("==", "<", "<=", "~=")
                                                          for spec in req.specifier)]
         assert not unbounded, f"[{section or 'base'}] requirements without an upper bound or pin: {unbounded}"
+
+
+def test_the_template_image_gets_every_requirements_file_and_the_gcp_extra():
+    """setup.py reads every requirements*.txt (the extras): the image's wheel build needs them all copied, and its
+    workers need the [gcp] extra (gs:// and Dataflow)."""
+    with open(os.path.join(REPO, "templates", "Dockerfile"), encoding="utf-8") as handle:
+        dockerfile = handle.read()
+    files = sorted(name for name in os.listdir(REPO) if name.startswith("requirements") and name.endswith(".txt"))
+    assert {"requirements.txt", "requirements-gcp.txt", "requirements-pandas.txt", "requirements-test.txt"} <= set(files)
+    copies = [line for line in dockerfile.splitlines() if line.startswith("COPY requirements.txt")]
+    assert len(copies) == 2 and all(set(files) <= set(line.split()) for line in copies), copies
+    assert "-r requirements.txt -r requirements-gcp.txt" in dockerfile
+    with open(os.path.join(REPO, "MANIFEST.in"), encoding="utf-8") as handle:
+        assert set(files) <= set(handle.read().split())  # the sdist too
