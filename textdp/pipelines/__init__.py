@@ -9,10 +9,10 @@ for now and may be deprecated later (docs/api.md).
 An adapter on top of the core: ``import textdp`` never imports it.
 """
 
-from pipelines.cli import main  # noqa: F401
-from pipelines.jobs import JOBS, run_job  # noqa: F401
+from pipelines.cli import main
+from pipelines.jobs import JOBS, run_job
 from textdp.transforms import alias_package
 
-__all__ = ["main", "run_job", "JOBS"]
+__all__ = ["JOBS", "main", "run_job"]
 
 alias_package(__name__, "pipelines")

@@ -16,7 +16,7 @@ import importlib.util
 import sys
 
 import transforms as _transforms
-from transforms import *  # noqa: F401,F403  (the public names: Privatize, PrivatizeResult)
+from transforms import *  # the public names: Privatize, PrivatizeResult
 
 __all__ = list(_transforms.__all__)
 
@@ -30,7 +30,7 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def _target_of(self, fullname: str) -> str:
         return self.target + fullname[len(self.alias):]
 
-    def find_spec(self, fullname, path=None, target=None):  # noqa: D102  (importlib's interface)
+    def find_spec(self, fullname, path=None, target=None):
         if not fullname.startswith(self.alias + "."):
             return None
         real = importlib.util.find_spec(self._target_of(fullname))
