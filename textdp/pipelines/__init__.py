@@ -6,12 +6,13 @@ repository's top-level ``pipelines/`` folder; every ``textdp.pipelines.<module>`
 object as ``pipelines.<module>`` (see ``textdp.transforms``). The top-level name ``pipelines`` stays importable
 for now and may be deprecated later (docs/api.md).
 
-An adapter on top of the core: ``import textdp`` never imports it.
+An adapter on top of the core: ``import textdp`` never imports it. Importing it does not import Beam (the jobs
+import Beam when they run), so the ``textdp`` command can quiet Beam's import-time warnings first.
 """
 
 from pipelines.cli import main
 from pipelines.jobs import JOBS, run_job
-from textdp.transforms import alias_package
+from textdp._alias import alias_package
 
 __all__ = ["JOBS", "main", "run_job"]
 
