@@ -225,3 +225,31 @@ def test_the_template_image_gets_every_requirements_file_and_the_gcp_extra():
     assert "-r requirements.txt -r requirements-gcp.txt" in dockerfile
     with open(os.path.join(REPO, "MANIFEST.in"), encoding="utf-8") as handle:
         assert set(files) <= set(handle.read().split())  # the sdist too
+
+
+def test_no_module_imports_the_gcp_stack_at_import_time():
+    """Every import of google.* (but protobuf) or apache_beam.io.gcp in textdp/, transforms/ and pipelines/ sits inside
+    a function, so the base install imports every module; the refusals above cover the functions that need them."""
+    import ast
+
+    def module_level_imports(node):  # every import not inside a function (classes, try and if blocks included)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            yield node.module or ""
+        for child in ast.iter_child_nodes(node):
+            yield from module_level_imports(child)
+
+    found = []
+    for folder in ("textdp", "transforms", "pipelines"):
+        for dirpath, _, files in os.walk(os.path.join(REPO, folder)):
+            for name in (f for f in files if f.endswith(".py")):
+                path = os.path.join(dirpath, name)
+                with open(path, encoding="utf-8") as handle:
+                    tree = ast.parse(handle.read(), path)
+                found += [f"{os.path.relpath(path, REPO)}: {n}" for n in module_level_imports(tree)
+                          if (n.startswith("google.") and not n.startswith("google.protobuf"))
+                          or n.startswith("apache_beam.io.gcp")]
+    assert not found, found
