@@ -9,8 +9,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _requirements(name):
+    """The requirements listed in ``name``, following ``-r other.txt`` includes (as pip does)."""
+    found = []
     with open(os.path.join(HERE, name), encoding="utf-8") as handle:
-        return [line.split("#")[0].strip() for line in handle if line.split("#")[0].strip()]
+        for line in handle:
+            line = line.split("#")[0].strip()
+            if line.startswith("-r "):
+                found += [req for req in _requirements(line[3:].strip()) if req not in found]
+            elif line and line not in found:
+                found.append(line)
+    return found
 
 
 setup(
@@ -22,8 +30,11 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["textdp", "textdp.*", "transforms", "transforms.*", "pipelines", "pipelines.*"]),
     install_requires=_requirements("requirements.txt"),
-    extras_require={"test": _requirements("requirements-test.txt")},
-    entry_points={"console_scripts": ["textdp = pipelines.cli:main"]},
+    # The base install runs locally without the GCP stack; [gcp]: gs:// and Dataflow; [pandas]: pandas Beam supports;
+    # [test]: everything the test suite needs, both extras included (requirements-test.txt includes their files).
+    extras_require={"gcp": _requirements("requirements-gcp.txt"), "pandas": _requirements("requirements-pandas.txt"),
+                    "test": _requirements("requirements-test.txt")},
+    entry_points={"console_scripts": ["textdp = textdp.pipelines.cli:main"]},
     # The int8-prefiltered exact nearest-word search (textdp/search/int8_search.py). Optional: without a C
     # compiler the install still succeeds and the exact search falls back to BLAS (textdp/search/nearest.py).
     ext_modules=[Extension("textdp._top2", ["textdp/_top2.c"], extra_compile_args=["-O3"], optional=True)],

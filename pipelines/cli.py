@@ -7,6 +7,7 @@ starting, 130 interrupted).
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from pipelines.jobs import JOBS, run_job
@@ -18,8 +19,17 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+class _NoGcpNoise(logging.Filter):
+    """Drops the line Beam logs when imported without its GCP extra ("apitools not found, and bigquery client
+    libraries are not available despite ..."): the base install has no GCP stack on purpose (setup.py)."""
+
+    def filter(self, record):
+        return not str(record.msg).startswith("apitools not found")
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    logging.getLogger().addFilter(_NoGcpNoise())
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
         return 0

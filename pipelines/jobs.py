@@ -313,6 +313,23 @@ def _with_local_runner(options):
     return standard.runner
 
 
+def preflight_runner(options) -> None:
+    """The runner's own needs, refused in one line before anything starts (textdp/artifact/gcs.py): DataflowRunner
+    needs the GCP extra, credentials and a gs:// --temp_location; --dry_run applies to it only."""
+    from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions, TestOptions  # pylint: disable=import-outside-toplevel
+    from textdp.artifact import gcs  # pylint: disable=import-outside-toplevel
+
+    cloud = options.view_as(GoogleCloudOptions)
+    gcs.preflight_runner(options.view_as(StandardOptions).runner, dry_run=options.view_as(TestOptions).dry_run,
+                         temp_location=cloud.temp_location, staging_location=cloud.staging_location)
+
+
+def is_dry_run(options) -> bool:
+    from apache_beam.options.pipeline_options import TestOptions  # pylint: disable=import-outside-toplevel
+
+    return bool(options.view_as(TestOptions).dry_run) and not is_local(options)
+
+
 def is_local(options) -> bool:
     from apache_beam.options.pipeline_options import StandardOptions  # pylint: disable=import-outside-toplevel
 
@@ -475,6 +492,7 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
     try:
         options = parse_job_options(name, argv)
         _with_local_runner(options)
+        preflight_runner(options)  # Dataflow: the GCP extra, credentials, --temp_location; in seconds
         plan = module.prepare(options)
         before = _temp_folders(plan.temp_parents)  # other runs' temporary folders are never touched
         if plan.guard is not None:  # <output>.lock for every output, held until the run ends (textdp/outputs.py)
@@ -515,6 +533,12 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
         if plan.guard is not None:  # the run record (the files this run wrote: --overwrite's list), then the locks
             plan.guard.write_records()
             plan.guard.release()
+    if is_dry_run(options):  # Beam built and validated the job graph and returned: nothing ran or was written
+        from apache_beam.options.pipeline_options import StandardOptions  # pylint: disable=import-outside-toplevel
+
+        print(f"textdp {name}: dry run: {options.view_as(StandardOptions).runner} built and validated the job graph; "
+              "no job was submitted and no output file was written")
+        return EXIT_OK
     try:  # a run can finish and still have done nothing that was asked (e.g. no record to audit)
         lines = plan.report()
     except TextdpError as exc:

@@ -8,9 +8,15 @@ Top-level folders, lowest first: ``textdp`` (the core: no Beam), ``transforms`` 
 DoFns over the core), ``pipelines`` (the jobs and their flags), ``templates`` (Flex Templates over the
 jobs); ``benchmarks`` may use any of those; ``tests`` may use anything, and nothing imports tests.
 
+The adapter packages ``textdp.transforms`` and ``textdp.pipelines`` (issue 27, item 5) are the namespaced names of
+``transforms`` and ``pipelines``: they live inside ``textdp/`` but form their own layer on top of the jobs, outside
+the core's rules (they import Beam through what they re-export). Nothing in textdp, transforms or pipelines imports
+them, so ``import textdp`` never loads Beam; templates, benchmarks and tests may.
+
 textdp's wings, lowest first (a module may import its own wing and the ones below):
 
-* the floor: ``errors``, ``version``, ``progress``, ``allocator`` and the C extension ``_top2``;
+* the floor: ``errors``, ``version``, ``progress``, ``allocator``, ``_alias`` (the adapters' module names) and the C
+  extension ``_top2``;
 * ``text``: words (tokenizer, case, batches), records, the text privatizer that runs any mechanism object;
 * ``search``: nearest-word search (exact, int8-prefiltered, Annoy), distances and diameters;
 * ``artifact``: the vocabulary artifact, its neighbour table, where it lives (local, cache, gs://);
@@ -32,15 +38,24 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FOLDERS = ["textdp", "transforms", "pipelines", "templates", "benchmarks", "tests"]
+ADAPTERS = ("textdp.transforms", "textdp.pipelines")  # namespaced names of transforms/ and pipelines/: a layer of their own
+LAYERS = FOLDERS[:3] + ["adapter"] + FOLDERS[3:]
 FOLDER_MAY_IMPORT = {
     "textdp": set(),
     "transforms": {"textdp"},
     "pipelines": {"textdp", "transforms"},
-    "templates": {"textdp", "transforms", "pipelines"},
-    "benchmarks": {"textdp", "transforms", "pipelines", "templates"},
-    "tests": {"textdp", "transforms", "pipelines", "templates", "benchmarks"},
+    "adapter": {"textdp", "transforms", "pipelines"},
+    "templates": {"textdp", "transforms", "pipelines", "adapter"},
+    "benchmarks": {"textdp", "transforms", "pipelines", "templates", "adapter"},
+    "tests": {"textdp", "transforms", "pipelines", "templates", "benchmarks", "adapter"},
 }
-FLOOR = {"textdp.errors", "textdp.version", "textdp.progress", "textdp.allocator", "textdp._top2"}
+
+
+def _folder(module: str) -> str:
+    """The layer a module belongs to: its top-level folder, or ``adapter`` for textdp.transforms/pipelines."""
+    return "adapter" if any(module == a or module.startswith(a + ".") for a in ADAPTERS) else module.split(".")[0]
+FLOOR = {"textdp.errors", "textdp.version", "textdp.progress", "textdp.allocator", "textdp._top2",
+         "textdp._alias"}  # _alias: the adapter packages' module aliases (no Beam)
 WINGS = ["text", "search", "artifact", "mechanisms", "privacy", "calibration", "audit"]
 TOP = {"textdp", "textdp.api", "textdp.spec", "textdp.outputs"}
 
@@ -104,26 +119,32 @@ def _level(module: str) -> int:
 
 def test_every_core_module_sits_in_a_wing_or_on_the_floor():
     for module in MODULES:
-        if module.startswith("textdp"):
+        if _folder(module) == "textdp":
             _level(module)
 
 
-@pytest.mark.parametrize("folder", FOLDERS)
+@pytest.mark.parametrize("folder", LAYERS)
 def test_folders_import_only_downward(folder):
-    wrong = sorted(f"{module} -> {dep}" for module, deps in GRAPH.items() if module.split(".")[0] == folder
-                   for dep in deps if dep.split(".")[0] != folder and dep.split(".")[0] not in FOLDER_MAY_IMPORT[folder])
+    wrong = sorted(f"{module} -> {dep}" for module, deps in GRAPH.items() if _folder(module) == folder
+                   for dep in deps if _folder(dep) != folder and _folder(dep) not in FOLDER_MAY_IMPORT[folder])
     assert not wrong, "imports that run back up:\n" + "\n".join(wrong)
 
 
+def test_the_adapter_packages_exist_and_nothing_below_them_imports_them():
+    assert set(ADAPTERS) <= set(MODULES)
+    assert all(_folder(a) == "adapter" for a in ADAPTERS) and _folder("textdp.api") == "textdp"
+    assert "adapter" not in FOLDER_MAY_IMPORT["textdp"] | FOLDER_MAY_IMPORT["transforms"] | FOLDER_MAY_IMPORT["pipelines"]
+
+
 def test_core_wings_import_only_their_own_wing_or_below():
-    wrong = sorted(f"{module} -> {dep}" for module, deps in GRAPH.items() if module.startswith("textdp")
-                   for dep in deps if dep.startswith("textdp") and _level(dep) > _level(module))
+    wrong = sorted(f"{module} -> {dep}" for module, deps in GRAPH.items() if _folder(module) == "textdp"
+                   for dep in deps if _folder(dep) == "textdp" and _level(dep) > _level(module))
     assert not wrong, "imports that run back up a wing:\n" + "\n".join(wrong)
 
 
 def test_the_core_never_imports_beam():
     for module, path in MODULES.items():
-        if module.startswith("textdp") and path:
+        if _folder(module) == "textdp" and path:
             with open(path, encoding="utf-8") as handle:
                 tree = ast.parse(handle.read())
             names = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
@@ -176,7 +197,7 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
-@pytest.mark.parametrize("folder", FOLDERS)
+@pytest.mark.parametrize("folder", LAYERS)
 def test_no_import_cycle_in_any_folder(folder):
-    inside = {m: {d for d in deps if d.split(".")[0] == folder} for m, deps in GRAPH.items() if m.split(".")[0] == folder}
+    inside = {m: {d for d in deps if _folder(d) == folder} for m, deps in GRAPH.items() if _folder(m) == folder}
     assert not _cycles(inside), f"import cycles in {folder}/: {_cycles(inside)}"

@@ -96,12 +96,28 @@ def _object_name(prefix: str, name: str) -> str:
     return f"{prefix}/{name}" if prefix else name
 
 
+GCP_EXTRA = "pip install 'textdp[gcp]'"
+
+
+def require_gcp(what: str = "gs://") -> None:
+    """Refuse, in one line, when the install has no GCP extra (google-cloud-storage, Beam's GCS file system).
+
+    The base install runs locally without the GCP stack (setup.py); ``what`` names what needed it."""
+    from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+
+    try:
+        import google.cloud.storage  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    except ImportError:
+        raise TextdpError(f"{what} needs the GCP extra: {GCP_EXTRA}") from None
+
+
 def storage_client():
     """A google-cloud-storage client with Application Default Credentials, else anonymous.
 
     With ``STORAGE_EMULATOR_HOST`` set (a local emulator in tests) the library itself points at the
     emulator and uses anonymous credentials. Without credentials, public buckets still work.
     """
+    require_gcp()
     from google.auth.exceptions import DefaultCredentialsError  # pylint: disable=import-outside-toplevel
     from google.cloud import storage  # pylint: disable=import-outside-toplevel
 
@@ -475,17 +491,12 @@ def preflight(urls, *, writes: bool, timeout: float = PREFLIGHT_TIMEOUT_S) -> No
             buckets.setdefault(bucket, prefix)
     if not buckets:
         return
-    if not os.environ.get("STORAGE_EMULATOR_HOST"):
-        import google.auth  # pylint: disable=import-outside-toplevel
-        from google.auth.exceptions import DefaultCredentialsError  # pylint: disable=import-outside-toplevel
-
-        try:
-            google.auth.default()
-        except DefaultCredentialsError:
-            if writes:
-                raise TextdpError(f"gs://{next(iter(buckets))}: writing to Cloud Storage needs Google Cloud "
-                                  "credentials, and none were found (run `gcloud auth application-default login` "
-                                  "or set GOOGLE_APPLICATION_CREDENTIALS)") from None
+    require_gcp()
+    if not os.environ.get("STORAGE_EMULATOR_HOST") and writes:
+        missing = missing_credentials(timeout)
+        if missing:
+            raise TextdpError(f"gs://{next(iter(buckets))}: writing to Cloud Storage needs Google Cloud "
+                              f"credentials, and none were found ({missing}); {CREDENTIALS_HINT}")
     import requests  # pylint: disable=import-outside-toplevel
     from google.api_core import exceptions as api  # pylint: disable=import-outside-toplevel
 
@@ -503,3 +514,91 @@ def preflight(urls, *, writes: bool, timeout: float = PREFLIGHT_TIMEOUT_S) -> No
                 TimeoutError) as exc:
             raise TextdpError(f"gs://{bucket}: Cloud Storage could not be reached ({type(exc).__name__}; no answer "
                               f"within {timeout:g} s counts as none); check the network, proxy and credentials") from None
+
+
+# --- the pre-run check of the Dataflow runner (issue 27, item 7) -------------------------------------
+
+CREDENTIALS_HINT = "run `gcloud auth application-default login` or set GOOGLE_APPLICATION_CREDENTIALS"
+SERVICE_RUNNERS = ("DataflowRunner", "TestDataflowRunner")  # the runners that need Google Cloud to build a job
+
+
+def missing_credentials(timeout: float = PREFLIGHT_TIMEOUT_S) -> Optional[str]:
+    """None when Application Default Credentials are found within ``timeout`` seconds, else why not (a phrase).
+
+    ``google.auth.default()`` ends, when nothing else is configured, by probing the GCE metadata server
+    (``GCE_METADATA_HOST``), with retries; where no metadata server answers that can take long. The lookup
+    runs in a daemon thread and is abandoned after ``timeout``: the caller refuses and the process ends.
+    """
+    import threading  # pylint: disable=import-outside-toplevel
+
+    import google.auth  # pylint: disable=import-outside-toplevel
+    from google.auth.exceptions import DefaultCredentialsError  # pylint: disable=import-outside-toplevel
+
+    outcome = {}
+
+    def look() -> None:
+        try:
+            google.auth.default()
+            outcome["missing"] = None
+        except DefaultCredentialsError:
+            path = os.environ.get("GOOGLE_APPLICATION_CREDENTIALS")
+            outcome["missing"] = (f"GOOGLE_APPLICATION_CREDENTIALS names {path!r}, which is not a usable key file"
+                                  if path else "no GOOGLE_APPLICATION_CREDENTIALS, no gcloud application-default "
+                                               "login and no metadata server")
+        except Exception as exc:  # pylint: disable=broad-except  (a refusal in one line, whatever went wrong)
+            outcome["missing"] = f"the credentials lookup failed: {type(exc).__name__}"
+
+    thread = threading.Thread(target=look, name="textdp-credentials", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if "missing" not in outcome:
+        return f"none found within {timeout:g} s: no key file or gcloud login, and the metadata server did not answer"
+    return outcome["missing"]
+
+
+def is_service_runner(runner: Optional[str]) -> bool:
+    return (runner or "").split(".")[-1] in SERVICE_RUNNERS
+
+
+def preflight_runner(runner: Optional[str], *, dry_run=False, temp_location: Optional[str] = None,
+                     staging_location: Optional[str] = None, timeout: float = PREFLIGHT_TIMEOUT_S) -> None:
+    """Refuse, within about ``2 * timeout`` seconds, a run the runner could not start; before any worker.
+
+    ``dry_run``: Beam's ``--dry_run`` flag as given (a string: Beam treats any non-empty value, "False"
+    included, as a dry run). On a local runner it would be ignored and the job would run for real, so it
+    is refused there. DataflowRunner (dry run or not) needs the GCP extra, Google Cloud credentials and a
+    gs:// ``--temp_location`` (else Beam looks up or creates a default bucket, retrying for minutes
+    without a network); the bucket is checked like every gs:// output (``preflight``).
+    """
+    from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+
+    if dry_run not in (None, False, "") and str(dry_run) not in ("True", "true"):
+        raise TextdpError(f"--dry_run={dry_run} is ambiguous: Beam treats any value as a dry run; give "
+                          "--dry_run=True or leave the flag out")
+    service = is_service_runner(runner)
+    if dry_run and not service:
+        raise TextdpError(f"--dry_run applies to --runner DataflowRunner only (runner {runner} would ignore it "
+                          "and run the job for real); leave it out to run locally")
+    if not service:
+        return
+    name = runner.split(".")[-1]
+    require_gcp(f"--runner {name}")
+    try:
+        import importlib.util  # pylint: disable=import-outside-toplevel
+
+        dataflow_client = importlib.util.find_spec("google.cloud.dataflow")
+    except ImportError:
+        dataflow_client = None
+    if dataflow_client is None:
+        raise TextdpError(f"--runner {name} needs the GCP extra (google-cloud-dataflow-client): {GCP_EXTRA}")
+    missing = missing_credentials(timeout)
+    if missing:
+        raise TextdpError(f"--runner {name}{' --dry_run' if dry_run else ''} needs Google Cloud credentials, and "
+                          f"none were found ({missing}); {CREDENTIALS_HINT}")
+    locations = [loc for loc in (temp_location, staging_location) if loc]
+    if not locations:
+        raise TextdpError(f"--runner {name} needs --temp_location gs://BUCKET/PATH (textdp does not let Beam look "
+                          "up or create a default bucket)")
+    if not all(is_gcs_url(loc) for loc in locations):
+        raise TextdpError(f"--runner {name}: --temp_location and --staging_location must be gs:// locations")
+    preflight(locations, writes=True, timeout=timeout)
