@@ -38,6 +38,7 @@ import numpy as np
 from benchmarks.harness import RESULTS, load_results, machine, write_results
 from benchmarks.utility import classify, data, stats
 from textdp.text.tokenize import WORD_PATTERN
+from textdp.mechanisms import mechanism_class
 
 REPO = data.REPO
 SINGLE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -96,7 +97,7 @@ def pipeline_command(args, input_path: str, prefix: str, mechanism: str, epsilon
         cmd += ["--artifact", args.artifact]
     if seed is not None:
         cmd += ["--seed", str(seed)]
-    if mechanism in ("madlib", "mahalanobis", "vickrey"):
+    if mechanism_class(mechanism).SEARCHES_NEAREST:  # --nn chooses the nearest-word search of these
         cmd += ["--nn", args.nn]
     cmd += parse_mechanism_flags(args.mechanism_flags).get(mechanism, [])
     if args.workers > 1:
@@ -180,7 +181,7 @@ def calibration(args, mechanism: str, epsilons: List[float], sample: str = "voca
                "--samples", str(args.calibrate_samples), "--output", out_dir, "--seed", str(args.seed),
                "--runner", "FnApiRunner", "--overwrite"]
         cmd += parse_mechanism_flags(args.mechanism_flags).get(mechanism, [])
-        if mechanism in ("madlib", "mahalanobis", "vickrey"):
+        if mechanism_class(mechanism).SEARCHES_NEAREST:
             cmd += ["--nn", args.nn]
         if args.artifact:
             cmd += ["--artifact", args.artifact]
