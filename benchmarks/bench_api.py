@@ -6,7 +6,8 @@
    files verified once before, as after any earlier run), Madlib and TEM, five times each in fresh
    processes (so nothing is cached in memory): seconds to a ready object.
 2. Throughput: ``Privatizer.privatize`` on IMDb reviews against the bare ``privatize_ids`` of a fresh
-   mechanism (warmed up on the same 20 reviews as the API) on the same word ids, same threads (the API's default: the machine's cores for Madlib's
+   mechanism (warmed up on the same 20 reviews as the API) on the same word ids, same threads (the API's default: the
+   machine's cores for Madlib's
    exact search; TEM is single-threaded). TEM at epsilon 5 and 10 on 10,000 reviews; Madlib at
    epsilon 10 on 1,000 reviews (its search costs ~0.5 ms per word on 400k words, so steady state is
    reached long before 10,000). The ratio is API tokens/s over bare tokens/s (target >= 0.9).

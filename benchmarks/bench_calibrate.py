@@ -187,7 +187,8 @@ def markdown(p: dict) -> str:
     b = p.get("breakdown_one_process")
     if b:
         lines += ["Per epsilon, one process, one BLAS thread (CPU seconds per word = 1,000 draws; wall in brackets):", "",
-                  "| epsilon | pruned exact CPU s/word | plain exact CPU s/word | speed-up (CPU) | share of vocabulary scanned | mean N_w |",
+                  "| epsilon | pruned exact CPU s/word | plain exact CPU s/word | speed-up (CPU) | share of vocabulary scanned | "
+                  "mean N_w |",
                   "|---|---|---|---|---|---|"]
         for eps, e in b.items():
             lines.append(f"| {eps} | {e['pruned_cpu_seconds_per_word']:.2f} ({e['pruned_seconds_per_word']:.2f}) | "

@@ -129,7 +129,8 @@ def markdown(payload: dict) -> str:
               "candidates/token = words whose distance was computed on the fly by the table sampler (rejection rounds that needed one). "
               "Dense rows = frequent input words switched to a dense row during the run (built at run time, cost included); "
               "'rejection_only' disables them.", "",
-              "| epsilon | gamma | input | tokens | tokens/s (CPU) | tokens/s (wall) | changed | candidates/token | dense rows | load avg |",
+              "| epsilon | gamma | input | tokens | tokens/s (CPU) | tokens/s (wall) | changed | candidates/token | dense rows | "
+              "load avg |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for r in payload["tem"]:
         lines.append(f"| {r['epsilon']:g} | {r['gamma']:.3f} | {r['input']} | {r['tokens']:,} | {r['tokens_per_cpu_second']:,} | "

@@ -9,7 +9,8 @@ The jobs, their flag groups and their required flags are registered once, in ``p
   ``--name=value`` arguments back into the job's own flags.
 
 A parameter's name is one of the flag's own names (``parameter_name``: ``oov_policy``, ``lambda``),
-so that ``--<name>=VALUE`` is accepted by the job's own parser. A flag is required when the registry's ``Job.required`` names it (or argparse marks it
+so that ``--<name>=VALUE`` is accepted by the job's own parser. A flag is required when the registry's
+``Job.required`` names it (or argparse marks it
 required, for the single-process ``build-index``).
 """
 

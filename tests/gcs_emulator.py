@@ -59,7 +59,7 @@ class GcsEmulator:
             except (urllib.error.URLError, ConnectionError, OSError):
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f"gcp-storage-emulator did not answer on {self.url} in {STARTUP_TIMEOUT_S}s")
+                    raise RuntimeError(f"gcp-storage-emulator did not answer on {self.url} in {STARTUP_TIMEOUT_S}s") from None
                 time.sleep(0.1)
 
     def stop(self) -> None:

@@ -114,7 +114,8 @@ def test_pipeline_summaries_follow_the_mechanism(neighbour_artifact_dir, tmp_pat
     path.write_text("a good movie\nthe plot was thin\n", encoding="utf-8")
     output, public = str(tmp_path / "out" / "run"), str(tmp_path / "public.json")
     assert run([f"--input={path}", f"--output={output}", f"--artifact={neighbour_artifact_dir}",
-                "--runner=FnApiRunner", f"--epsilon={EPSILON.get(mechanism, 2)}", f"--mechanism={mechanism}", f"--public-summary={public}"]) == 0
+                "--runner=FnApiRunner", f"--epsilon={EPSILON.get(mechanism, 2)}", f"--mechanism={mechanism}",
+                f"--public-summary={public}"]) == 0
     for document in (json.load(open(output + "-summary.json", encoding="utf-8")),
                      json.load(open(public, encoding="utf-8"))):
         assert document["privacy"]["output_coverage"]["covered"] == level

@@ -70,7 +70,7 @@ def test_dataflow_job_graph_is_built_offline_with_dry_run(corpus_on_gcs):
     transforms = result.job.proto_pipeline.components.transforms
     labels = {t.unique_name for t in transforms.values()}
     for label in ("Read", "Privatize", "Write", "WriteErrors", "WriteSummary"):
-        assert any(l == label or l.startswith(label + "/") for l in labels), label
+        assert any(name == label or name.startswith(label + "/") for name in labels), label
     images = {env.payload for env in result.job.proto_pipeline.components.environments.values()}
     assert any(b"textdp/textdp:0.1.0" in payload for payload in images)
     assert not list(corpus_on_gcs["bucket"].list_blobs(prefix="privatized/")), "a dry run writes nothing"
@@ -105,7 +105,7 @@ def test_neighbours_job_for_dataflow_is_built_offline_with_dry_run(corpus_on_gcs
     result = neighbours.build_pipeline(PipelineOptions(argv)).run()
     labels = {t.unique_name for t in result.job.proto_pipeline.components.transforms.values()}
     for label in ("NeighbourTable/NearestK", "NeighbourTable/Gather", "NeighbourTable/WriteTable"):
-        assert any(l == label or l.startswith(label + "/") for l in labels), label
+        assert any(name == label or name.startswith(label + "/") for name in labels), label
     assert not os.path.exists(corpus_on_gcs["cache"] / "remote"), "submitting must not download the artifact"
     manifest = json.loads(corpus_on_gcs["bucket"].blob("artifacts/glove5k/manifest.json").download_as_text())
     assert "neighbours" not in manifest

@@ -6,7 +6,8 @@ end, so a 20-minute job would be silent. Instead every worker (DoFn instance) ke
 ``words``, ``rows``, ...), rewritten atomically at most every ``interval`` seconds (half a second: a
 few hundred bytes) and at the end of each bundle, with the time they were written (``at``). The
 launcher's ``ProgressMonitor`` thread sums the files and prints one line: in a terminal it is
-rewritten in place every 2 seconds; in a log (not a terminal) it is a plain line every 30 seconds. Counts only, never text. Runners on other machines (Dataflow, Flink) have
+rewritten in place every 2 seconds; in a log (not a terminal) it is a plain line every 30 seconds. Counts only, never text. Runners on
+other machines (Dataflow, Flink) have
 their own progress pages; there no directory is given and the workers write nothing.
 """
 

@@ -258,7 +258,8 @@ def main(argv=None) -> None:
     add("--results-dir", default=RESULTS, help="where to write <name>.json and <name>.md")
     args = parser.parse_args(argv)
 
-    payload = {"benchmark": "peer", "machine": machine(), "seed": SEED, "command": " ".join(["python -m benchmarks.peer.bench_peer", *sys.argv[1:]]), "alpha": ALPHA}
+    payload = {"benchmark": "peer", "machine": machine(), "seed": SEED,
+               "command": " ".join(["python -m benchmarks.peer.bench_peer", *sys.argv[1:]]), "alpha": ALPHA}
     started = time.perf_counter()
     artifact = open_artifact(args.artifact)
     def floats(text):

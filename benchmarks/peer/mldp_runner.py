@@ -3,7 +3,8 @@
 Reads a JSON spec (argv[1]) written by ``bench_peer.py``, builds a gensim ``KeyedVectors`` from the
 vocabulary and vectors exported from a textdp artifact (the exact float32 values, no text
 round-trip), hands it to MLDP's mechanism classes (``MultivariateCalibrated``, ``TEM``, ``Mahalanobis``,
-``VickreyMechanism``, ``TruncatedGumbel``) through their public constructor arguments (``embedding_matrix``, ``vocab``, ``dim``) and calls their public
+``VickreyMechanism``, ``TruncatedGumbel``) through their public constructor arguments (``embedding_matrix``, ``vocab``, ``dim``) and calls
+their public
 ``replace_word``. It times the same tokens textdp privatizes, draws repeatedly for a few check words
 (for the distribution tests done by ``bench_peer.py``), and writes a JSON result (argv[2]).
 """

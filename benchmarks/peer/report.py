@@ -42,7 +42,8 @@ def markdown(payload: dict) -> str:
               "Sensitivity: the same test applied to draws made at epsilon x 1.25 (TEM: MLDP's draws against the closed "
               "form at 1.25 epsilon; Madlib: as many textdp draws at 1.25 epsilon as MLDP made, against the reference). "
               "A small p-value there shows the test, at that number of draws, can tell such a difference apart.", "",
-              "| mechanism | word | epsilon | reference | MLDP draws | MLDP | textdp draws | textdp | N_w MLDP / textdp / expected | sensitivity p |",
+              "| mechanism | word | epsilon | reference | MLDP draws | MLDP | textdp draws | textdp | N_w MLDP / textdp / expected "
+              "| sensitivity p |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for c in payload["checks"]:
         if c["mechanism"] == "tem":

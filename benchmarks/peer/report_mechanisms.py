@@ -72,7 +72,8 @@ def markdown(payload: dict) -> str:  # pylint: disable=too-many-locals
     if tg:
         lines += ["", "Truncated Gumbel: textdp ran with the noise scale b that MLDP derived for the same epsilon ("
                   + ", ".join(f"epsilon {r['epsilon']:g}: b = {r['textdp']['parameters']['scale']:.4g}" for r in tg)
-                  + "), so both add the same noise; textdp claims no guarantee for this mechanism (see textdp/mechanisms/truncated_gumbel.py)."]
+                  + "), so both add the same noise; textdp claims no guarantee for this mechanism (see "
+                    "textdp/mechanisms/truncated_gumbel.py)."]
     lines += ["", "Mahalanobis and Vickrey search the nearest (two nearest) of 400,000 words exactly for every token; MLDP "
               "searches an approximate faiss IVF index (nprobe 50 of 100 lists) and, for Mahalanobis, recomputes a 50x50 "
               "matrix square root and scans the vocabulary to name the word for every token; pyPANTERA computes every "
@@ -133,7 +134,8 @@ def markdown(payload: dict) -> str:  # pylint: disable=too-many-locals
         cons = ev["mldp_truncated_gumbel_constructions"]
         lines.append("- MLDP `TruncatedGumbel` derives its noise scale from the distances of ONE random word: built five "
                      "times at epsilon 10 with different seeds (the benchmark passes the one-word distances, because "
-                     "MLDP's own random.sample on dict keys raises TypeError on Python >= 3.11) it gets b = " + ", ".join(f"{c['b']:.4g}" for c in cons)
+                     "MLDP's own random.sample on dict keys raises TypeError on Python >= 3.11) it gets b = "
+                     + ", ".join(f"{c['b']:.4g}" for c in cons)
                      + " (min distance " + ", ".join(f"{c['min_inter_dist']:.3g}" for c in cons) + "; max "
                      + ", ".join(f"{c['max_inter_dist']:.3g}" for c in cons) + "). The vocabulary's smallest distance "
                      f"between two distinct vectors is {ev['exact_min_distance_and_diameter']['min_distance']:.3g} and "

@@ -169,7 +169,8 @@ def markdown(payload: dict, plot_name: str, attacks: Optional[dict] = None,
                 nw = st.get("n_w_exact", st["n_w"])
                 sw = st.get("s_w_exact", st["s_w"])
                 kind = " (exact)" if "n_w_exact" in st else ""
-                lines.append(f"| {mech}{kind} | {eps} | {c['words'].get('count', c['words']) if isinstance(c['words'], dict) else c['words']} x "
+                words = c['words'].get('count', c['words']) if isinstance(c['words'], dict) else c['words']
+                lines.append(f"| {mech}{kind} | {eps} | {words} x "
                              f"{c['samples']} | {nw['p50']:.3f} | {nw['p95']:.3f} | {nw['max']:.3f} | {sw['min']:.0f} | "
                              f"{sw['p5']:.0f} | {sw['p50']:.0f} |")
         lines.append("")

@@ -122,7 +122,7 @@ def _load_npy(npy_path, vocab_path, vocab_size):
         raise EmbeddingFormatError(npy_path, f"expected floating-point values, found dtype {matrix.dtype}")
     words = []
     limit = matrix.shape[0] if vocab_size is None else min(vocab_size, matrix.shape[0])
-    for lineno, line in _numbered_lines(vocab_path):
+    for _, line in _numbered_lines(vocab_path):
         if len(words) == limit:
             break
         word = line.rstrip("\r\n")

@@ -289,8 +289,10 @@ class TableWriter:
             "ids_dtype": "int32",
             "distances_dtype": "float32",
             "shape": [self.vocab_size, self.k],
-            "self_first": "position 0 of row i is word i, with distance exactly 0 (float32 rounding would put it up to ~0.008 away), also when other words share its vector",
-            "exactness": "float32 BLAS candidates re-ranked in float64 with a rounding-error certificate; uncertain rows recomputed by float64 brute force",
+            "self_first": ("position 0 of row i is word i, with distance exactly 0 (float32 rounding would put it up to "
+                           "~0.008 away), also when other words share its vector"),
+            "exactness": ("float32 BLAS candidates re-ranked in float64 with a rounding-error certificate; uncertain rows "
+                          "recomputed by float64 brute force"),
             "fallback_rows": int(self.fallback_rows),
             "kth_distance": {"min": float(kth.min()), "median": float(np.median(kth)), "max": float(kth.max())},
             "serves_every_gamma": "TEM samples exactly for any epsilon and gamma from the K nearest (rejection sampling), so no gamma_max",

@@ -64,7 +64,8 @@ GUMBEL_CANDIDATES = Parameter(
          "(default: the mechanism's, ln(|W| - 1))")
 GUMBEL_MAX_DISTANCE = Parameter(
     "gumbel_max_distance", float, None, low=0.0, low_open=True, label="gumbel max_distance", argument="max_distance",
-    aliases=("max_distance",), example=12.0, help="largest candidate distance and truncation bound of the noise, at least half the smallest distance "
+    aliases=("max_distance",), example=12.0,
+    help="largest candidate distance and truncation bound of the noise, at least half the smallest distance "
     "between two words (below, the input always wins) (default: the mechanism's, an upper bound on the vocabulary's "
     "diameter)")
 

@@ -199,7 +199,8 @@ def shuffle_by_shape(token_eps0: float, shape_counts: ShapeCounts, delta: float 
     privatized. So an author can only hide among the authors whose records look the same in all of
     that (``shape_counts``: one entry per such group, the sorted word counts of the group's records
     and the group's number of authors; one record per author when there is no author field; two
-    groups may have the same word counts and differ in layout or other fields). Within a group of n_s authors each author's data is (total words * token_eps0)-LDP,
+    groups may have the same word counts and differ in layout or other fields). Within a group of n_s authors each author's data
+    is (total words * token_eps0)-LDP,
     and the theorem is applied with that n_s and epsilon_0. The guarantee for everyone is the worst
     group's.
     """
@@ -273,9 +274,11 @@ def amplification_report(token_eps0: float, shape_counts: ShapeCounts, *,
         else:
             shuffle["statement"] = (
                 f"no amplification claimed: the theorem needs epsilon_0 <= ln(n / (16 ln(4/delta))) and a "
-                f"result below epsilon_0 for every group of {unit}s with the same shape (word counts, layout, unprivatized fields); it holds for "
+                f"result below epsilon_0 for every group of {unit}s with the same shape (word counts, layout, unprivatized fields); "
+                "it holds for "
                 f"{shuffle['authors_with_amplification']} of {shuffle['authors']} {unit}s (the largest group has "
-                f"{shuffle['largest_group_authors']} {unit}{'' if shuffle['largest_group_authors'] == 1 else 's'}, epsilon_0 {_fmt(shuffle['largest_group_epsilon0'])}, "
+                f"{shuffle['largest_group_authors']} {unit}{'' if shuffle['largest_group_authors'] == 1 else 's'}, epsilon_0 "
+                f"{_fmt(shuffle['largest_group_epsilon0'])}, "
                 f"limit {_fmt(shuffle['largest_group_condition_max_epsilon0'])}). The shuffle still removes the "
                 f"link between {unit}s and output positions, but the guarantee is the local one above.")
         report["shuffle"] = shuffle

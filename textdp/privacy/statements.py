@@ -27,7 +27,8 @@ def oov_statement(policy: str, unk_token: str, unknown_tokens: Optional[int] = N
                 "local-DP bound over the vocabulary that every vocabulary word has too (the amplification "
                 "accounting's epsilon_0: the mechanism's own bound at the vocabulary's diameter in the metric of its "
                 "guarantee; "
-                "a mechanism without such a bound gives no such factor). The layout of a record, including how an unknown compound was split, is released "
+                "a mechanism without such a bound gives no such factor). The layout of a record, including how an unknown compound "
+                "was split, is released "
                 "as described under 'structure'.")
     if policy == "unk":
         return (f"Words not in the vocabulary{count} were replaced by the marker {unk_token!r}, which does not "

@@ -12,7 +12,7 @@ tests/test_layering.py keeps both rules).
 
 import transforms as _transforms
 from textdp._alias import alias_package
-from transforms import *  # the public names: Privatize, PrivatizeResult
+from transforms import Privatize, PrivatizeResult  # noqa: F401  (the public names, as transforms/__all__ lists them)
 
 __all__ = list(_transforms.__all__)
 
