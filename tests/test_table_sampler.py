@@ -15,7 +15,9 @@ the table (and on the floor when the cap is finite), so the rejection part is wh
 use fixed seeds so a failure reproduces.
 """
 
+import importlib
 import math
+import pkgutil
 import zlib
 
 import numpy as np
@@ -23,9 +25,12 @@ import pytest
 
 from tests.statcheck import g_test
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
+import textdp.mechanisms as mechanisms
 from textdp.artifact.locate import open_artifact
 from textdp.artifact.neighbours import NeighbourTable
+from textdp.mechanisms.santext import SanText
 from textdp.mechanisms.table_sampler import TableSampler
+from textdp.mechanisms.tem import TEM
 
 ALPHA = 1e-5
 DRAWS = 40_000
@@ -131,3 +136,18 @@ def test_refusals(artifact, table):
     for kwargs in ({"epsilon": 0.0}, {"epsilon": 1.0, "cap": -1.0}, {"epsilon": 1.0, "allowed": np.array([], dtype=np.int64)}):
         with pytest.raises(ValueError):
             TableSampler(artifact.vectors, table.ids, table.distances, **kwargs)
+
+
+def test_tem_santext_and_santext_plus_draw_with_this_one_sampler(artifact):
+    """One sampler: TEM passes cap = gamma and allows every word; SanText has no cap; SanText+ allows the
+    sensitive words only. No second table sampler class remains in the mechanisms."""
+    tem = TEM(artifact, 4.0)
+    plain, plus = SanText(artifact, 4.0), SanText(artifact, 4.0, plus=True)
+    assert all(type(m.sampler) is TableSampler for m in (tem, plain, plus))
+    assert tem.sampler.cap == tem.gamma and tem.sampler.allowed_mask is None
+    assert plain.sampler.cap == math.inf and plain.sampler.allowed_mask is None
+    assert plus.sampler.cap == math.inf and (plus.sampler.allowed_mask == plus.sensitive).all()
+    samplers = {name for info in pkgutil.iter_modules(mechanisms.__path__)
+                for name, obj in vars(importlib.import_module(f"textdp.mechanisms.{info.name}")).items()
+                if isinstance(obj, type) and name.endswith("Sampler") and obj.__module__.startswith("textdp.mechanisms")}
+    assert samplers == {"TableSampler"}
