@@ -56,7 +56,7 @@ def main(argv=None) -> None:
         started, wall = time.process_time(), time.perf_counter()
         released = mech.privatize_ids(ids, np.random.default_rng(SEED))
         cpu, wall = time.process_time() - started, time.perf_counter() - wall
-        print(json.dumps({"label": args.label, "mechanism": name, "epsilon": epsilon, "tokens": int(len(ids)),
+        print(json.dumps({"label": args.label, "mechanism": name, "epsilon": epsilon, "tokens": len(ids),
                           "cpu_seconds": round(cpu, 2), "wall_seconds": round(wall, 2),
                           "tokens_per_cpu_second": round(len(ids) / cpu),
                           "changed": round(float((released != ids).mean()), 4), "loadavg": round(load, 2),

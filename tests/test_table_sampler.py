@@ -25,7 +25,7 @@ import pytest
 
 from tests.statcheck import g_test
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
-import textdp.mechanisms as mechanisms
+from textdp import mechanisms
 from textdp.artifact.locate import open_artifact
 from textdp.artifact.neighbours import NeighbourTable
 from textdp.mechanisms.santext import SanText

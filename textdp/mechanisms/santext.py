@@ -44,8 +44,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from textdp.mechanisms.madlib import check_diameter
 from textdp.mechanisms.base import Mechanism, Parameter
+from textdp.mechanisms.madlib import check_diameter
 from textdp.mechanisms.table_sampler import TableSampler
 
 SANTEXT_P = Parameter("santext_p", float, 0.3, low=0.0, high=1.0, low_open=True, label="santext p", argument="p",
