@@ -8,8 +8,9 @@ by an exact pass (a tiny GIVE_UP_FACTOR, dense rows off). Real GloVe vectors and
 neighbour job (5k artifact, tests/test_neighbours.py fixture).
 
 Statistics. Every case is a G-test of 40,000 draws against the closed form computed here by brute force in
-float64 (cells expected below 20 pooled) at significance 1e-5: 13 checks (12 corners x paths, one at
-epsilon 500), so a correct sampler fails any with probability below 13 x 1e-5 = 1.3e-4 (Bonferroni). Power: the same draws tested against the closed
+float64 (cells expected below 20 pooled) at significance 1e-5: 15 checks (12 corners x paths, one at
+epsilon 500, two on the angular metric), so a correct sampler fails any with probability below
+15 x 1e-5 = 1.5e-4 (Bonferroni). Power: the same draws tested against the closed
 form at 1.25 x epsilon must be rejected (p < 1e-5). A guard checks that each case puts real mass outside
 the table (and on the floor when the cap is finite), so the rejection part is what the test checks. Draws
 use fixed seeds so a failure reproduces.
@@ -24,10 +25,10 @@ import numpy as np
 import pytest
 
 from tests.statcheck import g_test
-from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
+from tests.test_neighbours import angular_artifact_dir, neighbour_artifact_dir  # noqa: F401  (fixtures)
 from textdp import mechanisms
 from textdp.artifact.locate import open_artifact
-from textdp.artifact.neighbours import NeighbourTable
+from textdp.artifact.neighbours import NeighbourTable, metric_points
 from textdp.mechanisms.santext import SanText
 from textdp.mechanisms.table_sampler import TableSampler
 from textdp.mechanisms.tem import TEM
@@ -151,3 +152,36 @@ def test_tem_santext_and_santext_plus_draw_with_this_one_sampler(artifact):
                 for name, obj in vars(importlib.import_module(f"textdp.mechanisms.{info.name}")).items()
                 if isinstance(obj, type) and name.endswith("Sampler") and obj.__module__.startswith("textdp.mechanisms")}
     assert samplers == {"TableSampler"}
+
+
+@pytest.mark.parametrize("path", ["rejection", "dense"])
+def test_angular_metric_through_metric_points(angular_artifact_dir, path):  # noqa: F811
+    """The angular table (K = 25): distances between unit directions, on the rounds and in the dense rows.
+    G-test at 1e-5 against the closed form (2 checks, counted in the module's total), power at 1.25 x epsilon,
+    and a guard that half the mass or more lies outside the table."""
+    artifact = open_artifact(angular_artifact_dir)
+    table = NeighbourTable.from_artifact(artifact)
+    word_id = artifact.word_to_id["movie"]
+    epsilon, cap = 8.0, 1.0
+    sampler = TableSampler(artifact.vectors, table.ids, table.distances, epsilon, cap=cap, metric="angular")
+    rng = np.random.default_rng(zlib.crc32(f"angular-{path}".encode()))
+    if path == "rejection":
+        sampler.DENSE_MAX_WORDS = 0
+    else:
+        sampler.DENSE_AFTER_CANDIDATES = 0
+        sampler.sample(np.full(200, word_id), rng)
+        assert word_id in sampler._dense_rows  # pylint: disable=protected-access
+    released = sampler.sample(np.full(DRAWS, word_id), rng)
+    points = metric_points(artifact.vectors, "angular", dtype=np.float64)
+
+    def law(eps):
+        dist = np.sqrt(((points - points[word_id]) ** 2).sum(axis=1))
+        dist[word_id] = 0.0
+        log_w = -0.5 * eps * np.minimum(dist, cap)
+        weights = np.exp(log_w - log_w.max())
+        return weights / weights.sum()
+
+    assert 1.0 - law(epsilon)[np.asarray(table.ids[word_id])].sum() > 0.5
+    counts = np.bincount(released, minlength=artifact.vocab_size)
+    assert g_test(counts, law(epsilon)) > ALPHA
+    assert g_test(counts, law(1.25 * epsilon)) < ALPHA

@@ -99,7 +99,7 @@ class TableSampler:
     PASS_WORDS = 16  # words whose exact rows one pass builds together (16 x 8 bytes x vocabulary)
     FLOAT32_DISTANCE_ERROR = FLOAT32_DISTANCE_ERROR
 
-    def __init__(self, vectors: np.ndarray, table_ids: np.ndarray, table_distances: np.ndarray, epsilon: float,
+    def __init__(self, vectors: np.ndarray, table_ids: np.ndarray, table_distances: np.ndarray, epsilon: float, *,
                  cap: float = math.inf, allowed: Optional[np.ndarray] = None, metric: str = "euclidean",
                  dense_after: Optional[float] = None, give_up_factor: Optional[float] = 0.05):
         if not epsilon > 0:
