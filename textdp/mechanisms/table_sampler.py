@@ -261,7 +261,7 @@ class TableSampler:
         spent = np.zeros(len(ids))
         half = 0.5 * self.epsilon
         n, cap = self.vocab_size, self.cap
-        table_ids = np.take(self.table_ids, ids, axis=0).astype(np.int64)
+        table_ids = np.take(self.table_ids, ids, axis=0)
         table_d = np.take(self.table_distances, ids, axis=0).astype(np.float64)
         table_d[:, 0] = 0.0  # the word itself
         d_k = table_d[:, -1]
@@ -295,10 +295,12 @@ class TableSampler:
         with np.errstate(divide="ignore"):  # no allowed word in the row: M_T = 0, start with FIRST_ROUNDS
             rounds = np.minimum(np.ceil(envelope / mass_table), self.FIRST_ROUNDS).astype(np.int64)
         # Budget per input word and call (module docstring): over it, a word's pending tokens are left to a pass.
-        words, word_of = np.unique(ids, return_inverse=True)
-        word_rounds = np.zeros(len(words))
         budget = math.inf if self.GIVE_UP_FACTOR is None else self.GIVE_UP_FACTOR * n
+        if budget < math.inf:
+            words, word_of = np.unique(ids, return_inverse=True)
+            word_rounds = np.zeros(len(words))
         error_factor = self.FLOAT32_DISTANCE_ERROR
+        shifted = self.allowed_mask is not None
         while len(pending):
             fits = max(1, int(np.searchsorted(np.cumsum(rounds[pending]), self.MAX_ROUNDS_TOTAL, side="right")))
             waiting, active = pending[fits:], pending[:fits]
@@ -324,10 +326,12 @@ class TableSampler:
                 if is_excess.any():
                     e = np.flatnonzero(is_excess)
                     te = t[e]
-                    threshold = rng.random(len(e)) * excess_cap[te] + floor[te]
+                    # every word allowed: the shift is 0 and the floor one number (spares two gathers per round)
+                    shift_e = shift[te] if shifted else 0.0
+                    threshold = rng.random(len(e)) * excess_cap[te] + (floor[te] if shifted else floor[0])
                     with np.errstate(over="ignore"):  # a word nearer than the shift: a table word, rejected below
-                        surely_in = np.exp(-half * (np.minimum(dist[e] + error[e], cap) - shift[te])) > threshold
-                        surely_out = np.exp(-half * (np.minimum(np.maximum(dist[e] - error[e], 0.0), cap) - shift[te])) <= threshold
+                        surely_in = np.exp(-half * (np.minimum(dist[e] + error[e], cap) - shift_e)) > threshold
+                        surely_out = np.exp(-half * (np.minimum(np.maximum(dist[e] - error[e], 0.0), cap) - shift_e)) <= threshold
                     ok[e] = surely_in
                     unsure = np.flatnonzero(~surely_in & ~surely_out)
                     if len(unsure):
@@ -359,10 +363,11 @@ class TableSampler:
             out[first_tokens] = chosen[first]
             done = np.zeros(len(ids), dtype=bool)
             done[first_tokens] = True
-            word_rounds += np.bincount(word_of[active], weights=rounds[active], minlength=len(words))
             retry = active[~done[active]]
+            rounds_used = rounds[active]
             rounds[retry] = np.minimum(rounds[retry] * 4, self.MAX_ROUNDS_PER_BLOCK)
             pending = np.sort(np.concatenate([retry, waiting]))
             if budget < math.inf:
+                word_rounds += np.bincount(word_of[active], weights=rounds_used, minlength=len(words))
                 pending = pending[word_rounds[word_of[pending]] <= budget]  # over budget: left for a pass
         return out, spent
