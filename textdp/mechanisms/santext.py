@@ -6,7 +6,7 @@ SanText. Every word x is replaced by a word y drawn from the whole vocabulary V 
 
 (the paper's SanText, the exponential mechanism with utility -d_euc between embeddings). It is
 TEM's closed form with gamma = infinity, sampled exactly from the K-nearest table by
-textdp.mechanisms.exponential (TEM's envelope with no floor): no per-token pass over the vocabulary.
+textdp.mechanisms.table_sampler (cap = infinity): no per-token pass over the vocabulary.
 Guarantee: epsilon * d_euc metric local DP: for any words x, x' and output set O,
 P[M(x) in O] <= exp(epsilon d(x, x')) P[M(x') in O] (the exponent changes by at most
 epsilon d(x, x') / 2 by the triangle inequality, and the normaliser by at most as much again).
@@ -44,9 +44,9 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from textdp.mechanisms.exponential import TableExponentialSampler
-from textdp.mechanisms.madlib import check_diameter
 from textdp.mechanisms.base import Mechanism, Parameter
+from textdp.mechanisms.madlib import check_diameter
+from textdp.mechanisms.table_sampler import TableSampler
 
 SANTEXT_P = Parameter("santext_p", float, 0.3, low=0.0, high=1.0, low_open=True, label="santext p", argument="p",
                       aliases=("p",), example=0.4,
@@ -73,7 +73,7 @@ def rarest_ids(vocab_size: int, fraction: float) -> np.ndarray:
 class SanText(Mechanism):
     """SanText (``plus=False``) or SanText+ (``plus=True``; registered as ``SanTextPlus``) over an artifact
     with a Euclidean neighbour table. Every epsilon of the range works: the sampler's weights are relative
-    to the nearest allowed word (textdp.mechanisms.exponential)."""
+    to the nearest allowed word (textdp.mechanisms.table_sampler)."""
 
     name = "santext"
     DESCRIPTION = "exponential mechanism over the whole vocabulary"
@@ -117,8 +117,8 @@ class SanText(Mechanism):
             self.sensitive[allowed] = True
         elif sensitive_ids is not None:
             raise ValueError("sensitive_ids applies to SanText+ only (plus=True)")
-        self.sampler = TableExponentialSampler(artifact.vectors, self.table.ids, self.table.distances,
-                                               self.epsilon, allowed=allowed)
+        self.sampler = TableSampler(artifact.vectors, self.table.ids, self.table.distances, self.epsilon,
+                                    allowed=allowed)  # no cap: SanText's weights are exp(-epsilon d / 2) at any distance
 
     def privatize_ids(self, ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Release one vocabulary id per input id (independent draws), vectorised per batch."""
