@@ -56,7 +56,7 @@ def test_each_broken_variant_is_flagged(artifact, variant, epsilons, params, dra
     assert result["flagged"] == [variant.name]
     for row in result["rows"]:
         assert row["rejected"] and row["status"] == "FLAG"
-        assert row["parameters"]["mechanism"] == variant.name
+        assert row["mechanism"] == variant.name
 
 
 def test_the_custext_variant_is_caught_by_impossible_releases(artifact):
