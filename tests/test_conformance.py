@@ -138,3 +138,33 @@ def test_bad_conformance_flags_are_refused_in_one_line(neighbour_artifact_dir, t
     assert code == 2
     assert err.startswith("textdp audit: error: ") and phrase in err and "\n" not in err
     assert not os.path.exists(os.path.join(output, "conformance.json"))
+
+
+def test_a_custom_mechanism_goes_through_every_part_of_the_audit(neighbour_artifact_dir, tmp_path, capsys):  # noqa: F811
+    """Issue 28, item 2: the import path through the self-check and the attacks (one run), then the conformance test
+    with the run's own flag for it (--distance-cap reaches the mechanism named by --mechanism)."""
+    from benchmarks.harness import imdb_texts  # pylint: disable=import-outside-toplevel
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(text.replace("\n", " ") for text in imdb_texts(60)) + "\n", encoding="utf-8")
+    common = [f"--artifact={neighbour_artifact_dir}", f"--mechanism={IMPORT_PATH}", "--distance-cap=3"] + RUNNER
+    output = str(tmp_path / "all")
+    code = cli_main(["audit", *common, f"--output={output}", "--epsilons=3", "--pairs=3", "--draws=2000",
+                     f"--corpus={corpus}", "--records=30", "--inversion-tokens=300", "--prior-words=300",
+                     "--linkage-sizes=10", "--linkage-window=5"])
+    assert code == 0, capsys.readouterr().err
+    with open(os.path.join(output, "summary.json"), encoding="utf-8") as handle:
+        summary = json.load(handle)
+    assert summary["checks"] == ["self-check", "inversion", "linkage"]
+    assert summary["self_check"]["status"] == "pass"  # false-alarm rate 0.001 (the run's default)
+    assert summary["inversion"]["per_epsilon"] and summary["linkage"]["per_epsilon"]
+    capsys.readouterr()
+
+    output = str(tmp_path / "conf")
+    code = cli_main(["audit", *common, f"--output={output}", "--epsilons=2", "--conformance",
+                     f"--conformance-mechanisms={IMPORT_PATH}", "--conformance-draws=20000"])
+    assert code == 0, capsys.readouterr().err
+    with open(os.path.join(output, "conformance.json"), encoding="utf-8") as handle:
+        row = json.load(handle)["rows"][0]
+    assert row["mechanism"] == "capped-exponential" and row["parameters"]["distance_cap"] == 3.0
+    assert row["status"] == "pass", row
