@@ -107,8 +107,8 @@ def markdown(payload: dict) -> str:
         "",
         result["method"] + ".",
         "",
-        "| mechanism | epsilon | law | status | p-value | G (df) | draws | power at 1.25 x eps | impossible |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| mechanism | epsilon | law | status | p-value | G (df) | draws | power at 1.25 x eps | impossible | unit seconds |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in result["rows"]:
         if row["law"] == "none":
@@ -116,8 +116,14 @@ def markdown(payload: dict) -> str:
             continue
         lines.append(f"| {row['mechanism']} | {row['epsilon']:g} | {row['law']} | {row['status']} | "
                      f"{row['p_value']:.3g} | {row['statistic']:.1f} ({row['df']}) | {row['draws']:,} | "
-                     f"{row['power_rejections']}/{row['power_repeats']} | {row['impossible_releases']} |")
-    lines += ["", "Verdicts: " + ", ".join(f"{k}: {v}" for k, v in result["verdicts"].items()), ""]
+                     f"{row['power_rejections']}/{row['power_repeats']} | {row['impossible_releases']} | "
+                     f"{row.get('seconds', float('nan')):.0f} |")
+    seconds: dict = {}
+    for row in result["rows"]:
+        seconds[row["mechanism"]] = seconds.get(row["mechanism"], 0.0) + row.get("seconds", 0.0)
+    lines += ["", "Verdicts: " + ", ".join(f"{k}: {v}" for k, v in result["verdicts"].items()), "",
+              "Worker seconds per mechanism (sum over its epsilons, wall time inside the unit, on the shared cores): "
+              + ", ".join(f"{k} {v:.0f}" for k, v in sorted(seconds.items(), key=lambda kv: -kv[1])) + ".", ""]
     return "\n".join(lines)
 
 

@@ -31,6 +31,7 @@ a non-rejection without that power is "inconclusive" (the test could not have se
 
 from __future__ import annotations
 
+import time
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -212,6 +213,7 @@ def run_unit(reference, artifact, epsilon: float, params: Optional[dict] = None,
     """The conformance test of mechanism ``reference`` (any mechanism reference) at ``epsilon``: a result row."""
     from textdp.mechanisms import make_mechanism, mechanism_class  # pylint: disable=import-outside-toplevel
 
+    started = time.perf_counter()
     rng = rng or np.random.default_rng()
     params = dict(params or {})
     cls = mechanism_class(reference)
@@ -268,7 +270,7 @@ def run_unit(reference, artifact, epsilon: float, params: Optional[dict] = None,
         statistic=main["statistic"], df=main["df"], p_value=main["p_value"], bins=main["bins"],
         impossible_releases=main["impossible_releases"], rejected=main["rejected"],
         power_epsilon=power_epsilon, power_repeats=int(power_repeats), power_rejections=power_hits, power=power,
-        status=status, parameters=_plain(mechanism.parameters()))
+        status=status, parameters=_plain(mechanism.parameters()), seconds=time.perf_counter() - started)
     return row
 
 
