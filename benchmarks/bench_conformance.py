@@ -39,8 +39,13 @@ def build(workdir: str) -> str:
     from textdp.artifact.store import build_artifact  # pylint: disable=import-outside-toplevel
 
     path = os.path.join(workdir, "glove20k-k100")
-    if not os.path.exists(os.path.join(path, "manifest.json")) or "neighbours" not in open(
-            os.path.join(path, "manifest.json"), encoding="utf-8").read():
+    manifest = os.path.join(path, "manifest.json")
+    if os.path.exists(manifest):
+        with open(manifest, encoding="utf-8") as handle:
+            built = "neighbours" in json.load(handle)
+    else:
+        built = False
+    if not built:
         build_artifact(EmbeddingSource("bundled", BUNDLED_GLOVE), path, vocab_size=20000, trees=10, seed=0)
         build_pipeline(PipelineOptions(["--runner=FnApiRunner", f"--artifact={path}", "--k=100",
                                         "--metric=euclidean", "--shard-rows=5000"])).run().wait_until_finish()
@@ -93,17 +98,17 @@ def markdown(payload: dict) -> str:
     lines = [
         "# Conformance audit: every registered mechanism on a 20,000-word artifact",
         "",
-        "`python -m benchmarks.bench_conformance` (issue 28, item 1): one `textdp audit --conformance` run, FnApiRunner, "
-        "2 worker processes.",
+        ("`python -m benchmarks.bench_conformance` (issue 28, item 1): one `textdp audit --conformance` run, FnApiRunner, "
+        "2 worker processes."),
         "",
-        f"Machine: {info['cpu']}, {info['cores']} cores (nproc), Python {info['python']}, numpy {info['numpy']}, "
+        (f"Machine: {info['cpu']}, {info['cores']} cores (nproc), Python {info['python']}, numpy {info['numpy']}, "
         f"{info['date_utc']}; load average {payload['loadavg_before'][0]:.1f} before, "
-        f"{payload['loadavg_after'][0]:.1f} after (the machine is shared with other jobs).",
+        f"{payload['loadavg_after'][0]:.1f} after (the machine is shared with other jobs)."),
         "",
-        f"**Wall time {payload['wall_seconds'] / 60:.1f} min** (target <= {payload['target_minutes']:g} min: "
+        (f"**Wall time {payload['wall_seconds'] / 60:.1f} min** (target <= {payload['target_minutes']:g} min: "
         f"{'met' if payload['met'] else 'NOT met, by ' + format(payload['wall_seconds'] / 60 - payload['target_minutes'], '.1f') + ' min'}); "
         f"worker CPU {payload['cpu_seconds'] / 60:.1f} min. Artifact build (once, not timed in the target): "
-        f"{payload['artifact_build_seconds']:.0f} s.",
+        f"{payload['artifact_build_seconds']:.0f} s."),
         "",
         result["method"] + ".",
         "",

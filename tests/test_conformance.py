@@ -21,8 +21,13 @@ import os
 import pytest
 
 from pipelines.cli import main as cli_main
-from tests.audit_broken import (DoubleGammaTEM, HalfDoubleSanText, OtherKCusText, ShortRadiusMadlib,
-                                SwappedVickrey)
+from tests.audit_broken import (
+    DoubleGammaTEM,
+    HalfDoubleSanText,
+    OtherKCusText,
+    ShortRadiusMadlib,
+    SwappedVickrey,
+)
 from tests.custom_mechanism import IMPORT_PATH, CappedExponential
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
 from textdp.artifact.locate import open_artifact
@@ -88,9 +93,10 @@ def test_every_correct_registered_mechanism_passes(artifact, name):
 
 def test_a_custom_mechanism_through_the_python_entry_point():
     """The class object and its import path: both audited, the law its class declares (EXACT_LAW)."""
-    from textdp.artifact.store import build_artifact  # pylint: disable=import-outside-toplevel
-    from textdp.artifact.embeddings import BUNDLED_GLOVE, EmbeddingSource  # pylint: disable=import-outside-toplevel
     import tempfile  # pylint: disable=import-outside-toplevel
+
+    from textdp.artifact.embeddings import BUNDLED_GLOVE, EmbeddingSource  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.store import build_artifact  # pylint: disable=import-outside-toplevel
 
     with tempfile.TemporaryDirectory() as tmp:
         path = build_artifact(EmbeddingSource("bundled", BUNDLED_GLOVE), os.path.join(tmp, "a"), vocab_size=2000,

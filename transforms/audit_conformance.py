@@ -9,7 +9,6 @@ PerturbTokens DoFn makes.
 from __future__ import annotations
 
 import json
-from typing import List
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -57,7 +56,7 @@ class WriteConformance(beam.DoFn):
         self.false_alarm_rate = float(false_alarm_rate)
         self.run_info = dict(run_info)
 
-    def process(self, _, rows: List[tuple]):
+    def process(self, _, rows: list[tuple]):
         result = summarize([row for _, row in sorted(rows, key=lambda pair: pair[0])], self.false_alarm_rate)
         summary = {**self.run_info, "checks": ["conformance"], "conformance": {
             key: result[key] for key in ("verdicts", "flagged", "tests", "false_alarm_rate", "method")}}

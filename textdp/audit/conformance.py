@@ -32,7 +32,7 @@ a non-rejection without that power is "inconclusive" (the test could not have se
 from __future__ import annotations
 
 import time
-from typing import Dict, List, Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from scipy.stats import chi2, mannwhitneyu
@@ -48,7 +48,7 @@ DEFAULT_DRAWS = {"closed form": 50_000, "reference simulation": 10_000}  # per w
 NOT_TESTED = "not tested: no declared law"
 
 
-def law_kind(mechanism_or_class) -> Optional[str]:
+def law_kind(mechanism_or_class) -> str | None:
     """"closed form", "reference simulation" or None: what the mechanism (object or class) declares."""
     cls = mechanism_or_class if isinstance(mechanism_or_class, type) else type(mechanism_or_class)
     if getattr(cls, "EXACT_LAW", False):
@@ -64,7 +64,7 @@ def _base_reference():
     return Mechanism.reference_simulation
 
 
-def stratified_words(vocab_size: int, per_band: int, rng: np.random.Generator) -> List[tuple]:
+def stratified_words(vocab_size: int, per_band: int, rng: np.random.Generator) -> list[tuple]:
     """(band label, word id) for ``per_band`` distinct words drawn uniformly in every frequency band (rank range)
     the vocabulary reaches; ids are frequency ranks in an artifact."""
     out = []
@@ -207,9 +207,9 @@ def _binned_ranks(ranks: np.ndarray, vocab_size: int) -> np.ndarray:
 # --- one unit: a mechanism at one epsilon ---------------------------------------------------------------------
 
 
-def run_unit(reference, artifact, epsilon: float, params: Optional[dict] = None, words_per_band: int = 2,
-             draws: Optional[int] = None, level: float = 1e-3, power_repeats: int = 2,
-             rng: Optional[np.random.Generator] = None) -> dict:
+def run_unit(reference, artifact, epsilon: float, params: dict | None = None, words_per_band: int = 2,
+             draws: int | None = None, level: float = 1e-3, power_repeats: int = 2,
+             rng: np.random.Generator | None = None) -> dict:
     """The conformance test of mechanism ``reference`` (any mechanism reference) at ``epsilon``: a result row."""
     from textdp.mechanisms import make_mechanism, mechanism_class  # pylint: disable=import-outside-toplevel
 
@@ -266,7 +266,7 @@ def run_unit(reference, artifact, epsilon: float, params: Optional[dict] = None,
     else:
         status = "inconclusive"
     row.update(
-        words=len(words), bands=sorted({b for b, _ in sample}), draws_per_word=draws, draws=int(len(ids)),
+        words=len(words), bands=sorted({b for b, _ in sample}), draws_per_word=draws, draws=len(ids),
         statistic=main["statistic"], df=main["df"], p_value=main["p_value"], bins=main["bins"],
         impossible_releases=main["impossible_releases"], rejected=main["rejected"],
         power_epsilon=power_epsilon, power_repeats=int(power_repeats), power_rejections=power_hits, power=power,
@@ -286,8 +286,8 @@ def planned_units(references: Sequence, epsilons: Sequence[float]) -> int:
 
 
 def run_conformance(mechanism=None, artifact=None, epsilons: Sequence[float] = (2.0, 10.0), params=None,
-                    words_per_band: int = 2, draws: Optional[int] = None, false_alarm_rate: float = 1e-3,
-                    power_repeats: int = 2, seed: Optional[int] = None) -> dict:
+                    words_per_band: int = 2, draws: int | None = None, false_alarm_rate: float = 1e-3,
+                    power_repeats: int = 2, seed: int | None = None) -> dict:
     """Conformance of ``mechanism`` (a reference, or a list of them; None: every registered mechanism) on
     ``artifact`` (a loaded artifact or a location; None: the default) at ``epsilons``: every unit's row and a
     verdict. ``params``: {reference: {parameter: value}} or, for a single mechanism, its parameters."""
@@ -308,7 +308,7 @@ def run_conformance(mechanism=None, artifact=None, epsilons: Sequence[float] = (
     rows = []
     for index, reference in enumerate(references):
         for eps in epsilons:
-            rng = np.random.default_rng(None if seed is None else [int(seed), index, int(round(float(eps) * 1e6))])
+            rng = np.random.default_rng(None if seed is None else [int(seed), index, round(float(eps) * 1e6)])
             rows.append(run_unit(reference, artifact, float(eps), params.get(reference, {}), words_per_band, draws,
                                  level, power_repeats, rng))
     return summarize(rows, false_alarm_rate)
@@ -318,9 +318,9 @@ def _keyed(params: dict, references) -> bool:
     return any(key in params for key in references if isinstance(key, (str, type)))
 
 
-def summarize(rows: List[dict], false_alarm_rate: float) -> dict:
+def summarize(rows: list[dict], false_alarm_rate: float) -> dict:
     """The run's verdict from its unit rows: flagged, passed, inconclusive and untested mechanisms."""
-    by_mechanism: Dict[str, List[dict]] = {}
+    by_mechanism: dict[str, list[dict]] = {}
     for row in rows:
         by_mechanism.setdefault(row["mechanism"], []).append(row)
     verdicts = {}
@@ -344,7 +344,7 @@ def summarize(rows: List[dict], false_alarm_rate: float) -> dict:
     }
 
 
-def message_lines(result: dict) -> List[str]:
+def message_lines(result: dict) -> list[str]:
     """One line per mechanism, for the job's report."""
     lines = [f"conformance: {result['method']}"]
     for name, verdict in result["verdicts"].items():

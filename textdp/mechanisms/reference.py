@@ -14,7 +14,7 @@ and the artifact's vectors. Nothing else.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import numpy as np
 
@@ -62,8 +62,8 @@ def nearest_two(vectors64: np.ndarray, sqnorms: np.ndarray, points: np.ndarray):
     return first, second, d1, d2
 
 
-def noise_then_nearest(vectors, epsilon: float, root: Optional[np.ndarray] = None,
-                       vickrey_t: Optional[float] = None) -> Callable:
+def noise_then_nearest(vectors, epsilon: float, root: np.ndarray | None = None,
+                       vickrey_t: float | None = None) -> Callable:
     """``release(ids, rng)``: phi(w) + l * (S^{1/2}) v, then the nearest word (``vickrey_t`` None) or the
     Vickrey rule between the two nearest: the nearest with probability (1 - t) d2 / (t d1 + (1 - t) d2)."""
     vectors64 = np.asarray(vectors, dtype=np.float64)
