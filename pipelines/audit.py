@@ -44,11 +44,12 @@ from textdp.text.privatizer import check_oov
 from transforms.audit_common import AuditConfig
 from transforms.audit_outputs import (INVERSION_TABLE, LINKAGE_TABLE, SELF_CHECK_TABLE, SUMMARY_FILE, WriteAuditOutputs,
                                       inversion_schema, linkage_schema, self_check_schema)
+from transforms.audit_conformance import CONFORMANCE_FILE, Conformance
 from transforms.audit_stages import Attacks, SelfCheckStage
 from transforms.io import infer_format, matched_paths, read_text_file, refuse_wide_text
 
 OUTPUT_FILES = (f"{SELF_CHECK_TABLE}.parquet", f"{INVERSION_TABLE}.parquet", f"{LINKAGE_TABLE}.parquet", SUMMARY_FILE,
-                "report.html", "self_check.png", "inversion.png", "linkage.png")
+                "report.html", "self_check.png", "inversion.png", "linkage.png", CONFORMANCE_FILE)
 
 
 @dataclass
@@ -62,6 +63,7 @@ class Prepared:
     corpus_format: Optional[str]
     text_fields: tuple
     manifest: dict
+    conformance_units: tuple = ()  # (index, mechanism reference, epsilon, params, level) per unit (--conformance)
 
 
 def closed_form(mechanism: str) -> bool:
@@ -134,7 +136,7 @@ def prepare_run(options: PipelineOptions) -> Prepared:
     options.view_as(SeedOptions).validate_seed()
     check_oov(options.view_as(OovOptions).oov_policy, options.view_as(OovOptions).unk_token)
     epsilons = options.view_as(EpsilonGridOptions).epsilon_grid()
-    checks = _checks(opts)
+    checks = _checks(opts) if not opts.conformance else _conformance_checks(opts)
     # upper ends: beyond them one worker's arrays (draws per word, records, windows) no longer fit in memory
     for value, flag, low, high in ((opts.pairs, "--pairs", 0, 10**5), (opts.draws, "--draws", 2, 10**7),
                                    (opts.records, "--records", 1, 10**7),
@@ -164,6 +166,7 @@ def prepare_run(options: PipelineOptions) -> Prepared:
     spec = mech.validate_mechanism(options.view_as(EpsilonGridOptions).epsilon_grid(), artifact, manifest,
                                    oov.oov_policy, oov.unk_token)  # the run's validated spec (textdp/spec.py)
     check_unk_marker(artifact, oov.oov_policy, oov.unk_token)
+    units = conformance_units(opts, spec, artifact, manifest) if opts.conformance else ()
     output_guard(options)  # refusals only: run_job removes an earlier audit's files under the lock (--overwrite)
     vocab_size = int(manifest["vocab_size"])
     oov_policy = options.view_as(OovOptions).oov_policy
@@ -222,7 +225,58 @@ def prepare_run(options: PipelineOptions) -> Prepared:
                        "distinct word of the pool windows"),
         "corpus_pattern": opts.corpus,
     }
-    return Prepared(config, checks, plan_elements, run_info, corpus_format, text_fields, manifest)
+    if opts.conformance:
+        run_info = {"checks": ["conformance"], "randomness": run_info["randomness"],
+                    "conformance_plan": {"units": len(units), "words_per_band": opts.conformance_words,
+                                         "draws_per_word": opts.conformance_draws or "per law (50,000 closed form, "
+                                                                                      "10,000 reference simulation)",
+                                         "power_repeats": opts.power_repeats}}
+    return Prepared(config, checks, plan_elements, run_info, corpus_format, text_fields, manifest, units)
+
+
+def _conformance_checks(opts: AuditOptions) -> tuple:
+    """--conformance runs alone: refuse the flags of the other checks, and out-of-range conformance numbers."""
+    if opts.checks != DEFAULT_AUDIT_CHECKS or opts.corpus:
+        raise TextdpError("--conformance runs the conformance test alone: drop --checks and --corpus (run the other "
+                          "checks in another audit)")
+    for value, flag, low, high in ((opts.conformance_words, "--conformance-words", 1, 1000),
+                                   (opts.power_repeats, "--power-repeats", 1, 100)):
+        if not low <= value <= high:
+            raise TextdpError(f"{flag} must be between {low:,} and {high:,} (got {value:,})")
+    if opts.conformance_draws and not 100 <= opts.conformance_draws <= 10**7:
+        raise TextdpError(f"--conformance-draws must be 0 (the default per law) or between 100 and 10,000,000 (got "
+                          f"{opts.conformance_draws:,})")
+    return ("conformance",)
+
+
+def conformance_units(opts: AuditOptions, spec, location, manifest: dict) -> tuple:
+    """The conformance plan: every (mechanism, epsilon) unit with its parameters and Bonferroni level. Refuses, before
+    any worker starts, a mechanism that does not resolve, an artifact that lacks a part one of them reads, and a
+    parameter or epsilon (or 1.25 x epsilon, the power check's) a mechanism cannot use."""
+    from textdp.audit.conformance import POWER_FACTOR, law_kind, planned_units  # pylint: disable=import-outside-toplevel
+    from textdp.mechanisms import (REGISTRY, artifact_for_checks, check_mechanism,  # pylint: disable=import-outside-toplevel
+                                   mechanism_class, mechanism_reference)
+
+    asked = str(opts.conformance_mechanisms or "all").strip()
+    names = list(REGISTRY) if asked == "all" else [part.strip() for part in asked.split(",") if part.strip()]
+    if not names:
+        raise TextdpError("--conformance-mechanisms names no mechanism")
+    run_class = mechanism_class(spec.mechanism)
+    references, params = [], {}
+    for name in dict.fromkeys(names):
+        reference = mechanism_reference(name)  # one-line refusal of a name or path that does not resolve
+        own = dict(spec.params) if mechanism_class(reference) is run_class else {}
+        if law_kind(mechanism_class(reference)):
+            verify_artifact(location, needs=artifact_needs(reference))
+            facts = artifact_for_checks(reference, location, manifest)
+            for eps in spec.epsilons:
+                for value in (eps, POWER_FACTOR * eps):
+                    check_mechanism(reference, value, facts, **own)
+        references.append(reference)
+        params[reference] = own
+    level = opts.false_alarm_rate / planned_units(references, spec.epsilons)
+    return tuple((index, reference, float(eps), tuple(params[reference].items()), level)
+                 for index, (reference, eps) in enumerate((r, e) for r in references for e in spec.epsilons))
 
 
 def output_guard(options: PipelineOptions) -> OutputGuard:
@@ -254,6 +308,14 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
     handle = shared.Shared()
     pipeline = beam.Pipeline(options=options)
     checks = prepared.checks
+    if "conformance" in checks:
+        _ = (pipeline
+             | "ConformancePlan" >> beam.Create(list(prepared.conformance_units), reshuffle=False)
+             | "Conformance" >> Conformance(handle, config, {"words_per_band": opts.conformance_words,
+                                                             "draws": opts.conformance_draws,
+                                                             "power_repeats": opts.power_repeats},
+                                            output, prepared.run_info, worker))
+        return pipeline
 
     def empty(label):
         return pipeline | label >> beam.Create([])
@@ -314,7 +376,7 @@ def report_lines(output: str) -> List[str]:
                f"every --linkage-sizes set is larger than the {pool:,} records long enough to compare (give smaller "
                "--linkage-sizes)")
         raise TextdpError(f"linkage compared nothing: {why}; the other results are in {output}")
-    lines = []
+    lines = list((summary.get("conformance") or {}).get("message", []))
     if summary.get("self_check"):
         lines.append(summary["self_check"]["message"])
     inversion = (summary.get("inversion") or {}).get("per_epsilon") or {}
@@ -327,7 +389,8 @@ def report_lines(output: str) -> List[str]:
     for eps, entry in linkage.items():
         parts = ", ".join(f"{int(size):,}: {e['top1']['rate']:.3f}" for size, e in entry.items())
         lines.append(f"linkage top-1 at epsilon {eps} by set size: {parts}")
-    lines.append(f"report: {output}/report.html")
+    lines.append(f"report: {output}/{CONFORMANCE_FILE}" if "conformance" in summary.get("checks", ()) else
+                 f"report: {output}/report.html")
     return lines
 
 

@@ -458,3 +458,24 @@ class AuditOptions(PipelineOptions):
             "--linkage-sizes", "--linkage_sizes", dest="linkage_sizes", default="100,1000,10000",
             help="comma-separated sizes of the sets of original records; default 100,1000,10000 (a size larger "
                  "than the corpus's usable records is skipped)")
+        parser.add_argument(
+            "--conformance", dest="conformance", action="store_true", default=False,
+            help="run the conformance test instead of the other checks: releases drawn as privatize draws them, "
+                 "tested against each mechanism's declared law (closed form, or an independent reference "
+                 "simulation), with a power check at 1.25 x epsilon (docs/audit.md, 'Conformance')")
+        parser.add_argument(
+            "--conformance-mechanisms", "--conformance_mechanisms", dest="conformance_mechanisms", default="all",
+            help="conformance: comma-separated mechanisms (registered names or import paths package.module:Class); "
+                 "default all: every registered mechanism. The one named by --mechanism takes the run's mechanism "
+                 "flags, the others their defaults")
+        parser.add_argument(
+            "--conformance-draws", "--conformance_draws", dest="conformance_draws", type=int, default=0,
+            help="conformance: releases per sampled word and epsilon; default 0: 50,000 for a closed form, 10,000 "
+                 "(each, mechanism and reference) for a reference simulation")
+        parser.add_argument(
+            "--conformance-words", "--conformance_words", dest="conformance_words", type=int, default=2,
+            help="conformance: input words sampled per frequency band (ranks 1-100, -1,000, -10,000, -100,000, "
+                 "beyond); default 2")
+        parser.add_argument(
+            "--power-repeats", "--power_repeats", dest="power_repeats", type=int, default=2,
+            help="conformance: repetitions of the power check (releases at 1.25 x epsilon); default 2")

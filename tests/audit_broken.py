@@ -14,6 +14,10 @@ selectable from the command line).
     equals (Gumbel-max and the categorical draw have the same distribution).
 ``PassThroughPrivatizer``
     a text privatizer that says its OOV policy is ``random`` but releases unknown words unchanged.
+
+The conformance audit's broken variants (``CONFORMANCE_BROKEN``, issue 28): ``DoubleGammaTEM`` (samples with
+2 x gamma, claims gamma), ``ShortRadiusMadlib`` (Gamma(n - 1) radius), ``HalfDoubleSanText`` (2 x epsilon for
+half the words), ``SwappedVickrey`` (t and 1 - t swapped), ``OtherKCusText`` (groups built on another K).
 """
 
 from __future__ import annotations
@@ -23,7 +27,11 @@ import math
 import numpy as np
 
 from textdp.search.geometry import distance_row
+from textdp.mechanisms.custext import CusText
 from textdp.mechanisms.madlib import Madlib
+from textdp.mechanisms.santext import SanText
+from textdp.mechanisms.tem import TEM
+from textdp.mechanisms.vickrey import Vickrey
 from textdp.text.privatizer import TextPrivatizer
 
 
@@ -108,3 +116,83 @@ class PassThroughPrivatizer(TextPrivatizer):
             return super()._release_ids(ids, rng)
         finally:
             self.oov_policy = saved
+
+
+# --- broken variants the conformance audit must flag (issue 28, item 1) ---------------------------------------
+# Each keeps the parent's declared law (parameters(), exact_distribution, reference_simulation) and breaks only
+# what it releases, as a faulty build or patch would.
+
+
+class DoubleGammaTEM(TEM):
+    """TEM that samples with 2 x gamma while claiming (parameters, exact law) gamma."""
+
+    name = "broken-tem-2gamma"
+
+    def __init__(self, artifact, epsilon, **kwargs):
+        super().__init__(artifact, epsilon, **kwargs)
+        self._sampler = TEM(artifact, epsilon, gamma=2.0 * self.gamma)
+
+    def privatize_ids(self, ids, rng):
+        return self._sampler.privatize_ids(ids, rng)
+
+
+class ShortRadiusMadlib(Madlib):
+    """Madlib whose noise radius is Gamma(n - 1, 1/epsilon) instead of Gamma(n, 1/epsilon)."""
+
+    name = "broken-madlib-gamma-n-1"
+
+    def noisy_vectors(self, ids, rng):
+        ids = np.asarray(ids, dtype=np.int64)
+        base = np.asarray(self.artifact.vectors[ids], dtype=np.float64)
+        direction = rng.standard_normal(base.shape)
+        direction /= np.linalg.norm(direction, axis=1, keepdims=True)
+        radius = rng.gamma(shape=base.shape[1] - 1, scale=1.0 / self.epsilon, size=(len(ids), 1))
+        return (base + direction * radius).astype(np.float32)
+
+
+class HalfDoubleSanText(SanText):
+    """SanText that uses 2 x epsilon for the words of even id (half the vocabulary) while claiming epsilon."""
+
+    name = "broken-santext-2eps-half"
+
+    def __init__(self, artifact, epsilon, **kwargs):
+        super().__init__(artifact, epsilon, **kwargs)
+        self._double = SanText(artifact, 2.0 * self.epsilon)
+
+    def privatize_ids(self, ids, rng):
+        ids = np.asarray(ids, dtype=np.int64)
+        out = super().privatize_ids(ids, rng)
+        even = ids % 2 == 0
+        if even.any():
+            out[even] = self._double.privatize_ids(ids[even], rng)
+        return out
+
+
+class SwappedVickrey(Vickrey):
+    """Vickrey whose rule uses 1 - t where it should use t (and t where 1 - t), claiming t."""
+
+    name = "broken-vickrey-swapped-t"
+
+    def choose(self, points, pair, rng):
+        claimed = self.t
+        self.t = 1.0 - claimed
+        try:
+            return super().choose(points, pair, rng)
+        finally:
+            self.t = claimed
+
+
+class OtherKCusText(CusText):
+    """CusText that claims output sets of K words but samples from the groups built on another K (K + 5)."""
+
+    name = "broken-custext-other-k"
+
+    def __init__(self, artifact, epsilon, k=20, **kwargs):
+        super().__init__(artifact, epsilon, k=k, **kwargs)
+        self._other = CusText(artifact, epsilon, k=k + 5, **kwargs)
+
+    def privatize_ids(self, ids, rng):
+        return self._other.privatize_ids(ids, rng)
+
+
+CONFORMANCE_BROKEN = (DoubleGammaTEM, ShortRadiusMadlib, HalfDoubleSanText, SwappedVickrey, OtherKCusText)

@@ -250,6 +250,13 @@ class Mechanism:
         """(scale, cap, metric) with P(o | w) = exp(-scale * min(d(w, o), cap)) / Z_w, or None."""
         return None
 
+    def reference_simulation(self):
+        """``release(ids, rng) -> ids``: an independent simulation of the release law from the declared
+        ``parameters()`` (plain numpy float64, exact search; textdp.mechanisms.reference), which the conformance
+        audit compares with ``privatize_ids``; None when the mechanism declares none (then, without
+        ``EXACT_LAW``, the conformance audit reports it as not tested)."""
+        return None
+
     def calibration_fields(self) -> dict:
         """Extra columns of calibrate's rows (TEM: its gamma)."""
         return {}

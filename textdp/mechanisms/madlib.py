@@ -98,6 +98,12 @@ class Madlib(Mechanism):
             out[start:start + len(chunk)] = self.nearest.query(self.noisy_vectors(chunk, rng))
         return out
 
+    def reference_simulation(self):
+        """Plain float64 simulation from ``parameters()``: uniform direction, Gamma(n, 1/epsilon) radius, exact nearest."""
+        from textdp.mechanisms.reference import noise_then_nearest  # pylint: disable=import-outside-toplevel
+
+        return noise_then_nearest(self.artifact.vectors, float(self.parameters()["epsilon"]))
+
     # the guarantee's metric ------------------------------------------------------------------------
     def metric_points(self, vectors: np.ndarray) -> np.ndarray:
         """Points whose Euclidean distances are the guarantee's metric: the embedding itself (row-wise)."""

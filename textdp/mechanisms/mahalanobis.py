@@ -155,6 +155,15 @@ class Mahalanobis(Madlib):
         base = np.asarray(self.artifact.vectors[ids], dtype=np.float64)
         return (base + self.noise(len(ids), base.shape[1], rng)).astype(np.float32)
 
+    def reference_simulation(self):
+        """Plain float64 simulation from ``parameters()``: Madlib's noise mapped by S^{1/2} (covariance recomputed
+        with np.cov), exact nearest word."""
+        from textdp.mechanisms.reference import noise_then_nearest, regularized_root  # pylint: disable=import-outside-toplevel
+
+        params = self.parameters()
+        return noise_then_nearest(self.artifact.vectors, float(params["epsilon"]),
+                                  root=regularized_root(self.artifact.vectors, float(params["lam"])))
+
     def metric_points(self, vectors: np.ndarray) -> np.ndarray:
         """S^{-1/2} phi for each row: Euclidean distances between these points are d_RM (the guarantee's metric)."""
         return np.asarray(vectors, dtype=np.float64) @ self.inverse_root

@@ -130,6 +130,16 @@ class Vickrey(Mechanism):
             out[start:start + len(chunk)] = self.choose(points, self.two_nearest(points), rng)
         return out
 
+    def reference_simulation(self):
+        """Plain float64 simulation from ``parameters()``: the declared noise, the exact two nearest words, the rule."""
+        from textdp.mechanisms.reference import noise_then_nearest, regularized_root  # pylint: disable=import-outside-toplevel
+
+        params = self.parameters()
+        root = (regularized_root(self.artifact.vectors, float(params["lam"]))
+                if params["vickrey_noise"] == "mahalanobis" else None)
+        return noise_then_nearest(self.artifact.vectors, float(params["epsilon"]), root=root,
+                                  vickrey_t=float(params["vickrey_t"]))
+
     def metric_points(self, vectors: np.ndarray) -> np.ndarray:
         """The underlying noise's metric points (Euclidean: the vectors; Mahalanobis: S^{-1/2} phi)."""
         return self.base.metric_points(vectors)
