@@ -389,6 +389,10 @@ def report_lines(output: str) -> List[str]:
     for eps, entry in linkage.items():
         parts = ", ".join(f"{int(size):,}: {e['top1']['rate']:.3f}" for size, e in entry.items())
         lines.append(f"linkage top-1 at epsilon {eps} by set size: {parts}")
+    flagged = (summary.get("conformance") or {}).get("flagged") or []
+    if flagged:  # an installation that does not release what its mechanisms declare: the run is not a success
+        raise TextdpError(f"conformance: {', '.join(flagged)} flagged (releases do not follow the declared law); the "
+                          f"tests and their p-values are in {output}/{CONFORMANCE_FILE}")
     lines.append(f"report: {output}/{CONFORMANCE_FILE}" if "conformance" in summary.get("checks", ()) else
                  f"report: {output}/report.html")
     return lines

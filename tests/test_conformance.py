@@ -130,6 +130,22 @@ def test_a_custom_mechanism_end_to_end_through_the_cli(neighbour_artifact_dir, t
     assert "conformance.json" in printed.out
 
 
+def test_a_flagged_installation_exits_1_in_one_line_with_the_results_written(neighbour_artifact_dir, tmp_path,  # noqa: F811
+                                                                             capsys):
+    """An operator's check that finds a mechanism releasing outside its declared law is not a success: exit 1, one line
+    naming it; conformance.json and the summary are still written. (CusText sampling from groups built on another K:
+    releases of probability 0 under the declared law.)"""
+    output = str(tmp_path / "out")
+    code = cli_main(["audit", f"--artifact={neighbour_artifact_dir}", f"--output={output}", "--conformance",
+                     "--conformance-mechanisms=tests.audit_broken:OtherKCusText", "--epsilons=2",
+                     "--conformance-draws=2000", "--power-repeats=1"] + RUNNER)
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]  # (progress lines aside)
+    assert code == 1 and len(errors) == 1
+    assert errors[0].startswith("textdp audit: error: conformance: broken-custext-other-k flagged")
+    with open(os.path.join(output, "conformance.json"), encoding="utf-8") as handle:
+        assert json.load(handle)["flagged"] == ["broken-custext-other-k"]
+
+
 @pytest.mark.parametrize("flags, phrase", [
     (["--conformance-mechanisms=no-such-mechanism"], "unknown mechanism 'no-such-mechanism'"),
     (["--checks=self-check"], "--conformance runs the conformance test alone"),
