@@ -262,3 +262,19 @@ def test_clusant_with_one_word_clusters_at_a_huge_scale_is_refused(tmp_path, cor
                                     f"--clusant-clusters={size}", "--clusant-scale=1e6", "--clusant-cluster-share=1"),
              2, "every word would be released unchanged")
     assert not outputs(tmp_path) and BUILT_IN["clusant"]
+
+
+def test_an_entry_point_class_gets_the_same_interface_checks(tmp_path, monkeypatch, corpus, tiny_artifact_dir,
+                                                             capsys):
+    site = tmp_path / "site"
+    info = site / "seedpkg_r4-0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: seedpkg_r4\nVersion: 0\n", encoding="utf-8")
+    (info / "entry_points.txt").write_text(f"[textdp.mechanisms]\nrt-seed = {MODULE}:SeedClash\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(site))
+    with pytest.raises(ParameterError, match="'seed', which is textdp's own flag"):
+        mechanism_class("rt-seed")
+    one_line(capsys, privatize_argv(corpus, str(tmp_path / "out"), tiny_artifact_dir, "--mechanism=rt-seed"),
+             2, "'seed', which is textdp's own flag")
+    assert cli_main(privatize_argv(corpus, str(tmp_path / "out2"), tiny_artifact_dir)) == 0  # other runs go on
+    capsys.readouterr()

@@ -223,11 +223,32 @@ def _class_of(reference) -> type:
         if not (isinstance(cls, type) and issubclass(cls, Mechanism) and cls.name == reference):
             raise ParameterError(f"mechanism {reference!r} (entry point group {ENTRY_POINT_GROUP}): {path} is not a "
                               f"Mechanism subclass named {reference!r}")
+        _check_interface(cls, f"mechanism {reference!r} (entry point group {ENTRY_POINT_GROUP}, {path})")
         return cls
     if ":" in reference:
         return _custom(_import_class(reference, "mechanism"), f"mechanism {reference}")
     raise ParameterError(f"unknown mechanism {reference!r}; expected one of {', '.join(names)}, or an import path "
                       "'package.module:Class' of a Mechanism subclass")
+
+
+def _check_interface(cls, what: str) -> None:
+    """Refuse (ParameterError) a class that is not built in and lacks a method of the interface, or declares a
+    parameter whose name is not a keyword or is one of textdp's own flags and keywords (RESERVED_PARAMETER_NAMES).
+    Checked for an import path, a class object and an entry point alike."""
+    missing = [method for method in REQUIRED_METHODS
+               if not callable(getattr(cls, method, None)) or getattr(getattr(cls, method), "__isabstractmethod__", False)]
+    if missing or getattr(cls, "__abstractmethods__", None):
+        raise ParameterError(f"{what} does not implement {', '.join(missing or sorted(cls.__abstractmethods__))} "
+                             "(docs/mechanisms.md, 'Bring your own mechanism': the methods a mechanism implements)")
+    for param in cls.PARAMETERS:
+        if not isinstance(param.name, str) or not PARAMETER_NAME.fullmatch(param.name):
+            raise ParameterError(f"{what} declares a parameter named {param.name!r}: a parameter name is a Python "
+                                 "keyword and a flag, lowercase letters, digits and '_' starting with a letter")
+        clash = [key for key in (param.name,) + tuple(param.aliases) + tuple(param.flag_aliases)
+                 if _normal(key) in RESERVED_PARAMETER_NAMES]
+        if clash:
+            raise ParameterError(f"{what} declares a parameter {clash[0]!r}, which is textdp's own flag and keyword "
+                                 f"--{_normal(clash[0]).replace('_', '-')} (a run could not tell them apart): rename it")
 
 
 def _custom(cls, what: str) -> type:
@@ -238,24 +259,12 @@ def _custom(cls, what: str) -> type:
         raise ParameterError(f"{what} has no usable name {cls.name!r} (its class attribute name): {NAME_RULE}")
     if cls.name.lower() in BUILT_IN and cls.name not in BUILT_IN:
         raise ParameterError(f"{what} is named {cls.name!r}, the name of a built-in mechanism but for case")
-    missing = [method for method in REQUIRED_METHODS
-               if not callable(getattr(cls, method, None)) or getattr(getattr(cls, method), "__isabstractmethod__", False)]
-    if missing or getattr(cls, "__abstractmethods__", None):
-        raise ParameterError(f"{what} does not implement {', '.join(missing or sorted(cls.__abstractmethods__))} "
-                             "(docs/mechanisms.md, 'Bring your own mechanism': the methods a mechanism implements)")
+    _check_interface(cls, what)
     if cls.name in registered() and _class_of(cls.name) is not cls:
         raise ParameterError(f"{what} is named {cls.name!r}, the name of a different registered mechanism; give it "
                           "a name of its own")
     known = all_parameters()
     for param in cls.PARAMETERS:
-        if not isinstance(param.name, str) or not PARAMETER_NAME.fullmatch(param.name):
-            raise ParameterError(f"{what} declares a parameter named {param.name!r}: a parameter name is a Python "
-                                 "keyword and a flag, lowercase letters, digits and '_' starting with a letter")
-        clash = [key for key in (param.name,) + tuple(param.aliases) + tuple(param.flag_aliases)
-                 if _normal(key) in RESERVED_PARAMETER_NAMES]
-        if clash:
-            raise ParameterError(f"{what} declares a parameter {clash[0]!r}, which is textdp's own flag and keyword "
-                                 f"--{_normal(clash[0]).replace('_', '-')} (a run could not tell them apart): rename it")
         other = {_normal(key): name for name in known for key in (name,) + known[name].aliases}
         if _normal(param.name) in other and known.get(param.name) is not param:
             raise ParameterError(f"{what} declares a parameter {param.name!r} of its own, but the registered "
