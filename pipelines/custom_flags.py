@@ -54,7 +54,9 @@ def argv_mechanism(argv: Optional[Sequence[str]], strict: bool = False):
     if value and value not in registered():
         try:
             cls = mechanism_class(value)
+            _refuse_beam_flags(cls)
         except TextdpError:
+            cls = None
             if strict:
                 raise
     token = _IN_FORCE.set(cls)
@@ -62,6 +64,19 @@ def argv_mechanism(argv: Optional[Sequence[str]], strict: bool = False):
         yield cls
     finally:
         _IN_FORCE.reset(token)
+
+
+def _refuse_beam_flags(cls) -> None:
+    """Refuse (TextdpError, one line) a parameter of ``cls`` whose flag is one Beam or another options class already
+    declares (``--project``, ``--region``, ``--num-workers``, ...): argparse would stop with a traceback. textdp's
+    own flags and keywords are refused for every entry point by ``textdp.mechanisms`` (RESERVED_PARAMETER_NAMES)."""
+    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=import-outside-toplevel
+
+    taken = {name.replace("-", "_").lower() for name in PipelineOptions([]).get_all_options(drop_default=False)}
+    for param in cls.PARAMETERS:
+        if param.cli and param.name.lower() in taken and not any(param is p for p in all_parameters().values()):
+            raise TextdpError(f"mechanism {cls.name!r} declares a parameter {param.name!r}, which is already the flag "
+                              f"--{param.name.replace('_', '-')} of every job (Apache Beam's or textdp's): rename it")
 
 
 def named_mechanism(items: Iterable) -> List[tuple]:
@@ -81,6 +96,7 @@ def custom_mechanism(options) -> dict:
     if isinstance(reference, str) and reference in registered():
         return {}
     known = all_parameters()
+    _refuse_beam_flags(mechanism_class(reference))
     values = options._all_options  # pylint: disable=protected-access  (every view's values, and the keywords given)
     return {param.name: values.get(param.name, param.default) for param in mechanism_class(reference).PARAMETERS
             if param.cli and param.name not in known}

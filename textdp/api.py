@@ -62,7 +62,7 @@ from textdp.text.records import EMPTY, NOT_A_TEXT, check_record
 from textdp.spec import PrivacySpec
 from textdp.privacy.summary import privacy_section
 from textdp.progress import progress_bar
-from textdp.text.privatizer import TextPrivatizer
+from textdp.text.privatizer import TextPrivatizer, released_ids
 
 ERROR_POLICIES = ("raise", "none")
 # Words per mechanism call in the API, for every mechanism (the pipeline uses 4,096 for the
@@ -126,7 +126,7 @@ def _attack_figures(artifact, mech, ids, counts, tokens, rng) -> dict:
     if not len(tokens):
         return {"attack_top1": None, "attack_basis": "no vocabulary word in the texts"}
     prior = attacks.Prior.from_counts(ids, counts, None, "word frequencies of the given texts")
-    outputs = np.asarray(mech.privatize_ids(tokens, rng), dtype=np.int64)
+    outputs = released_ids(mech, tokens, rng, len(artifact.words))
     kernel = attacks.kernel_of(mech)
     if kernel is not None:
         points64 = attacks.metric_points64(np.asarray(artifact.vectors), kernel.metric)
@@ -136,7 +136,7 @@ def _attack_figures(artifact, mech, ids, counts, tokens, rng) -> dict:
     else:
         draws = int(min(50_000, max(5_000, 20 * len(prior))))
         inputs = prior.sample(draws, rng)
-        table = attacks.CountTable(inputs, mech.privatize_ids(inputs, rng), len(artifact.words))
+        table = attacks.CountTable(inputs, released_ids(mech, inputs, rng, len(artifact.words)), len(artifact.words))
         guesses = attacks.fill_guesses(table.guesses(prior, k=1), outputs, prior.top(1), k=1)
         basis = f"Monte Carlo posterior from {draws:,} draws (a lower bound of the Bayes-optimal rate)"
     top1 = float(np.mean(guesses[:, 0] == tokens))

@@ -23,7 +23,7 @@ from typing import Any, Optional, Tuple
 
 from textdp.errors import ParameterError
 from textdp.mechanisms import (DEFAULT_MECHANISM, check_epsilon, check_mechanism, make_mechanism, mechanism_class,
-                               mechanism_reference)
+                               mechanism_reference, trial_build)
 
 
 @dataclass(frozen=True)
@@ -90,9 +90,12 @@ class PrivacySpec:
         return artifact_needs(self.mechanism, self.keywords().get("nn", "exact"))
 
     def check_artifact(self, artifact) -> None:
-        """The checks that need the vocabulary (its size, the neighbour table, ...), at every epsilon."""
+        """The checks that need the vocabulary (its size, the neighbour table, ...), at every epsilon; with a loaded
+        artifact, a mechanism that is not built in is also built once and run on a few ids (``trial_build``)."""
         for epsilon in self.epsilons:
             check_mechanism(self.mechanism, epsilon, artifact, **self.keywords())
+        if hasattr(artifact, "vectors"):  # a loaded artifact: a mechanism that is not built in is built once here
+            trial_build(self.mechanism, artifact, self.epsilons[0], **self.keywords())
 
     def make(self, artifact, epsilon: Optional[float] = None):
         """The mechanism over a loaded artifact, at ``epsilon`` (default: the spec's one epsilon)."""

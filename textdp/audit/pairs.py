@@ -48,7 +48,7 @@ from textdp.calibration.statistics import CandidatePrunedSearch, stratified_word
 
 from textdp.search.geometry import distance_row
 from textdp.mechanisms.madlib import Madlib
-from textdp.text.privatizer import OOV_POLICIES, TextPrivatizer
+from textdp.text.privatizer import OOV_POLICIES, TextPrivatizer, released_ids
 
 BANDS = (1, 10, 100, 1000, 10000)  # neighbour ranks of the partner words
 DRAW_CHUNK = 4096  # draws per vectorised call (bounds memory; progress is reported between chunks)
@@ -242,7 +242,7 @@ class TokenReleaser:
             draw = self._pruned_madlib_drawer(mechanism, word_id)
         else:
             def draw(n, generator):
-                return mechanism.privatize_ids(np.full(n, word_id, dtype=np.int64), generator)
+                return released_ids(mechanism, np.full(n, word_id, dtype=np.int64), generator, len(self.artifact.words))
         for start in range(0, count, self.chunk):
             n = min(self.chunk, count - start)
             out[start:start + n] = draw(n, rng)
@@ -277,7 +277,7 @@ class TokenReleaser:
                     out[part] = draw(len(part), rng)
                 rest[where] = False
         if rest.any():
-            out[rest] = mechanism.privatize_ids(ids[rest], rng)
+            out[rest] = released_ids(mechanism, ids[rest], rng, len(self.artifact.words))
         self.draws_done += len(ids)
         return out
 

@@ -35,6 +35,7 @@ import numpy as np
 
 from textdp.search.geometry import distance_row
 from textdp.search.nearest import ExactNearest
+from textdp.text.privatizer import released_ids
 
 K_VALUES = (1, 5, 10, 20, 50, 100, 200, 500, 1000)  # Fig. 1 of the paper
 DISTANCE_PERCENTILES = (5, 20, 50, 80, 95)  # Fig. 1 of the paper
@@ -287,7 +288,7 @@ class WordCalibrator:
             outputs = search.query(mech.noisy_vectors(ids, rng), mech.nearest)
             return outputs, (search.searched_rows - before) / (self.samples * len(self.artifact.vectors))
         searched = 1.0 if getattr(mech, "nn", None) == "exact" else float("nan")
-        return mech.privatize_ids(ids, rng), searched
+        return released_ids(mech, ids, rng, len(self.artifact.vectors)), searched
 
     def calibrate(self, word_id: int, rng: np.random.Generator) -> List[dict]:
         """One row per epsilon (plain Python values, ready for Parquet)."""

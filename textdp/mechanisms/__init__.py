@@ -48,13 +48,15 @@ from __future__ import annotations
 
 import functools
 import importlib
+import re
 import sys
+import warnings
 from collections.abc import Mapping
 from typing import Dict, Iterator, Optional, Tuple
 
 from textdp.errors import ParameterError, TextdpError
-from textdp.mechanisms.base import (EPSILON_RANGE_HELP, MAX_EPSILON, MIN_EPSILON, Mechanism,  # noqa: F401  (the
-                                   Parameter, check_epsilon, check_number)  # rules live with the interface)
+from textdp.mechanisms.base import (EPSILON_RANGE_HELP, MAX_EPSILON, MIN_EPSILON, REQUIRED_METHODS,  # noqa: F401
+                                   Mechanism, Parameter, check_epsilon, check_number)  # (the rules live with the interface)
 
 # The registry: one line per built-in mechanism, its name and its class's import path, in the order --help
 # and the docs list them. Imported on demand, as a Python entry point is (name = module:Class); the class's
@@ -96,19 +98,72 @@ def _refuse_shadowing() -> None:
 
 @functools.lru_cache(maxsize=8)
 def _scan_entry_points(_path: tuple) -> Tuple[Dict[str, str], Optional[str]]:
-    from importlib.metadata import entry_points  # pylint: disable=import-outside-toplevel
+    from importlib.metadata import distributions  # pylint: disable=import-outside-toplevel
 
     found: Dict[str, str] = {}
     problem = None
-    for point in entry_points(group=ENTRY_POINT_GROUP):
-        if point.name in BUILT_IN:
-            dist = getattr(getattr(point, "dist", None), "name", None) or "an installed package"
-            problem = problem or (f"{dist} registers a mechanism named {point.name!r} (entry point group "
-                                  f"{ENTRY_POINT_GROUP}), which is the name of textdp's built-in mechanism; rename "
-                                  "or uninstall it")
+    seen = set()
+    for dist in distributions():  # one distribution at a time: another package's broken metadata is skipped
+        try:
+            dist_name = dist.metadata["Name"] or "an installed package"
+        except Exception:  # pylint: disable=broad-except  (unreadable METADATA)
+            dist_name = "an installed package"
+        key = re.sub(r"[-_.]+", "-", str(dist_name)).lower()
+        if key in seen and dist_name != "an installed package":
+            continue  # the same distribution found again further down sys.path: the first one wins, as importlib's
+        seen.add(key)
+        try:
+            points = [point for point in dist.entry_points if point.group == ENTRY_POINT_GROUP]
+        except Exception as exc:  # pylint: disable=broad-except  (a malformed entry_points.txt)
+            where = getattr(dist, "_path", None)
+            warnings.warn(f"textdp: skipped the entry points of {dist_name}{f' ({where})' if where else ''}: its "
+                          f"entry_points.txt cannot be read ({type(exc).__name__}); fix or uninstall it", stacklevel=2)
             continue
-        found.setdefault(point.name, point.value)
+        for point in points:
+            if point.name.lower() in BUILT_IN:  # a built-in's name, or one that differs from it only by case
+                problem = problem or (f"{dist_name} registers a mechanism named {point.name!r} (entry point group "
+                                      f"{ENTRY_POINT_GROUP}), which is the name of textdp's built-in mechanism "
+                                      f"{point.name.lower()!r}{' but for case' if point.name not in BUILT_IN else ''}; "
+                                      "rename or uninstall it")
+                continue
+            if not usable_name(point.name):
+                problem = problem or (f"{dist_name} registers a mechanism named {point.name!r} (entry point group "
+                                      f"{ENTRY_POINT_GROUP}); {NAME_RULE}: rename or uninstall it")
+                continue
+            found.setdefault(point.name, point.value)
     return found, problem
+
+
+# What a mechanism's name may be: it is a flag value, a file-name part of reports and a summary key.
+_NAME = re.compile(r"[a-z0-9][a-z0-9_+.-]{0,63}")
+NAME_RULE = ("a mechanism name is 1-64 lowercase letters, digits and _ + . -, starting with a letter or digit, "
+             "without '..'")
+
+
+def usable_name(name) -> bool:
+    """Whether ``name`` is a mechanism name (``NAME_RULE``)."""
+    return isinstance(name, str) and _NAME.fullmatch(name) is not None and ".." not in name
+
+
+# A mechanism parameter's name is a flag of every job, a keyword of textdp.Privatizer and transforms.Privatize and
+# a summary key: it cannot be one of theirs. These are the jobs' own flags' dests (privatize, calibrate, audit,
+# neighbours: pipelines/flags.py) and the keywords of Privatizer and Privatize; tests/test_hostile_round4.py checks
+# this list against the parsers and the signatures. (The command line also checks Beam's own flags:
+# pipelines/custom_flags.py.)
+RESERVED_PARAMETER_NAMES = frozenset("""
+    artifact batch_tokens blas_threads checks corpus corpus_format corpus_text_field coverage delta diagnostics
+    diagnostics_output draws drop_fields epsilon epsilons false_alarm_rate format input inversion_tokens k_threshold
+    keep_failed_text keyed label linkage_sizes linkage_window max_failed_fraction max_nw max_record_bytes
+    max_text_bytes mc_draws mechanism mechanism_params min_sw no_oov_pairs no_prune oov_policy output overwrite
+    pair_list pairs prior_corpus prior_words progress public_summary records redistribute runner samples seed
+    shape_field shard_rows shuffle shuffle_shard_records subsample text_field text_fields threads unk_token
+    user_field verbose word_list words worker
+    """.split())
+PARAMETER_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
+
+
+def _normal(name: str) -> str:
+    return name.replace("-", "_").lower()
 
 
 def registered() -> Dict[str, str]:
@@ -125,7 +180,10 @@ def _import_class(path: str, what: str):
         target = importlib.import_module(module_name)
         for part in attribute.split("."):
             target = getattr(target, part)
-    except Exception as exc:  # pylint: disable=broad-except  (ImportError, an error raised by the module, ...)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # pylint: disable=broad-except  (ImportError, an error raised by the module,
+        # SystemExit of a script module that parses its argv at import, ...)
         raise ParameterError(f"{what}: {path!r} cannot be imported ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
     return target
@@ -165,6 +223,7 @@ def _class_of(reference) -> type:
         if not (isinstance(cls, type) and issubclass(cls, Mechanism) and cls.name == reference):
             raise ParameterError(f"mechanism {reference!r} (entry point group {ENTRY_POINT_GROUP}): {path} is not a "
                               f"Mechanism subclass named {reference!r}")
+        _check_interface(cls, f"mechanism {reference!r} (entry point group {ENTRY_POINT_GROUP}, {path})")
         return cls
     if ":" in reference:
         return _custom(_import_class(reference, "mechanism"), f"mechanism {reference}")
@@ -172,18 +231,45 @@ def _class_of(reference) -> type:
                       "'package.module:Class' of a Mechanism subclass")
 
 
+def _check_interface(cls, what: str) -> None:
+    """Refuse (ParameterError) a class that is not built in and lacks a method of the interface, or declares a
+    parameter whose name is not a keyword or is one of textdp's own flags and keywords (RESERVED_PARAMETER_NAMES).
+    Checked for an import path, a class object and an entry point alike."""
+    missing = [method for method in REQUIRED_METHODS
+               if not callable(getattr(cls, method, None)) or getattr(getattr(cls, method), "__isabstractmethod__", False)]
+    if missing or getattr(cls, "__abstractmethods__", None):
+        raise ParameterError(f"{what} does not implement {', '.join(missing or sorted(cls.__abstractmethods__))} "
+                             "(docs/mechanisms.md, 'Bring your own mechanism': the methods a mechanism implements)")
+    for param in cls.PARAMETERS:
+        if not isinstance(param.name, str) or not PARAMETER_NAME.fullmatch(param.name):
+            raise ParameterError(f"{what} declares a parameter named {param.name!r}: a parameter name is a Python "
+                                 "keyword and a flag, lowercase letters, digits and '_' starting with a letter")
+        clash = [key for key in (param.name,) + tuple(param.aliases) + tuple(param.flag_aliases)
+                 if _normal(key) in RESERVED_PARAMETER_NAMES]
+        if clash:
+            raise ParameterError(f"{what} declares a parameter {clash[0]!r}, which is textdp's own flag and keyword "
+                                 f"--{_normal(clash[0]).replace('_', '-')} (a run could not tell them apart): rename it")
+
+
 def _custom(cls, what: str) -> type:
     """``cls`` if it is a Mechanism subclass that can run beside the registered ones (see mechanism_class)."""
     if not (isinstance(cls, type) and issubclass(cls, Mechanism)) or cls is Mechanism:
         raise ParameterError(f"{what} is not a subclass of textdp.mechanisms.base.Mechanism")
-    if not isinstance(cls.name, str) or not cls.name.strip() or ":" in cls.name:
-        raise ParameterError(f"{what} has no usable name (its class attribute name must be a non-empty string "
-                          "without ':')")
+    if not usable_name(cls.name):
+        raise ParameterError(f"{what} has no usable name {cls.name!r} (its class attribute name): {NAME_RULE}")
+    if cls.name.lower() in BUILT_IN and cls.name not in BUILT_IN:
+        raise ParameterError(f"{what} is named {cls.name!r}, the name of a built-in mechanism but for case")
+    _check_interface(cls, what)
     if cls.name in registered() and _class_of(cls.name) is not cls:
         raise ParameterError(f"{what} is named {cls.name!r}, the name of a different registered mechanism; give it "
                           "a name of its own")
     known = all_parameters()
     for param in cls.PARAMETERS:
+        other = {_normal(key): name for name in known for key in (name,) + known[name].aliases}
+        if _normal(param.name) in other and known.get(param.name) is not param:
+            raise ParameterError(f"{what} declares a parameter {param.name!r} of its own, but the registered "
+                              f"mechanisms {', '.join(users_of(other[_normal(param.name)]))} already use that name "
+                              "(a flag and summary key mean one thing): rename it or reuse their Parameter")
         if param.cli and known.get(param.name, param) is not param:
             raise ParameterError(f"{what} declares a parameter {param.name!r} of its own, but the registered "
                               f"mechanisms {', '.join(users_of(param.name))} already use that name (a flag and "
@@ -289,8 +375,10 @@ def artifact_for_checks(name: str, location, manifest: dict):
     ``manifest``: the manifest's facts, or, for a mechanism whose checks read the artifact's arrays
     (``CHECKS_READ_ARRAYS``: truncated-gumbel reads the neighbour table's smallest distance), the
     artifact itself, memory-mapped from its local directory. A gs:// artifact is then fetched into
-    this machine's cache first (checksums verified, as a worker does)."""
-    if not getattr(mechanism_class(name), "CHECKS_READ_ARRAYS", False):
+    this machine's cache first (checksums verified, as a worker does). The artifact itself too for a mechanism that
+    is not built in: ``PrivacySpec.check_artifact`` builds it once (``trial_build``)."""
+    cls = mechanism_class(name)
+    if built_in(cls) and not getattr(cls, "CHECKS_READ_ARRAYS", False):  # one not built in is built once (trial_build)
         return ManifestFacts(manifest)
     from textdp.artifact.locate import resolve_artifact  # pylint: disable=import-outside-toplevel
     from textdp.artifact.store import Artifact  # pylint: disable=import-outside-toplevel
@@ -335,9 +423,54 @@ def make_mechanism(name: str, artifact, epsilon: float, **params):
 
     A parameter of another mechanism is accepted only at its default value (callers that pass one set
     of flags to every mechanism keep working); any other value, or an unknown keyword, is an error.
+    A mechanism that is not one of textdp's built-in ones and whose constructor raises anything but a TextdpError
+    is refused in one line, "mechanism X could not be built: <ExceptionType>: <first line>" (TextdpError).
     """
     cls, public = _resolve(name, params)
-    return cls(artifact, epsilon, **cls.FIXED, **_constructor_keywords(cls, public))
+    keywords = _constructor_keywords(cls, public)
+    if built_in(cls):
+        return cls(artifact, epsilon, **cls.FIXED, **keywords)
+    try:
+        return cls(artifact, epsilon, **cls.FIXED, **keywords)
+    except TextdpError:
+        raise
+    except Exception as exc:  # pylint: disable=broad-except  (the user's constructor)
+        first = str(exc).splitlines()[0][:200] if str(exc) else ""
+        raise TextdpError(f"mechanism {cls.name!r} ({cls.__module__}.{cls.__qualname__}) could not be built: "
+                          f"{type(exc).__name__}: {first}") from None
+
+
+def built_in(cls) -> bool:
+    """Whether ``cls`` is one of textdp's built-in mechanisms (trusted: never built on a launcher to check it)."""
+    return cls.name in BUILT_IN and available_class(cls.name) is cls
+
+
+PROBE_IDS = 64  # vocabulary ids a launcher releases once with a mechanism that is not built in, before the run
+
+
+def trial_build(reference, artifact, epsilon: float, **params) -> None:
+    """Build a mechanism that is not one of textdp's built-in ones once over the loaded ``artifact`` and release
+    its first PROBE_IDS vocabulary ids (``textdp.text.privatizer.released_ids``: integer ids, one per input, each in
+    the vocabulary), so that a constructor that raises or a ``privatize_ids`` that returns something else is
+    refused on the launcher in one line (TextdpError), not in a worker. Built-in mechanisms are trusted and not
+    built here. Cost: one construction of the user's class and one call on 64 ids, on the launcher."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+
+    from textdp.text.privatizer import released_ids  # pylint: disable=import-outside-toplevel
+
+    if built_in(mechanism_class(reference)):
+        return
+    mechanism = make_mechanism(reference, artifact, epsilon, **params)
+    size = int(artifact.vocab_size)
+    try:
+        released_ids(mechanism, np.arange(min(size, PROBE_IDS), dtype=np.int64), np.random.default_rng(), size)
+    except TextdpError:
+        raise
+    except Exception as exc:  # pylint: disable=broad-except  (the user's privatize_ids)
+        first = str(exc).splitlines()[0][:200] if str(exc) else ""
+        cls = type(mechanism)
+        raise TextdpError(f"mechanism {cls.name!r} ({cls.__module__}.{cls.__qualname__}) failed on its first "
+                          f"{min(size, PROBE_IDS)} vocabulary ids: {type(exc).__name__}: {first}") from None
 
 
 def _constructor_keywords(cls, public: dict) -> dict:

@@ -162,6 +162,11 @@ class Parameter:  # pylint: disable=too-many-instance-attributes
                          integer=self.type is int)
 
 
+# The methods every mechanism implements (the base class has none of them): a class without one is refused when
+# it is resolved (textdp.mechanisms._custom), not inside a worker.
+REQUIRED_METHODS = ("privatize_ids", "metric_points", "token_epsilon0", "parameters", "privacy_statement")
+
+
 class Mechanism:
     """Base of every mechanism (see the module docstring). Subclasses implement ``__init__(artifact,
     epsilon, **keywords)``, ``privatize_ids(ids, rng)``, ``metric_points``, ``token_epsilon0``,

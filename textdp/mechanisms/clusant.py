@@ -164,8 +164,10 @@ class CluSanT(Mechanism):
     BOUND_TEXT = "epsilon_1 K min(D_mu, d + 2 R) + epsilon_2 min(1, d / Delta_min), Euclidean"
 
     @classmethod
-    def check_special(cls, epsilon, artifact=None, clusters: Optional[int] = None, **_others) -> None:
-        """More clusters than words cannot be built (known only with the vocabulary)."""
+    def check_special(cls, epsilon, artifact=None, clusters: Optional[int] = None, scale: float = 1.0,
+                      share: float = 0.5, **_others) -> None:
+        """More clusters than words cannot be built (known only with the vocabulary); clusters of one word whose
+        cluster stage keeps every word (the identity: ``IDENTITY_CHANGE``, ``identity_gap``) are refused."""
         from textdp.errors import ParameterError  # pylint: disable=import-outside-toplevel
 
         if clusters is None or artifact is None:
@@ -173,12 +175,70 @@ class CluSanT(Mechanism):
         size = int(artifact.vocab_size)
         if int(clusters) > size:
             raise ParameterError(f"clusant clusters must be at most the vocabulary's {size:,} words, got {int(clusters):,}")
+        if cluster_size(size, clusters) == 1 and hasattr(artifact, "vectors"):
+            cls.check_identity(float(epsilon) * float(share) * float(scale), artifact)
         words = cluster_size(size, clusters)
         if 1 < int(clusters) and words * size > MAX_BUILD_CELLS:
             least = -(-size // (MAX_BUILD_CELLS // size))
             raise ParameterError(f"clusant clusters = {int(clusters):,} makes clusters of {words:,} words, which the greedy "
                                  f"partition of {size:,} words cannot build in memory ({size:,} x {words:,} cells); "
                                  f"use 1 or at least {least:,} clusters")
+
+    # Clusters of one word (C = |V|): the word stage cannot change the word, so only the cluster stage can. A word
+    # w leaves its cluster with probability sum_{j != w} P1(j | w) <= (|V| - 1) exp(-epsilon_1 K g / 2), g the
+    # smallest distance between two words (the centroids are the vectors). Refused when that bound is below
+    # IDENTITY_CHANGE, Mechanism's one rule: every word would be released unchanged. g is computed exactly, in
+    # float64 blocks, for vocabularies of at most IDENTITY_CHECK_WORDS words (|V|^2 d / 2 multiply-adds: ~0.1 s
+    # at 5,000 words); a larger one is read from the artifact's Euclidean neighbour table when it has one, else
+    # not checked (the refusal needs a gap known exactly).
+    IDENTITY_CHECK_WORDS = 20_000
+    CHECKS_READ_ARRAYS = True  # the identity check reads the vectors (clusters of one word only)
+
+    @classmethod
+    def identity_gap(cls, artifact) -> Optional[float]:
+        """The smallest Euclidean distance between two words of ``artifact`` (a lower bound, rounding taken
+        off), or None when it is not known cheaply (see IDENTITY_CHECK_WORDS)."""
+        size = int(artifact.vocab_size)
+        if size > cls.IDENTITY_CHECK_WORDS:
+            if not (artifact.manifest or {}).get("neighbours"):
+                return None
+            from textdp.artifact.neighbours import NeighbourTable  # pylint: disable=import-outside-toplevel
+
+            table = NeighbourTable.from_artifact(artifact)
+            if table.metric != "euclidean" or table.k < 2:
+                return None
+            return float(np.asarray(table.distances)[:, 1:].min())
+        vectors = np.asarray(artifact.vectors, dtype=np.float64)
+        sq = np.einsum("ij,ij->i", vectors, vectors)
+        tolerance = 1e-9 * float(sq.max()) if len(sq) else 0.0  # float64 rounding of |a|^2 + |b|^2 - 2 a.b
+        smallest = np.inf
+        for start in range(0, size, 1024):
+            block = sq[start:start + 1024, None] + sq[None, :] - 2.0 * (vectors[start:start + 1024] @ vectors.T)
+            block[np.arange(block.shape[0]), np.arange(start, start + block.shape[0])] = np.inf
+            smallest = min(smallest, float(block.min()))
+        return float(np.sqrt(max(smallest - tolerance, 0.0)))
+
+    @classmethod
+    def check_identity(cls, cluster_scale: float, artifact) -> None:
+        """Refuse (ParameterError) clusters of one word at an epsilon_1 K (``cluster_scale``) that releases every
+        word unchanged except with probability below IDENTITY_CHANGE (see IDENTITY_CHECK_WORDS)."""
+        import math  # pylint: disable=import-outside-toplevel
+
+        from textdp.errors import ParameterError  # pylint: disable=import-outside-toplevel
+
+        gap = cls.identity_gap(artifact)
+        if gap is None or gap <= 0:
+            return
+        size = int(artifact.vocab_size)
+        log_change = math.log(size - 1) - 0.5 * cluster_scale * gap  # log of the bound (|V| - 1) exp(-e1 K g / 2)
+        if log_change < math.log(cls.IDENTITY_CHANGE):
+            shown = f"{math.exp(log_change):.3g}" if math.exp(log_change) > 0 else f"e^{log_change:.4g}"
+            raise ParameterError(
+                f"clusant with clusters of one word ({size:,} clusters) at epsilon_1 K = {cluster_scale:.4g} "
+                f"(clusant cluster share x epsilon x clusant scale) releases a word as another with probability at "
+                f"most {shown}, below {cls.IDENTITY_CHANGE:g} (the smallest distance between two "
+                "words is {:.4g}): every word would be released unchanged; use fewer clusters or a smaller scale or "
+                "share".format(gap))
 
     def __init__(self, artifact, epsilon: float, clusters: Optional[int] = None, scale: float = 1.0,
                  share: float = 0.5, batch: int = 65536):
