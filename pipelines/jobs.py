@@ -533,12 +533,13 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
         if is_local(options):  # TEXTDP_PROGRESS_DIR: a directory of one's own to watch (benchmarks); emptied after
             base = os.environ.get("TEXTDP_PROGRESS_DIR")
             progress_dir = tempfile.mkdtemp(prefix="textdp-progress-", dir=base or None)
+        earlier = plan.guard is not None and bool(plan.guard.earlier)
         pipeline = plan.build(progress_dir)  # everything that can be checked is, before an earlier file goes
-        if plan.guard is not None and not is_dry_run(options):  # --overwrite: the earlier run's files, now
+        if plan.guard is not None:  # --overwrite: the earlier run's files (if the build did not remove them)
             from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
 
-            if plan.guard.remove_earlier(FileSystems.delete):
-                stage = "removed"
+            plan.guard.remove_earlier(FileSystems.delete)
+        stage = "removed" if earlier else stage
         with _progress(name, plan, progress_dir):
             stage = "run"
             pipeline.run().wait_until_finish()
@@ -562,7 +563,8 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
         if progress_dir:
             shutil.rmtree(progress_dir, ignore_errors=True)
         if plan.guard is not None:  # the run record (the files this run wrote: --overwrite's list), then the locks
-            plan.guard.write_records()
+            if stage != "build":  # a refusal while building wrote nothing: the earlier record stays as it was
+                plan.guard.write_records()
             plan.guard.release()
     if is_dry_run(options):  # Beam built and validated the job graph and returned: nothing ran or was written
         from apache_beam.options.pipeline_options import StandardOptions  # pylint: disable=import-outside-toplevel
