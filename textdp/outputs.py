@@ -633,6 +633,10 @@ class OutputGuard:
                     handle.write("\n")
                 os.replace(temporary, record)
             except OSError:  # the run's own outcome is reported; without a record, --overwrite refuses its files
+                try:  # a record cut by a full disk is not left behind
+                    os.remove(f"{record}.tmp-{os.getpid()}")
+                except OSError:
+                    pass
                 continue
 
     def release(self) -> None:
