@@ -535,11 +535,11 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
             progress_dir = tempfile.mkdtemp(prefix="textdp-progress-", dir=base or None)
         earlier = plan.guard is not None and bool(plan.guard.earlier)
         pipeline = plan.build(progress_dir)  # everything that can be checked is, before an earlier file goes
-        if plan.guard is not None:  # --overwrite: the earlier run's files (if the build did not remove them)
+        if plan.guard is not None and not is_dry_run(options):  # --overwrite: the earlier files (if the build
             from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
 
-            plan.guard.remove_earlier(FileSystems.delete)
-        stage = "removed" if earlier else stage
+            plan.guard.remove_earlier(FileSystems.delete)  # did not remove them); a dry run removes nothing
+            stage = "removed" if earlier else stage
         with _progress(name, plan, progress_dir):
             stage = "run"
             pipeline.run().wait_until_finish()
