@@ -460,6 +460,27 @@ def _progress(name: str, plan: Plan, directory: Optional[str]):
             monitor.stop(final_line=True)
 
 
+PROGRESS_INTERVAL_RANGE = (0.1, 86400.0)  # seconds between progress lines (TEXTDP_PROGRESS_INTERVAL)
+
+
+def check_environment() -> None:
+    """The environment settings a job reads (TEXTDP_PROGRESS_INTERVAL, TEXTDP_PROGRESS_DIR), checked before
+    anything runs or is removed: a bad one is a one-line refusal (JobRefused, exit 2)."""
+    interval = os.environ.get("TEXTDP_PROGRESS_INTERVAL")
+    if interval:
+        low, high = PROGRESS_INTERVAL_RANGE
+        try:
+            seconds = float(interval)
+        except ValueError:
+            seconds = float("nan")
+        if not low <= seconds <= high:  # nan, inf, 0, negative, 1e-300 (a busy loop)
+            raise JobRefused(f"TEXTDP_PROGRESS_INTERVAL={interval[:40]!r} is not a number of seconds from {low:g} "
+                             f"to {high:g}: set it so, or unset it (30 seconds; 2 on a terminal)")
+    base = os.environ.get("TEXTDP_PROGRESS_DIR")
+    if base and not (os.path.isdir(base) and os.access(base, os.W_OK | os.X_OK)):
+        raise JobRefused(f"TEXTDP_PROGRESS_DIR={base[:200]!r} is not a writable directory: create it, or unset it")
+
+
 def run_job(name: str, argv: Optional[Sequence[str]] = None) -> int:
     """Run job ``name`` with command-line ``argv``; returns the exit code (see the module docstring)."""
     interrupted: list = []
@@ -491,6 +512,7 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
     plan, progress_dir = None, None
     try:
         options = parse_job_options(name, argv)
+        check_environment()  # every environment setting the run reads, before anything is read or written
         _with_local_runner(options)
         preflight_runner(options)  # Dataflow: the GCP extra, credentials, --temp_location; in seconds
         plan = module.prepare(options)
@@ -506,16 +528,20 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
     except (JobRefused, TextdpError, ValueError, LookupError) as exc:
         say(_one_line(exc, ran=False))
         return EXIT_REFUSED
+    stage = "build"  # "build": nothing ran or was removed; "removed": --overwrite removed files; "run"
     try:
         if is_local(options):  # TEXTDP_PROGRESS_DIR: a directory of one's own to watch (benchmarks); emptied after
             base = os.environ.get("TEXTDP_PROGRESS_DIR")
             progress_dir = tempfile.mkdtemp(prefix="textdp-progress-", dir=base or None)
-        if plan.guard is not None:  # --overwrite: the earlier run's files, removed now that the locks are held
+        earlier = plan.guard is not None and bool(plan.guard.earlier)
+        pipeline = plan.build(progress_dir)  # everything that can be checked is, before an earlier file goes
+        if plan.guard is not None and not is_dry_run(options):  # --overwrite: the earlier files (if the build
             from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
 
-            plan.guard.remove_earlier(FileSystems.delete)
+            plan.guard.remove_earlier(FileSystems.delete)  # did not remove them); a dry run removes nothing
+            stage = "removed" if earlier else stage
         with _progress(name, plan, progress_dir):
-            pipeline = plan.build(progress_dir)
+            stage = "run"
             pipeline.run().wait_until_finish()
     except BaseException as exc:  # pylint: disable=broad-except
         _remove_temp_folders(_temp_folders(plan.temp_parents) - before)
@@ -525,13 +551,20 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
             raise
         if verbose:
             traceback.print_exc()
+        if stage == "build":  # refused while building the job: nothing ran, nothing was removed
+            say(_one_line(exc, ran=False))
+            return EXIT_REFUSED
+        if stage == "removed":  # cannot happen by design (the monitor's setting is checked first); said plainly
+            say(f"{_one_line(exc, ran=False)} (nothing ran, but --overwrite had removed the earlier run's files)")
+            return EXIT_FAILED
         say(_one_line(exc) + ("" if verbose else " (--verbose shows the traceback)"))
         return EXIT_FAILED
     finally:
         if progress_dir:
             shutil.rmtree(progress_dir, ignore_errors=True)
         if plan.guard is not None:  # the run record (the files this run wrote: --overwrite's list), then the locks
-            plan.guard.write_records()
+            if stage != "build":  # a refusal while building wrote nothing: the earlier record stays as it was
+                plan.guard.write_records()
             plan.guard.release()
     if is_dry_run(options):  # Beam built and validated the job graph and returned: nothing ran or was written
         from apache_beam.options.pipeline_options import StandardOptions  # pylint: disable=import-outside-toplevel

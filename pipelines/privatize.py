@@ -24,7 +24,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.flags import (MAX_RECORD_BYTES, VACUOUS_EPSILON, AmplifierOptions, ArtifactOptions, MechanismOptions,
                              OovOptions, OutputOptions, PrivatizeOptions, SeedOptions, WorkerResourceOptions)
-from pipelines.jobs import Plan, run_job
+from pipelines.jobs import Plan, is_dry_run, run_job
 from textdp.artifact import gcs
 from textdp.errors import TextdpError
 from textdp.artifact.locate import check_unk_marker, verify_artifact
@@ -235,9 +235,6 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
                    checked: Optional[Checked] = None) -> beam.Pipeline:
     """The privatize pipeline for ``options``, not yet run (tests and templates inspect or run it)."""
     checked = checked or check(options)
-    if checked.earlier_files:  # --overwrite: the earlier run's files go first (run_job removes them under the lock)
-        checked.guard.remove_earlier(FileSystems.delete)
-        checked.earlier_files = []
     opts = options.view_as(PrivatizeOptions)
     mech = options.view_as(MechanismOptions)
     seed = options.view_as(SeedOptions).seed
@@ -303,6 +300,10 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
         (privatized.diagnostics
          | "DiagnosticsJson" >> beam.Map(lambda rec: json.dumps(rec, sort_keys=True))
          | "WriteDiagnostics" >> beam.io.WriteToText(opts.diagnostics_output, file_name_suffix=".jsonl"))
+    if checked.earlier_files and not is_dry_run(options):  # --overwrite: the earlier run's files go once the job
+        # is built (round 4 N12); a dry run submits nothing, so it removes nothing
+        checked.guard.remove_earlier(FileSystems.delete)
+        checked.earlier_files = []
     return pipeline
 
 

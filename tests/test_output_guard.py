@@ -517,8 +517,10 @@ def test_f15_a_lock_of_a_dead_process_on_this_host_is_removed_and_said_so(tmp_pa
     dead.wait()
     os.makedirs(tmp_path / "o")
     lock = tmp_path / "o" / "x.lock"
-    lock.write_text(f"textdp privatize, pid {dead.pid} on {socket.gethostname()}, since 2026-01-01T00:00:00Z\n",
-                    encoding="utf-8")
+    from textdp.outputs import process_identity
+    boot, namespace, _ = process_identity()  # this boot and PID namespace: the pid is provably gone (round 4 N5)
+    lock.write_text(f"textdp privatize, pid {dead.pid} on {socket.gethostname()}, since 2026-01-01T00:00:00Z\n"
+                    f"textdp-lock 2 boot={boot} pidns={namespace} start= token=00\n", encoding="utf-8")
     assert cli_main(["privatize", f"--input={source}", f"--output={tmp_path}/o/x"] + base + RUNNER) == 0
     err = capsys.readouterr().err
     assert (f"textdp privatize: removed the stale lock file {lock} (textdp privatize, pid {dead.pid} on "

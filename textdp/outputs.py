@@ -45,9 +45,15 @@ per-name lock cannot answer for every pair. Every file a run writes or deletes i
 its outputs (no pattern crosses a ``/``, real paths are compared), so one lock per directory makes any
 two runs whose files could meet exclude each other, at the price that two runs into one directory no
 longer run at once (use two directories). Two runs on one output or one directory: the second is
-refused at once, naming the lock file and its holder. A lock whose holder is a process of this host that
-no longer runs is stale: it is removed (atomically renamed away, then checked to be the file that was
-read) and ``notes`` says so. ``remove_earlier(delete)`` removes the earlier run's files
+refused at once, naming the lock file and its holder. A lock holds a holder line (job, pid, host, time) and
+an identity line (boot id, PID-namespace id, the process's start time: ``process_identity``). It is stale
+only when provably dead: this host name, this boot, this PID namespace, and the pid is gone or is a process
+started at another time; then it is removed (atomically renamed away, then checked to be the file that was
+read) and ``notes`` says so. Anything else (another host, boot or namespace: containers sharing a volume
+and a host name; an empty or cut lock; an older textdp's lock) is refused with what to check and how to
+remove it; a file at a lock's name that is not in textdp's lock format (``poetry.lock``) is the user's:
+refused without quoting it. A lock that cannot be written whole (disk full) is removed, one line.
+``release()`` removes only a lock that still holds what this run wrote. ``remove_earlier(delete)`` removes the earlier run's files
 (``--overwrite``) once the locks are held; ``write_records()`` writes the run records before the locks go.
 
 gs:// paths: no real path (object names are compared as written), no lock (object stores have no
@@ -256,6 +262,7 @@ class OutputGuard:
         self.lock_targets: Dict[str, str] = {}   # lock file -> flag and path it guards
         self.earlier: List[str] = []
         self._held: List[str] = []
+        self._contents: Dict[str, bytes] = {}  # lock -> what this run wrote in it (release() checks it is still that)
         self._prefixes: Dict[str, str] = {}
         self._earlier_names: Dict[Tuple[str, str], str] = {}
         self.records: Dict[str, Tuple[str, str]] = {}  # flag -> (its run record, the flag's value)
@@ -547,6 +554,7 @@ class OutputGuard:
 
     def _create(self, lock: str, target: str) -> None:
         directory = os.path.dirname(lock) or "."
+        content = _lock_content(self.job)
         try:  # the first write of the run: an output that cannot be written is refused here, before the run
             if not os.path.isdir(directory):
                 os.makedirs(directory)
@@ -554,23 +562,39 @@ class OutputGuard:
         except FileExistsError:
             if not os.path.isdir(directory):
                 raise TextdpError(f"{target} cannot be written: {directory} is a file, not a directory") from None
-            holder, stale = _lock_holder(lock)
-            if stale and _remove_stale_lock(lock, stale):
+            verdict, holder, stale = _lock_holder(lock)
+            if verdict == "foreign":  # poetry.lock, Cargo.lock...: the user's file, never quoted nor removed
+                flag = re.search(r"--[\w-]+", target)
+                raise TextdpError(f"a file that is not textdp's lock is at {lock}: choose another "
+                                  f"{flag.group(0) if flag else 'output'}") from None
+            if stale is not None and _remove_stale_lock(lock, stale):
                 self.notes.append(f"removed the stale lock file {lock} ({holder}: that process no longer runs on "
                                   "this host)")
                 return self._create(lock, target)
-            raise TextdpError(f"{target} is being written by another textdp run (lock file {lock}: {holder}); "
-                              f"if no run is writing there, the lock is stale: remove {lock} and run again") from None
+            if verdict == "alive":
+                raise TextdpError(f"{target} is being written by another textdp run (lock file {lock}: {holder}); "
+                                  f"if no run is writing there, the lock is stale: remove {lock} and run again") from None
+            raise TextdpError(f"{target} may be written by another textdp run (lock file {lock}: {holder}; {verdict}); "
+                              f"check that no textdp run writes there (another container, host or boot), then "
+                              f"remove {lock} and run again") from None
         except OSError as exc:  # a file where a directory should be, a read-only directory or file system
             if exc.errno == errno.ENAMETOOLONG:
                 raise TextdpError(f"{target} cannot be written: its lock file name {lock} is too long for the file "
                                   "system; choose a shorter name") from None
             raise TextdpError(f"{target} cannot be written: {directory} is not a writable directory "
                               f"({exc.strerror or type(exc).__name__})") from None
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(f"textdp {self.job}, pid {os.getpid()} on {socket.gethostname()}, since "
-                      f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
+        try:  # disk full, a quota, EIO: the partial lock is removed (it would refuse every later run)
+            with os.fdopen(handle, "wb") as out:
+                out.write(content)
+        except OSError as exc:
+            try:
+                os.remove(lock)
+            except OSError:
+                pass
+            raise TextdpError(f"{target} cannot be written: its lock file {lock} could not be written "
+                              f"({exc.strerror or type(exc).__name__})") from None
         self._held.append(lock)
+        self._contents[lock] = content
         return None
 
     def remove_earlier(self, delete: Callable[[List[str]], None]) -> List[str]:
@@ -609,15 +633,23 @@ class OutputGuard:
                     handle.write("\n")
                 os.replace(temporary, record)
             except OSError:  # the run's own outcome is reported; without a record, --overwrite refuses its files
+                try:  # a record cut by a full disk is not left behind
+                    os.remove(f"{record}.tmp-{os.getpid()}")
+                except OSError:
+                    pass
                 continue
 
     def release(self) -> None:
-        """Remove the lock files this guard created (idempotent)."""
+        """Remove the lock files this guard created and that still hold what it wrote (idempotent): a lock at
+        the same name that is another run's (ours was removed as stale by mistake, or by hand) is left alone."""
         while self._held:
             lock = self._held.pop()
             try:
-                os.remove(lock)
-            except FileNotFoundError:
+                with open(lock, "rb") as existing:
+                    mine = existing.read(LOCK_MAX_BYTES) == self._contents.get(lock)
+                if mine:
+                    os.remove(lock)
+            except OSError:
                 pass
 
     @property
@@ -625,32 +657,93 @@ class OutputGuard:
         return tuple(self._held)
 
 
-def _lock_holder(lock: str) -> Tuple[str, Optional[Tuple[int, int, str]]]:
-    """The holder line of a lock file, and (st_dev, st_ino, content) when it names a process of this host
-    that no longer runs (a stale lock; None when alive, elsewhere or unreadable)."""
+LOCK_MAX_BYTES = 1024
+_LOCK_HOLDER = re.compile(r"textdp [\w-]+, pid (\d+) on (\S+)(?:, since \S+)?\Z")
+_LOCK_IDENTITY = re.compile(r"textdp-lock 2 boot=(\S*) pidns=(\S*) start=(\S*) token=([0-9a-f]+)\Z")
+
+
+def _read_proc(path: str) -> str:
+    try:
+        with open(path, "r", encoding="ascii") as handle:
+            return handle.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _start_time(pid: int) -> str:
+    """A process's start time in clock ticks since boot (/proc/<pid>/stat field 22), "" if unknown."""
+    stat_line = _read_proc(f"/proc/{pid}/stat")
+    fields = stat_line[stat_line.rfind(")") + 2:].split() if ")" in stat_line else []
+    return fields[19] if len(fields) > 19 else ""
+
+
+def process_identity(pid: Optional[int] = None) -> Tuple[str, str, str]:
+    """(boot id, PID-namespace id, start time) of ``pid`` (this process by default): what tells a process
+    apart across reboots, containers and hosts sharing a name; "" where the system does not say (no /proc)."""
+    pid = os.getpid() if pid is None else pid
+    try:
+        namespace = os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        namespace = ""
+    return _read_proc("/proc/sys/kernel/random/boot_id"), namespace, _start_time(pid)
+
+
+def _lock_content(job: str) -> bytes:
+    """A lock's content: the holder line people read, then the identity line the stale rule reads."""
+    boot, namespace, start = process_identity()
+    return (f"textdp {job}, pid {os.getpid()} on {socket.gethostname()}, since "
+            f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n"
+            f"textdp-lock 2 boot={boot} pidns={namespace} start={start} token={os.urandom(8).hex()}\n"
+            ).encode("utf-8")
+
+
+def _lock_holder(lock: str) -> Tuple[str, str, Optional[Tuple[int, int, bytes]]]:
+    """(verdict, holder line, stale) of an existing lock file. verdict: "foreign" (not textdp's lock format:
+    the holder is never quoted), "alive" (its process runs), "stale" (provably dead: this host, this boot,
+    this PID namespace, and the pid is gone or is another process: stale is (st_dev, st_ino, content)), or
+    the reason textdp cannot tell (an empty or cut lock, another host, boot or PID namespace, an older lock)."""
     try:
         with open(lock, "rb") as existing:
             info = os.fstat(existing.fileno())
-            content = existing.read(200)
-        holder = content.decode("utf-8").strip().splitlines()[0]
-    except (OSError, IndexError, UnicodeDecodeError):
-        return "holder unknown", None
-    found = re.match(r"textdp [\w-]+, pid (\d+) on (\S+), since ", holder)
-    if not found or found.group(2) != socket.gethostname():
-        return holder, None
+            content = existing.read(LOCK_MAX_BYTES)
+    except OSError:
+        return "it cannot be read", "holder unknown", None
+    if not content:  # a crash between create and write (the write is one call): cannot tell whose
+        return "the lock is empty", "holder unknown", None
+    try:
+        lines = content.decode("utf-8").split("\n")
+    except UnicodeDecodeError:
+        return "foreign", "", None
+    found = _LOCK_HOLDER.match(lines[0])
+    if not found:
+        return "foreign", "", None
+    holder = lines[0]
+    identity = _LOCK_IDENTITY.match(lines[1]) if len(lines) > 1 else None
+    if identity is None:
+        return "a lock without a process identity (cut, or of an older textdp)", holder, None
+    if found.group(2) != socket.gethostname():
+        return "held on another host", holder, None
+    boot, namespace, _ = process_identity()
+    if not boot or not namespace or identity.group(1) != boot:
+        return "held before a reboot, or the boot cannot be told", holder, None
+    if identity.group(2) != namespace:
+        return "held in another PID namespace (a container?)", holder, None
     pid = int(found.group(1))
     if pid <= 0 or pid == os.getpid():
-        return holder, None
+        return "alive", holder, None
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return holder, (info.st_dev, info.st_ino, content)
+        return "stale", holder, (info.st_dev, info.st_ino, content)
     except (OSError, OverflowError):  # alive (another user's process) or cannot tell
-        return holder, None
-    return holder, None
+        pass
+    started = _start_time(pid)
+    if identity.group(3) and started and started != identity.group(3):  # the pid was reused
+        return "stale", holder, (info.st_dev, info.st_ino, content)
+    return "alive", holder, None
 
 
-def _remove_stale_lock(lock: str, stale: Tuple[int, int, str]) -> bool:
+def _remove_stale_lock(lock: str, stale: Tuple[int, int, bytes]) -> bool:
     """Rename the stale lock away (atomic), then check that what moved is the file that was read: a run
     that replaced the lock in between gets its lock back (link: never over a newer one). True if removed."""
     aside = f"{lock}.stale-{os.getpid()}-{time.monotonic_ns()}"

@@ -19,6 +19,7 @@ holder, so nothing is loaded twice in a process).
 from __future__ import annotations
 
 import json
+import unicodedata
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple
 
@@ -27,7 +28,7 @@ import apache_beam as beam
 from textdp.privacy import accounting
 from textdp.text.records import check_author
 from textdp.privacy.statements import unbounded_epsilon0_reason
-from transforms.shuffle import DEFAULT_BYTES_PER_SHARD, DEFAULT_RECORDS_PER_SHARD, ShuffleAmplifier
+from transforms.shuffle import DEFAULT_BYTES_PER_SHARD, DEFAULT_MARKER, DEFAULT_RECORDS_PER_SHARD, ShuffleAmplifier
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,10 @@ class Amplify(beam.PTransform):
             raise ValueError("--user-field needs JSONL or Parquet input (plain-text lines have no author field)")
         if not perturb_config.shape_field:
             raise ValueError("the Amplifier needs the privatizer's shapes (PerturbConfig.shape_field)")
+        same = unicodedata.normalize("NFKC", perturb_config.unk_token).casefold() == DEFAULT_MARKER.casefold()
+        if amplifier.k_threshold is not None and perturb_config.oov_policy == "unk" and same:
+            raise ValueError(f"--unk-token {perturb_config.unk_token} is the --k-threshold marker {DEFAULT_MARKER}: an "
+                             "unknown word would look like a suppressed rare one; choose another --unk-token, such as <unk>")
         self.amplifier = amplifier
         self.perturb_config = perturb_config
         self.shared_handle = shared_handle

@@ -629,7 +629,9 @@ def _first_lines(path: str, count: int, max_bytes: int = 1 << 16) -> list:
 def check_declared_format(flag: str, paths: Sequence[str], data_format: str) -> list:
     """The input's first lines against its format (given or inferred), before the run: JSONL of which none
     of the first non-blank lines is JSON or starts with { or [ (plain text) is refused (every record would fail,
-    after the whole run; malformed JSON is left to the run, which reports each line);
+    after the whole run; malformed JSON is left to the run, which reports each line); so is JSONL whose first
+    non-blank character is [ and of whose first lines none is a JSON object (one JSON array, pretty-printed
+    or on one line, or text lines such as "[1] ...");
     plain text whose first non-blank lines (two or more) are all JSON objects is read as asked, with a
     warning returned (its keys and numbers would be privatized as words and the output would not be JSON).
     Local files only (the first FORMAT_SAMPLE_FILES); never quotes a line (TextdpError)."""
@@ -642,6 +644,12 @@ def check_declared_format(flag: str, paths: Sequence[str], data_format: str) -> 
         parsed = [parse_json_line(text) for text in texts]
         objects = sum(1 for payload, _ in parsed if isinstance(payload, dict))
         json_like = sum(1 for text, (_, problem) in zip(texts, parsed) if problem is None or text.lstrip()[:1] in "{[")
+        if data_format == "jsonl" and texts and not objects and texts[0].lstrip()[:1] == "[":  # not one object a line
+            if texts[0].strip() == "[" or isinstance(parsed[0][0], list):
+                raise TextdpError(f"{flag}: {path} holds a JSON array, not JSON Lines (one JSON object per line): "
+                                  f"convert it, e.g. jq -c '.[]' {path} > records.jsonl")
+            raise TextdpError(f"{flag}: {path} is not JSONL: none of its first {len(texts)} non-blank line(s) is a JSON "
+                              "object (lines starting with [ : is it plain text? give the format text)")
         if data_format == "jsonl" and texts and not json_like:  # broken JSON ("{", "[1,") is the run's to report
             raise TextdpError(f"{flag}: {path} is not JSONL: none of its first {len(texts)} non-blank line(s) is JSON "
                               "or starts like it (is it plain text? give the format text)")

@@ -52,6 +52,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from textdp.privacy import accounting
+from textdp.text.records import author_identity
 from textdp.text.tokenize import WORD_PATTERN  # the privatizer's notion of a word
 
 DEFAULT_MARKER = "<rare>"
@@ -91,10 +92,7 @@ def author_key(record: dict, user_field: str):
     if user_field not in record or record[user_field] is None:
         raise ValueError(f"a record has no value in the author field {user_field!r}; "
                          "every record needs one when --user-field is set")
-    value = record[user_field]
-    if isinstance(value, (str, int, float, bool, bytes)):
-        return (type(value).__name__, value)
-    return ("json", json.dumps(value, sort_keys=True, default=str))
+    return author_identity(record[user_field])  # 1 and 1.0 are one author, "1" another (docs/lac.md)
 
 
 def text_values(record: dict, text_fields: Sequence[str]) -> Iterable[str]:

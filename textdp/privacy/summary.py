@@ -92,7 +92,8 @@ def failure_check(records: dict, max_failed_fraction: float) -> dict:
     success, whatever the threshold); with the top reasons (codes and counts: never text)."""
     fraction = failed_fraction(records)
     nothing = records["out"] == 0 and records["failed"] > 0
-    reasons = sorted(records["failed_by_reason"].items(), key=lambda item: (-item[1], item[0]))[:TOP_REASONS]
+    counted = {reason: count for reason, count in records["failed_by_reason"].items() if reason != "empty"}
+    reasons = sorted(counted.items(), key=lambda item: (-item[1], item[0]))[:TOP_REASONS]  # blanks: not counted
     return {"max_failed_fraction": max_failed_fraction, "failed_fraction": fraction,
             "exceeded": fraction > max_failed_fraction or nothing,
             "top_reasons": {reason: count for reason, count in reasons}}
@@ -101,8 +102,9 @@ def failure_check(records: dict, max_failed_fraction: float) -> dict:
 def failure_line(records: dict, check: dict) -> str:
     """The one line of a run whose failure check failed: counts and reason codes, never text."""
     reasons = ", ".join(f"{reason} {count}" for reason, count in check["top_reasons"].items())
-    more = len(records["failed_by_reason"]) - len(check["top_reasons"])
+    more = len([r for r in records["failed_by_reason"] if r != "empty"]) - len(check["top_reasons"])
     reasons += f", and {more} other reason{'s' if more > 1 else ''}" if more > 0 else ""
+    reasons = reasons or "none (every failed record is blank)"
     blank = records.get("failed_by_reason", {}).get("empty", 0)
     counted = (f"{records['failed'] - blank} of {records['in'] - blank} non-blank records failed" if blank
                else f"{records['failed']} of {records['in']} records failed")

@@ -50,7 +50,8 @@ def check_oov(policy, unk_token) -> None:
     """The out-of-vocabulary settings every entry point accepts (CLI, textdp.Privatizer, transforms.Privatize,
     and the workers): a known policy, and a marker that is a non-empty string without whitespace (an empty
     marker would erase the word, one with a space would add words: either changes the released layout that
-    the structure statement describes). ParameterError (a TextdpError and a ValueError), one line."""
+    the structure statement describes) that holds a word character (a marker of punctuation only, "...", would
+    erase the word the same way). ParameterError (a TextdpError and a ValueError), one line."""
     if policy not in OOV_POLICIES:
         raise ParameterError(f"oov_policy must be one of {', '.join(OOV_POLICIES)}, got {policy!r}")
     if not isinstance(unk_token, str) or not unk_token or any(char.isspace() for char in unk_token):
@@ -58,6 +59,9 @@ def check_oov(policy, unk_token) -> None:
     if any(unicodedata.category(char).startswith("C") for char in unk_token):
         raise ParameterError("unk_token must be printable: no control, format, private-use, unassigned or surrogate "
                              "characters (they are released as structure or are invisible, so a reader would miscount words)")
+    if not Tokenizer({}).tokenize_batch([unk_token]).ids.size:  # "...", "-": read as punctuation, no word
+        raise ParameterError(f"unk_token {unk_token!r} holds no word character: the tokenizer reads it as punctuation, "
+                             "so an unknown word would vanish from the word count; choose a marker such as <unk>")
 
 
 def check_unk_token(unk_token: str, word_to_id) -> None:

@@ -60,15 +60,21 @@ def kind_of(value) -> str:
     return "a value of another type"
 
 
+def is_beam_row(record) -> bool:
+    """A ``beam.Row`` (``apache_beam.pvalue.Row`` or a subclass), told without importing Beam."""
+    return any(cls.__module__ == "apache_beam.pvalue" and cls.__name__ == "Row" for cls in type(record).__mro__)
+
+
 def row_fields(record) -> Optional[dict]:
-    """The fields of a row record as a dict (a dict itself; a ``beam.Row`` or a ``NamedTuple``: both have
-    ``_asdict``), or None for anything else (a plain tuple or list is not a row)."""
+    """The fields of a row record as a dict (a dict itself; a ``beam.Row`` or a ``NamedTuple``), or None
+    for anything else: a plain tuple or list, and any other object with an ``_asdict`` method (a
+    SQLAlchemy ``Row``...), which could not be released as the kind it came in (not_an_object)."""
     if isinstance(record, dict):
         return record
-    if isinstance(record, (str, bytes, list)) or (isinstance(record, tuple) and not hasattr(record, "_fields")):
-        return None
-    as_dict = getattr(record, "_asdict", None)
-    return dict(as_dict()) if callable(as_dict) else None
+    if (isinstance(record, tuple) and hasattr(record, "_fields")) or is_beam_row(record):
+        as_dict = getattr(record, "_asdict", None)
+        return dict(as_dict()) if callable(as_dict) else None
+    return None
 
 
 def check_record(record, text_fields: Sequence[str], max_text_bytes: Optional[int] = None) -> Optional[Tuple[str, str]]:
@@ -114,6 +120,24 @@ def check_author(record, user_field: Optional[str]) -> Optional[Tuple[str, str]]
         what = "null" if user_field in fields else "absent"
         return MISSING_AUTHOR, f"the author field {user_field!r} is {what}; every record needs an author under --user-field"
     return None
+
+
+def author_identity(value):
+    """The key an author id is compared by (the k-threshold and the per-author bound count authors by it):
+    JSON numbers that are equal are one author (1, 1.0 and 1e0: an exporter writes 1.0 for an integer column
+    that has a null), a string is not a number ("1" is another author than 1), a boolean is neither; a list or
+    object by its canonical JSON (keys sorted). Hashable; never None (a null author is MISSING_AUTHOR)."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int):
+        return ("number", value)
+    if isinstance(value, float):
+        return ("number", int(value) if value.is_integer() else value)
+    if isinstance(value, (str, bytes)):
+        return (type(value).__name__, value)
+    import json  # pylint: disable=import-outside-toplevel
+
+    return ("json", json.dumps(value, sort_keys=True, default=str))
 
 
 def record_texts(record, text_fields: Sequence[str]) -> List[str]:
