@@ -44,8 +44,9 @@ def construction(mechanism: str, artifact: str, repeats: int = 5) -> list:
 
 
 def throughput(mechanism: str, epsilon: float, texts, artifact: str) -> dict:
-    import textdp  # pylint: disable=import-outside-toplevel
-    from threadpoolctl import threadpool_limits  # pylint: disable=import-outside-toplevel
+    from threadpoolctl import threadpool_limits
+
+    import textdp
 
     p = textdp.Privatizer(epsilon=epsilon, mechanism=mechanism, artifact=artifact)
     p.privatize(texts[:20])  # warm-up: page in the mapped files
@@ -53,7 +54,7 @@ def throughput(mechanism: str, epsilon: float, texts, artifact: str) -> dict:
     p.privatize(texts)
     api_seconds = time.perf_counter() - started
     tokens = p.last_stats["tokens"]
-    ids = np.concatenate([p._text.tokenizer.tokenize(t).ids for t in texts])  # pylint: disable=protected-access
+    ids = np.concatenate([p._text.tokenizer.tokenize(t).ids for t in texts])
     known = ids[ids >= 0]
     unknown = int((ids < 0).sum())
     # the bare mechanism gets the same words, an unknown word standing for a uniform vocabulary word (the
@@ -64,7 +65,7 @@ def throughput(mechanism: str, epsilon: float, texts, artifact: str) -> dict:
     # a fresh mechanism, warmed up like the API's: TEM keeps state across calls (dense rows for the words
     # that cost most), so measuring the bare draws on the API's warmed mechanism would favour them
     fresh = textdp.Privatizer(epsilon=epsilon, mechanism=mechanism, artifact=artifact)
-    warm = np.concatenate([fresh._text.tokenizer.tokenize(t).ids for t in texts[:20]])  # pylint: disable=protected-access
+    warm = np.concatenate([fresh._text.tokenizer.tokenize(t).ids for t in texts[:20]])
     with threadpool_limits(limits=1, user_api="blas"):
         fresh.mechanism.privatize_ids(np.where(warm < 0, 0, warm), rng)
         started = time.perf_counter()

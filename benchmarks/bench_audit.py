@@ -109,7 +109,7 @@ def run_part(name: str, artifact: str, workdir: str, corpus: str, prior: str) ->
 
 
 def _parquet(path):
-    import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+    import pyarrow.parquet as pq
 
     return pq.read_table(path).to_pylist()
 

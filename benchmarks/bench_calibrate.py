@@ -42,9 +42,9 @@ TARGET_SECONDS = 30 * 60
 
 
 def pipeline_run(words: int, workers: int, seed: int) -> dict:
-    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=import-outside-toplevel
+    from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines import calibrate  # pylint: disable=import-outside-toplevel
+    from pipelines import calibrate
 
     out = tempfile.mkdtemp(prefix="bench-calibrate-")
     args = ["--words", str(words), "--samples", str(SAMPLES), "--epsilons", ",".join(f"{e:g}" for e in EPSILONS),

@@ -26,9 +26,9 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from benchmarks.harness import imdb_token_ids, machine, write_results
+from textdp.artifact.embeddings import BUNDLED_GLOVE, EmbeddingSource
 from textdp.artifact.locate import open_artifact
 from textdp.artifact.store import build_artifact
-from textdp.artifact.embeddings import BUNDLED_GLOVE, EmbeddingSource
 from textdp.mechanisms.madlib import Madlib
 from textdp.search.nearest import DEFAULT_BATCH, DEFAULT_BLOCK_ROWS, AnnoyNearest, ExactNearest
 
@@ -114,7 +114,7 @@ def bench_vocabulary(art, ids, label):
                 seconds.append(time.perf_counter() - start)
             exact_answer = fast.query(noisy)  # float64-exact: the reference for Annoy's recall below
             row.update(int8_tps=len(ids) / min(seconds), int8_equals_blas=float((exact_answer == reference).mean()),
-                       int8_exact_distances_median=float(np.median(fast._int8.last_checked)))  # pylint: disable=protected-access
+                       int8_exact_distances_median=float(np.median(fast._int8.last_checked)))
             reference = exact_answer
         for search_k in SEARCH_KS:
             approx = AnnoyNearest(art.annoy_index, search_k)
@@ -193,7 +193,7 @@ def main():
     lines += ["", "Targets (of the BLAS search, as first set):", ""] + [f"- {k}: {v}" for k, v in targets.items()]
     int8_rows = [r for r in rows if "int8_tps" in r]
     if int8_rows:
-        lines += [f"- int8 over BLAS, exact search, one thread: "
+        lines += ["- int8 over BLAS, exact search, one thread: "
                   + ", ".join(f"{v}: {min(r['int8_tps'] / r['exact_tps'] for r in int8_rows if r['vocab'] == v):.1f}x-"
                               f"{max(r['int8_tps'] / r['exact_tps'] for r in int8_rows if r['vocab'] == v):.1f}x"
                               for v in ("400k", "100k"))]

@@ -26,7 +26,6 @@ import os
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
     os.environ[_var] = "1"  # before numpy is imported, here and in every subprocess
 
-# pylint: disable=wrong-import-position
 import argparse
 import glob
 import json
@@ -38,7 +37,8 @@ import time
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from benchmarks.harness import REPO, RESULTS as RESULTS_DIR, machine, read_imdb, write_results
+from benchmarks.harness import REPO, machine, read_imdb, write_results
+from benchmarks.harness import RESULTS as RESULTS_DIR
 
 RESULTS = os.path.join(RESULTS_DIR, "pipeline.json")
 EPSILON = 10.0
@@ -63,9 +63,9 @@ def read_reviews(count: int) -> list:
 # --- throughput ----------------------------------------------------------------------------------
 
 def run_pipeline(corpus: str, out_dir: str) -> dict:
-    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=import-outside-toplevel
+    from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.privatize import build_pipeline  # pylint: disable=import-outside-toplevel
+    from pipelines.privatize import build_pipeline
 
     output = os.path.join(out_dir, "released")
     started = time.perf_counter()
@@ -90,10 +90,10 @@ def run_bare(mechanism, known_ids: np.ndarray) -> float:
 
 
 def throughput(reviews: int, repeats: int = 2) -> dict:
-    from textdp.artifact.locate import open_artifact  # pylint: disable=import-outside-toplevel
-    from textdp.mechanisms.madlib import Madlib  # pylint: disable=import-outside-toplevel
-    from textdp.text.privatizer import word_ids  # pylint: disable=import-outside-toplevel
-    from textdp.text.tokenize import Tokenizer  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.locate import open_artifact
+    from textdp.mechanisms.madlib import Madlib
+    from textdp.text.privatizer import word_ids
+    from textdp.text.tokenize import Tokenizer
 
     texts = read_reviews(reviews)
     artifact = open_artifact(None)
@@ -135,9 +135,9 @@ def pss_kib() -> int:
 
 def memory_worker(sync_dir: str, index: int, count: int, artifact: str) -> None:
     """One worker: import, PSS, load the holder, privatize, wait for the others, PSS, report."""
-    import apache_beam  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    import apache_beam  # noqa: F401
 
-    from transforms.perturb import PerturbConfig, PrivatizerHolder  # pylint: disable=import-outside-toplevel
+    from transforms.perturb import PerturbConfig, PrivatizerHolder
 
     before = pss_kib()
     holder = PrivatizerHolder(PerturbConfig(artifact=artifact, mechanism="madlib", epsilon=EPSILON))
@@ -178,10 +178,10 @@ def memory() -> dict:
     The copy matters: PSS splits a shared page between all processes mapping it, and on a shared
     machine other people's processes map the default artifact in the cache too.
     """
-    import shutil  # pylint: disable=import-outside-toplevel
+    import shutil
 
-    from textdp.artifact.locate import read_manifest  # pylint: disable=import-outside-toplevel
-    from textdp.artifact.store import ensure_default_artifact  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.locate import read_manifest
+    from textdp.artifact.store import ensure_default_artifact
 
     source = ensure_default_artifact()
     manifest = read_manifest(source)

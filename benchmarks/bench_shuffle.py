@@ -20,7 +20,6 @@ import os
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
     os.environ[_var] = "1"  # before numpy loads: spinning BLAS threads on a busy machine inflate CPU time
 
-# pylint: disable=wrong-import-position
 import argparse
 import json
 import statistics
@@ -32,7 +31,6 @@ import apache_beam as beam
 from benchmarks.harness import machine, read_imdb, write_results
 from textdp.search.geometry import diameter_bounds
 from transforms.shuffle import ShuffleAmplifier
-
 
 VARIANTS = {
     "baseline (no stage)": None,
@@ -63,9 +61,9 @@ PRIVATIZE_VARIANTS = {
 
 def privatize_benchmark(reviews: int, repeats: int) -> list:
     """Median CPU and wall seconds of the privatize pipeline without and with the Amplifier."""
-    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=import-outside-toplevel
+    from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.privatize import build_pipeline  # pylint: disable=import-outside-toplevel
+    from pipelines.privatize import build_pipeline
 
     work = tempfile.mkdtemp(prefix="bench-shuffle-")
     corpus = os.path.join(work, "reviews.jsonl")
@@ -121,7 +119,7 @@ def main(argv=None) -> int:
     privatize_rows = privatize_benchmark(args.privatize_reviews, args.privatize_repeats) \
         if args.privatize_reviews else []
 
-    from textdp.artifact.locate import open_artifact  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.locate import open_artifact
 
     artifact = open_artifact(None)
     started = time.perf_counter()

@@ -101,7 +101,7 @@ def run_tem(artifact_dir: str, tokens: int) -> list:
                          "tokens_per_wall_second": round(len(ids) / wall),
                          "changed_fraction": round(float((released != ids).mean()), 4),
                          "candidates_per_token": round(rng.candidates / len(ids), 2),
-                         "dense_rows_built": len(tem._dense_rows),  # pylint: disable=protected-access
+                         "dense_rows_built": len(tem._dense_rows),
                          "envelope_violations": tem.envelope_violations, "loadavg": load})
             print(rows[-1], flush=True)
     return rows
@@ -152,7 +152,7 @@ def main(argv=None) -> None:
     payload = {"machine": machine(), "seed": SEED}
     artifact_dir = os.path.join(args.workdir, "glove400k")
     if args.skip_neighbours:
-        import json  # pylint: disable=import-outside-toplevel
+        import json
 
         previous = os.path.join(REPO, "benchmarks", "results", "tem.json")
         if os.path.exists(previous):

@@ -30,7 +30,6 @@ import os
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
     os.environ[_var] = "1"
 
-# pylint: disable=wrong-import-position
 import argparse
 import copy
 import time
@@ -42,8 +41,8 @@ from threadpoolctl import threadpool_limits
 from benchmarks.harness import imdb_texts, machine, write_results
 from benchmarks.reference_text_path import FrozenReferenceTextPrivatizer, FrozenReferenceTokenizer
 from textdp.artifact.compact_vocab import SharedVocabularyArtifact
-from textdp.mechanisms import make_mechanism
 from textdp.artifact.store import default_artifact_path
+from textdp.mechanisms import make_mechanism
 from textdp.text.privatizer import TextPrivatizer
 from textdp.text.tokenize import UNKNOWN_ID, Tokenizer
 
@@ -71,7 +70,7 @@ def warmed(vocabulary, warm_texts, batch_size: int) -> Tokenizer:
 def copy_of(tokenizer: Tokenizer) -> Tokenizer:
     """The same tokenizer state again (memo and split table copied, vocabulary shared)."""
     twin = Tokenizer(tokenizer.word_to_id, tokenizer.words)
-    twin._memo, twin._splits = copy.deepcopy(tokenizer._memo), copy.deepcopy(tokenizer._splits)  # pylint: disable=protected-access
+    twin._memo, twin._splits = copy.deepcopy(tokenizer._memo), copy.deepcopy(tokenizer._splits)
     return twin
 
 
@@ -97,7 +96,7 @@ def text_steps(artifact, texts, warm: Tokenizer, batch_size: int, repeats: int) 
         cpu_best(runs, "layouts_after", lambda: [one.layouts() for one in tokenized])
         cpu_best(runs, "layouts_before", lambda: [[t.layout() for t in batch] for batch in old])
         for name, released in (("render_same", same), ("render_other", other)):
-            cpu_best(runs, f"{name}_after", lambda: [privatizer._render(one, ids)  # pylint: disable=protected-access
+            cpu_best(runs, f"{name}_after", lambda: [privatizer._render(one, ids)
                                                      for one, ids in zip(tokenized, released)])
             cpu_best(runs, f"{name}_before", lambda: [render_before(batch, ids, vocabulary)
                                                       for batch, ids in zip(old, released)])
@@ -192,7 +191,7 @@ def memory(artifact, texts) -> dict:
     tokenizer = Tokenizer(artifact.words, artifact.words)
     for start in range(0, len(texts), 256):
         tokenizer.tokenize_batch(texts[start:start + 256])
-    memo = tokenizer._memo  # pylint: disable=protected-access
+    memo = tokenizer._memo
     tracemalloc.start()
     vocabulary_dict = {word: i for i, word in enumerate(artifact.words)}
     dict_bytes = tracemalloc.get_traced_memory()[0]

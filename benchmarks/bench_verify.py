@@ -20,8 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.harness import machine, write_results  # noqa: E402
 from textdp.artifact.locate import read_manifest, verify_artifact
-from textdp.mechanisms import artifact_needs  # noqa: E402
 from textdp.artifact.store import ensure_default_artifact, stamp_dir  # noqa: E402
+from textdp.mechanisms import artifact_needs  # noqa: E402
 
 REPEATS = 5
 

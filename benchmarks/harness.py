@@ -97,7 +97,7 @@ def machine() -> dict:
         "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     try:
-        from threadpoolctl import threadpool_info  # pylint: disable=import-outside-toplevel
+        from threadpoolctl import threadpool_info
 
         info["blas"] = [{k: v for k, v in lib.items() if k in ("internal_api", "version", "architecture", "num_threads")}
                         for lib in threadpool_info()]

@@ -29,22 +29,40 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils import shared
 
-from pipelines.flags import (AUDIT_CHECKS, DEFAULT_AUDIT_CHECKS, DEFAULT_MAX_RECORD_BYTES, ArtifactOptions,
-                             AuditOptions, EpsilonGridOptions, MechanismOptions, OovOptions, OutputOptions,
-                             SeedOptions, WorkerResourceOptions)
+from pipelines.flags import (
+    AUDIT_CHECKS,
+    DEFAULT_AUDIT_CHECKS,
+    DEFAULT_MAX_RECORD_BYTES,
+    ArtifactOptions,
+    AuditOptions,
+    EpsilonGridOptions,
+    MechanismOptions,
+    OovOptions,
+    OutputOptions,
+    SeedOptions,
+    WorkerResourceOptions,
+)
 from pipelines.jobs import Plan, directory_job_files, run_job
+from textdp.artifact import gcs
+from textdp.artifact.locate import check_unk_marker, resolve_artifact, verify_artifact
 from textdp.audit.pairs import BANDS, base_word_count, base_words, bound_text
 from textdp.audit.selfcheck import planned_tests
-from textdp.artifact import gcs
 from textdp.errors import TextdpError
-from textdp.artifact.locate import check_unk_marker, resolve_artifact, verify_artifact
 from textdp.mechanisms import artifact_needs
 from textdp.outputs import OutputGuard
 from textdp.text.privatizer import check_oov
 from transforms.audit_common import AuditConfig
-from transforms.audit_outputs import (INVERSION_TABLE, LINKAGE_TABLE, SELF_CHECK_TABLE, SUMMARY_FILE, WriteAuditOutputs,
-                                      inversion_schema, linkage_schema, self_check_schema)
 from transforms.audit_conformance import CONFORMANCE_FILE, Conformance
+from transforms.audit_outputs import (
+    INVERSION_TABLE,
+    LINKAGE_TABLE,
+    SELF_CHECK_TABLE,
+    SUMMARY_FILE,
+    WriteAuditOutputs,
+    inversion_schema,
+    linkage_schema,
+    self_check_schema,
+)
 from transforms.audit_stages import Attacks, SelfCheckStage
 from transforms.io import infer_format, matched_paths, read_text_file, refuse_wide_text
 
@@ -69,7 +87,7 @@ class Prepared:
 def closed_form(mechanism: str) -> bool:
     """Whether the audit computes the mechanism's posterior exactly (its class's ``AUDIT_KERNEL``: the law
     ``textdp.audit.attacks.kernel_of`` reads from the mechanism object)."""
-    from textdp.mechanisms import mechanism_class  # pylint: disable=import-outside-toplevel
+    from textdp.mechanisms import mechanism_class
 
     return bool(mechanism_class(mechanism).AUDIT_KERNEL)
 
@@ -253,9 +271,8 @@ def conformance_units(opts: AuditOptions, spec, location, manifest: dict) -> tup
     """The conformance plan: every (mechanism, epsilon) unit with its parameters and Bonferroni level. Refuses, before
     any worker starts, a mechanism that does not resolve, an artifact that lacks a part one of them reads, and a
     parameter or epsilon (or 1.25 x epsilon, the power check's) a mechanism cannot use."""
-    from textdp.audit.conformance import POWER_FACTOR, law_kind, planned_units  # pylint: disable=import-outside-toplevel
-    from textdp.mechanisms import (REGISTRY, artifact_for_checks, check_mechanism,  # pylint: disable=import-outside-toplevel
-                                   mechanism_class, mechanism_reference)
+    from textdp.audit.conformance import POWER_FACTOR, law_kind, planned_units
+    from textdp.mechanisms import REGISTRY, artifact_for_checks, check_mechanism, mechanism_class, mechanism_reference
 
     asked = str(opts.conformance_mechanisms or "all").strip()
     names = list(REGISTRY) if asked == "all" else [part.strip() for part in asked.split(",") if part.strip()]
@@ -359,7 +376,7 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
 
 
 def report_lines(output: str) -> List[str]:
-    import json  # pylint: disable=import-outside-toplevel
+    import json
 
     with FileSystems.open(f"{output}/{SUMMARY_FILE}") as handle:
         summary = json.loads(handle.read().decode("utf-8"))
@@ -409,7 +426,7 @@ def prepare(options: PipelineOptions) -> Plan:
 
 
 def help_parser():
-    from pipelines.jobs import help_parser as job_help  # pylint: disable=import-outside-toplevel
+    from pipelines.jobs import help_parser as job_help
 
     return job_help("audit")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from textdp.artifact.store import DEFAULT_SEED, DEFAULT_TREES, build_artifact, stderr_progress
 from textdp.artifact.embeddings import BUNDLED_GLOVE, parse_source
+from textdp.artifact.store import DEFAULT_SEED, DEFAULT_TREES, build_artifact, stderr_progress
 from textdp.errors import TextdpError
 
 
@@ -60,7 +60,7 @@ def run(argv=None) -> int:
     try:
         source = parse_source(args.embeddings, args.vocab_file)
         if args.output.startswith("gs://"):
-            from textdp.artifact import gcs  # pylint: disable=import-outside-toplevel
+            from textdp.artifact import gcs
 
             path = gcs.build_and_upload(source, args.output, vocab_size=args.vocab_size, trees=args.trees,
                                         seed=args.seed, progress=stderr_progress)

@@ -28,18 +28,33 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.utils import shared
 
-from pipelines.flags import (DEFAULT_WORDS, ArtifactOptions, CalibrateOptions, EpsilonGridOptions, MechanismOptions,
-                             OutputOptions, SeedOptions, WorkerResourceOptions)
+from pipelines.flags import (
+    DEFAULT_WORDS,
+    ArtifactOptions,
+    CalibrateOptions,
+    EpsilonGridOptions,
+    MechanismOptions,
+    OutputOptions,
+    SeedOptions,
+    WorkerResourceOptions,
+)
 from pipelines.jobs import Plan, directory_job_files, run_job
-from textdp.calibration.statistics import stratified_word_sample
 from textdp.artifact import gcs
-from textdp.errors import TextdpError
 from textdp.artifact.locate import resolve_artifact, verify_artifact
+from textdp.calibration.statistics import stratified_word_sample
+from textdp.errors import TextdpError
 from textdp.mechanisms import artifact_needs
 from textdp.outputs import OutputGuard
+from transforms.calibration import (
+    SUMMARY_FILE,
+    TABLE_FILE,
+    TABLE_PREFIX,
+    CalibrateWords,
+    CalibrationConfig,
+    WriteCalibrationOutputs,
+    parquet_schema,
+)
 from transforms.io import matched_paths, read_text_file
-from transforms.calibration import (SUMMARY_FILE, TABLE_FILE, TABLE_PREFIX, CalibrateWords, CalibrationConfig,
-                                    WriteCalibrationOutputs, parquet_schema)
 
 MAX_SAMPLES = 100_000  # the paper draws 1,000; 100,000 x 300 dimensions is 240 MB of noise per word
 OUTPUT_FILES = (TABLE_FILE, SUMMARY_FILE, "report.html", "hist_n_w.png", "hist_s_w.png", "means_vs_epsilon.png",
@@ -109,8 +124,8 @@ def nn_statement(options: PipelineOptions, manifest: dict) -> str:
     """How the run's draws find their released word, from what the mechanism's class declares
     (``SEARCHES_NEAREST``, ``NEEDS_NEIGHBOUR_TABLE``: what the artifact check uses too) and from
     ``WordCalibrator.prunes_search``, the test the draws themselves use."""
-    from textdp.calibration.statistics import WordCalibrator  # pylint: disable=import-outside-toplevel
-    from textdp.mechanisms import mechanism_class  # pylint: disable=import-outside-toplevel
+    from textdp.calibration.statistics import WordCalibrator
+    from textdp.mechanisms import mechanism_class
 
     opts = options.view_as(CalibrateOptions)
     mech = options.view_as(MechanismOptions)
@@ -140,10 +155,10 @@ def nn_statement(options: PipelineOptions, manifest: dict) -> str:
 def _refuse_list_without_vocabulary_word(path: str, elements: List[tuple], location) -> None:
     """Before the run: a word list none of whose lines is one vocabulary word (looked up as the workers do,
     ``transforms.calibration.word_list_id``) would calibrate nothing; it failed after the run. No line quoted."""
-    from textdp.artifact.locate import resolve_artifact  # pylint: disable=import-outside-toplevel
-    from textdp.artifact.store import Artifact  # pylint: disable=import-outside-toplevel
-    from textdp.text.tokenize import UNKNOWN_ID, Tokenizer  # pylint: disable=import-outside-toplevel
-    from transforms.calibration import word_list_id  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.locate import resolve_artifact
+    from textdp.artifact.store import Artifact
+    from textdp.text.tokenize import UNKNOWN_ID, Tokenizer
+    from transforms.calibration import word_list_id
 
     artifact = Artifact(resolve_artifact(location), verify=False)
     tokenizer = Tokenizer(artifact.word_to_id, artifact.words)
@@ -229,7 +244,7 @@ def prepare(options: PipelineOptions) -> Plan:
 
 
 def help_parser():
-    from pipelines.jobs import help_parser as job_help  # pylint: disable=import-outside-toplevel
+    from pipelines.jobs import help_parser as job_help
 
     return job_help("calibrate")
 

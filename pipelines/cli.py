@@ -34,7 +34,7 @@ def main(argv=None) -> int:
         print(usage())
         return 0
     if argv[0] in ("-V", "--version"):
-        from textdp.version import __version__  # pylint: disable=import-outside-toplevel
+        from textdp.version import __version__
 
         print(f"textdp {__version__}")
         return 0

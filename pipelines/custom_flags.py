@@ -70,7 +70,7 @@ def _refuse_beam_flags(cls) -> None:
     """Refuse (TextdpError, one line) a parameter of ``cls`` whose flag is one Beam or another options class already
     declares (``--project``, ``--region``, ``--num-workers``, ...): argparse would stop with a traceback. textdp's
     own flags and keywords are refused for every entry point by ``textdp.mechanisms`` (RESERVED_PARAMETER_NAMES)."""
-    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=import-outside-toplevel
+    from apache_beam.options.pipeline_options import PipelineOptions
 
     taken = {name.replace("-", "_").lower() for name in PipelineOptions([]).get_all_options(drop_default=False)}
     for param in cls.PARAMETERS:
@@ -97,6 +97,6 @@ def custom_mechanism(options) -> dict:
         return {}
     known = all_parameters()
     _refuse_beam_flags(mechanism_class(reference))
-    values = options._all_options  # pylint: disable=protected-access  (every view's values, and the keywords given)
+    values = options._all_options  # every view's values, and the keywords given
     return {param.name: values.get(param.name, param.default) for param in mechanism_class(reference).PARAMETERS
             if param.cli and param.name not in known}

@@ -15,19 +15,31 @@ audit compare), ``CalibrateOptions``, ``NeighbourOptions``, ``AuditOptions``.
 
 from __future__ import annotations
 
-
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from textdp.privacy import accounting
-from textdp.calibration.statistics import DEFAULT_SAMPLES
-from textdp.mechanisms import (ALL_MECHANISMS, DEFAULT_MECHANISM, EPSILON_RANGE_HELP, MAX_EPSILON,  # noqa: F401
-                               MIN_EPSILON, REGISTRY, all_parameters, artifact_for_checks, available_class,
-                               check_epsilon, check_mechanism, mechanism_parameters, registered, users_of)
 from pipelines.custom_flags import MechanismChoices, argv_mechanism, custom_mechanism, named_mechanism  # noqa: I100
 from textdp.artifact.neighbours import METRICS
+from textdp.calibration.statistics import DEFAULT_SAMPLES
+from textdp.mechanisms import (  # noqa: F401
+    ALL_MECHANISMS,
+    DEFAULT_MECHANISM,
+    EPSILON_RANGE_HELP,
+    MAX_EPSILON,
+    MIN_EPSILON,
+    REGISTRY,
+    all_parameters,
+    artifact_for_checks,
+    available_class,
+    check_epsilon,
+    check_mechanism,
+    mechanism_parameters,
+    registered,
+    users_of,
+)
+from textdp.mechanisms.base import SEARCH_BATCH_TOKENS, TABLE_BATCH_TOKENS
+from textdp.privacy import accounting
 from textdp.privacy.summary import DEFAULT_MAX_FAILED_FRACTION
 from textdp.spec import PrivacySpec
-from textdp.mechanisms.base import SEARCH_BATCH_TOKENS, TABLE_BATCH_TOKENS
 from textdp.text.privatizer import OOV_POLICIES
 from transforms.amplifier import AmplifierConfig
 from transforms.shuffle import DEFAULT_RECORDS_PER_SHARD
@@ -112,7 +124,7 @@ class MechanismOptions(PipelineOptions):
         ``textdp.mechanisms.check_mechanism``). With ``manifest`` (what ``verify_artifact`` returned for
         ``location``) also the checks that depend on the vocabulary. Returns the run's validated
         ``textdp.spec.PrivacySpec``, which the job builds its configuration from."""
-        from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+        from textdp.errors import TextdpError
 
         own = mechanism_parameters(self.mechanism)  # refuses an unknown or unusable mechanism (one line)
         for name, param in all_parameters().items():
@@ -144,7 +156,7 @@ class SeedOptions(PipelineOptions):
                  "private against anyone who knows the seed, and the summary says so. Default: OS entropy")
 
     def validate_seed(self) -> None:
-        from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+        from textdp.errors import TextdpError
 
         if self.seed is not None and self.seed < 0:
             raise TextdpError("--seed must be an integer >= 0")
@@ -167,8 +179,9 @@ class WorkerResourceOptions(PipelineOptions):
     def validate_resources(self) -> None:
         """--blas-threads, --direct_num_workers and --sdk_worker_parallelism from 0 (automatic) to MAX_THREADS:
         refused before the run (parse_job_options asks every job), never a failure after it."""
-        from apache_beam.options.pipeline_options import DirectOptions, PortableOptions  # pylint: disable=import-outside-toplevel
-        from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+        from apache_beam.options.pipeline_options import DirectOptions, PortableOptions
+
+        from textdp.errors import TextdpError
 
         for flag, value in (("--blas-threads", self.blas_threads),
                             ("--direct_num_workers", self.view_as(DirectOptions).direct_num_workers),
@@ -325,7 +338,7 @@ class EpsilonGridOptions(PipelineOptions):
                                  f"(see --epsilon of textdp privatize); default {DEFAULT_EPSILONS}")
 
     def epsilon_grid(self) -> tuple:
-        from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+        from textdp.errors import TextdpError
 
         try:
             values = sorted({float(part) for part in str(self.epsilons).split(",") if part.strip()})

@@ -120,7 +120,7 @@ class JobRefused(Exception):
 
 
 def option_classes(job: Job) -> list:
-    from pipelines import flags  # pylint: disable=import-outside-toplevel
+    from pipelines import flags
 
     return [getattr(flags, group) if isinstance(group, str) else group for group in job.groups]
 
@@ -172,17 +172,17 @@ def help_parser(name: str) -> argparse.ArgumentParser:
                "starting, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).")
     section_of = {}
     for cls in option_classes(job):
-        before = len(parser._actions)  # pylint: disable=protected-access
-        cls._add_argparse_args(parser)  # pylint: disable=protected-access
-        for action in parser._actions[before:]:  # pylint: disable=protected-access
+        before = len(parser._actions)
+        cls._add_argparse_args(parser)
+        for action in parser._actions[before:]:
             section_of[action.dest] = HELP_SECTION_OF_FLAG.get(action.dest, HELP_SECTIONS.get(cls.__name__, RUNNER))
-    for action in parser._actions:  # pylint: disable=protected-access
+    for action in parser._actions:
         if action.dest in job.help_overrides:
             action.help = job.help_overrides[action.dest]
         if action.dest in job.required and action.help and "required" not in action.help:
             action.help += " (required)"
     _sections(parser, section_of)
-    hidden = [o for a in parser._actions for o in a.option_strings  # pylint: disable=protected-access
+    hidden = [o for a in parser._actions for o in a.option_strings
               if "_" in o and "--" + o[2:].replace("_", "-") in a.option_strings]
     if hidden:
         parser.epilog = (f"Each flag of several words is also accepted with underscores instead of hyphens "
@@ -193,13 +193,13 @@ def help_parser(name: str) -> argparse.ArgumentParser:
 def _sections(parser: argparse.ArgumentParser, section_of: Dict[str, str]) -> None:
     """Moves the flags of the parser's plain options list into their --help sections (a flag that a flag group
     already put in an argparse group of its own, a mechanism's parameters, stays there); display only."""
-    loose = parser._optionals._group_actions  # pylint: disable=protected-access
+    loose = parser._optionals._group_actions
     groups = {title: parser.add_argument_group(title, RUNNER_NOTE if title == RUNNER else None)
               for title in HELP_SECTION_ORDER if title in section_of.values()}
     first = {dest: index for index, dest in enumerate(FIRST_IN_SECTION)}
     for action in sorted(loose, key=lambda a: first.get(a.dest, len(first))):  # stable: the rest keep their order
         if action.dest in section_of:
-            groups[section_of[action.dest]]._group_actions.append(action)  # pylint: disable=protected-access
+            groups[section_of[action.dest]]._group_actions.append(action)
             loose.remove(action)
 
     def rank(group) -> tuple:
@@ -208,20 +208,20 @@ def _sections(parser: argparse.ArgumentParser, section_of: Dict[str, str]) -> No
             return (HELP_SECTION_ORDER.index(MECHANISM), 1)
         return (HELP_SECTION_ORDER.index(title), 0) if title in HELP_SECTION_ORDER else (-1, 0)
 
-    parser._action_groups.sort(key=rank)  # pylint: disable=protected-access  (a stable sort: the rest keep order)
+    parser._action_groups.sort(key=rank)  # a stable sort: the rest keep order
 
 
 def _accepted_parser(job: Job) -> argparse.ArgumentParser:
     """Every flag the job accepts: Beam's own options (the parser Beam itself builds, from the
     PipelineOptions subclasses Beam defines) and the job's flag groups."""
-    from apache_beam.options import pipeline_options  # pylint: disable=import-outside-toplevel
+    from apache_beam.options import pipeline_options
 
     parser_class = getattr(pipeline_options, "_BeamArgumentParser", argparse.ArgumentParser)
     parser = parser_class(allow_abbrev=False)
     parser.error = _refuse
     beams = [c for c in pipeline_options.PipelineOptions.__subclasses__() if c.__module__.startswith("apache_beam.")]
     for cls in {str(c): c for c in beams + option_classes(job)}.values():
-        cls._add_argparse_args(parser)  # pylint: disable=protected-access
+        cls._add_argparse_args(parser)
     return parser
 
 
@@ -237,7 +237,7 @@ def _refuse(message: str):
 
 def _suggestion(argument: str, parser: argparse.ArgumentParser) -> str:
     flag = argument.split("=", 1)[0]
-    known = [option for action in parser._actions for option in action.option_strings]  # pylint: disable=protected-access
+    known = [option for action in parser._actions for option in action.option_strings]
     close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
     return f" (did you mean {close[0]}?)" if close else ""
 
@@ -247,7 +247,7 @@ def parse_job_options(name: str, argv: Sequence[str]):
     ``--mechanism package.module:Class`` that does not resolve is refused first (TextdpError); one that does
     adds its class's parameter flags (``pipelines/custom_flags.py``)."""
     if JOBS[name].beam and any(str(arg).startswith("--mechanism") for arg in argv):
-        from pipelines.custom_flags import argv_mechanism  # pylint: disable=import-outside-toplevel
+        from pipelines.custom_flags import argv_mechanism
 
         with argv_mechanism(argv, strict=True):
             return _parse_job_options(name, argv)
@@ -255,7 +255,7 @@ def parse_job_options(name: str, argv: Sequence[str]):
 
 
 def _parse_job_options(name: str, argv: Sequence[str]):
-    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=import-outside-toplevel
+    from apache_beam.options.pipeline_options import PipelineOptions
 
     job = JOBS[name]
     job_parser = help_parser(name)
@@ -267,22 +267,22 @@ def _parse_job_options(name: str, argv: Sequence[str]):
                              f"see `textdp {name} --help` (nothing was run)")
         raise JobRefused(f"unexpected argument {first[:40]!r} (every textdp argument is a --flag); "
                          f"see `textdp {name} --help` (nothing was run)")
-    own = [action for action in job_parser._actions  # pylint: disable=protected-access
-           if action.option_strings and not isinstance(action, argparse._HelpAction)]  # pylint: disable=protected-access
+    own = [action for action in job_parser._actions
+           if action.option_strings and not isinstance(action, argparse._HelpAction)]
     checker = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     for action in own:  # the job's own flags: values checked with argparse's messages, the rest ignored
         kwargs = {"dest": action.dest, "default": action.default}
-        if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):  # pylint: disable=protected-access
-            kwargs["action"] = "store_true" if isinstance(action, argparse._StoreTrueAction) else "store_false"  # pylint: disable=protected-access
+        if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+            kwargs["action"] = "store_true" if isinstance(action, argparse._StoreTrueAction) else "store_false"
         else:
             kwargs.update(type=action.type, choices=action.choices, nargs=action.nargs)
-            if isinstance(action, argparse._AppendAction):  # pylint: disable=protected-access
+            if isinstance(action, argparse._AppendAction):
                 kwargs["action"] = "append"
         checker.add_argument(*action.option_strings, **kwargs)
     checker.error = _refuse  # type: ignore[assignment]
     values, _ = checker.parse_known_args(list(argv))
     for action in own:  # a flag given twice keeps only its last value, silently: refused (append flags excepted)
-        if isinstance(action, argparse._AppendAction):  # pylint: disable=protected-access
+        if isinstance(action, argparse._AppendAction):
             continue
         given = [arg for arg in argv if arg.split("=", 1)[0] in action.option_strings]
         if len(given) > 1:
@@ -294,7 +294,7 @@ def _parse_job_options(name: str, argv: Sequence[str]):
         flags_ = ", ".join("--" + dest.replace("_", "-") for dest in missing)
         raise JobRefused(f"missing required flag{'s' if len(missing) > 1 else ''} {flags_}; see `textdp {name} --help`")
     options = PipelineOptions(list(argv))
-    from pipelines.flags import WorkerResourceOptions  # pylint: disable=import-outside-toplevel
+    from pipelines.flags import WorkerResourceOptions
 
     options.view_as(WorkerResourceOptions).validate_resources()  # thread/process counts: before anything runs
     return options
@@ -305,7 +305,7 @@ def _parse_job_options(name: str, argv: Sequence[str]):
 
 def _with_local_runner(options):
     """Beam's default DirectRunner first tries to download the Prism runner; run locally on FnApiRunner."""
-    from apache_beam.options.pipeline_options import StandardOptions  # pylint: disable=import-outside-toplevel
+    from apache_beam.options.pipeline_options import StandardOptions
 
     standard = options.view_as(StandardOptions)
     if not standard.runner:
@@ -316,8 +316,9 @@ def _with_local_runner(options):
 def preflight_runner(options) -> None:
     """The runner's own needs, refused in one line before anything starts (textdp/artifact/gcs.py): DataflowRunner
     needs the GCP extra, credentials and a gs:// --temp_location; --dry_run applies to it only."""
-    from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions, TestOptions  # pylint: disable=import-outside-toplevel
-    from textdp.artifact import gcs  # pylint: disable=import-outside-toplevel
+    from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions, TestOptions
+
+    from textdp.artifact import gcs
 
     cloud = options.view_as(GoogleCloudOptions)
     gcs.preflight_runner(options.view_as(StandardOptions).runner, dry_run=options.view_as(TestOptions).dry_run,
@@ -325,13 +326,13 @@ def preflight_runner(options) -> None:
 
 
 def is_dry_run(options) -> bool:
-    from apache_beam.options.pipeline_options import TestOptions  # pylint: disable=import-outside-toplevel
+    from apache_beam.options.pipeline_options import TestOptions
 
     return bool(options.view_as(TestOptions).dry_run) and not is_local(options)
 
 
 def is_local(options) -> bool:
-    from apache_beam.options.pipeline_options import StandardOptions  # pylint: disable=import-outside-toplevel
+    from apache_beam.options.pipeline_options import StandardOptions
 
     return (options.view_as(StandardOptions).runner or "FnApiRunner").split(".")[-1] in LOCAL_RUNNERS
 
@@ -363,14 +364,14 @@ class Plan:
 
 
 def _temp_folders(parents: Sequence[str]) -> set:
-    from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
+    from apache_beam.io.filesystems import FileSystems
 
     found = set()
     for parent in parents:
         try:
             for match in FileSystems.match([FileSystems.join(parent, "beam-temp-*")]):
                 found |= {m.path for m in match.metadata_list}
-        except Exception:  # pylint: disable=broad-except
+        except Exception:
             continue
         if "://" not in parent and os.path.isdir(parent):
             found |= {os.path.join(parent, name) for name in os.listdir(parent)
@@ -379,7 +380,7 @@ def _temp_folders(parents: Sequence[str]) -> set:
 
 
 def _remove_temp_folders(paths) -> None:
-    from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
+    from apache_beam.io.filesystems import FileSystems
 
     for path in paths:
         try:
@@ -387,14 +388,14 @@ def _remove_temp_folders(paths) -> None:
                 shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.remove(path)
             else:
                 FileSystems.delete([path])
-        except Exception:  # pylint: disable=broad-except
+        except Exception:
             continue
 
 
 def _one_line(exc: BaseException, ran: bool = True) -> str:
     """A failure as one line: the error's own (textdp) message, or its type and the first line of Beam's
     message, which names the failing step. Textdp never puts input text in an exception."""
-    from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+    from textdp.errors import TextdpError
 
     if isinstance(exc, (TextdpError, JobRefused)):
         return str(exc)
@@ -413,8 +414,8 @@ def _noting_interrupts(noted: list):
     """Ctrl-C and SIGTERM as a KeyboardInterrupt, but noted first: a local runner running the DoFn in this
     process reports it as its own error ("RuntimeError: KeyboardInterrupt [while running ...]"), and the
     exit code says which signal it was (130 or 143)."""
-    import signal  # pylint: disable=import-outside-toplevel
-    import threading  # pylint: disable=import-outside-toplevel
+    import signal
+    import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -435,7 +436,7 @@ def _noting_interrupts(noted: list):
 def _interruption(name: str, noted: list, what: str) -> int:
     """The one line and the exit code of a run stopped by Ctrl-C (130), SIGTERM (143) or SIGHUP (129: the
     terminal or ssh session closed)."""
-    import signal  # pylint: disable=import-outside-toplevel
+    import signal
 
     if signal.SIGHUP in noted:
         print(f"textdp {name}: hung up (SIGHUP){what}", file=sys.stderr)
@@ -449,7 +450,7 @@ def _interruption(name: str, noted: list, what: str) -> int:
 def _progress(name: str, plan: Plan, directory: Optional[str]):
     monitor = None
     if directory and plan.progress:
-        from textdp.progress import ProgressMonitor  # pylint: disable=import-outside-toplevel
+        from textdp.progress import ProgressMonitor
 
         unit, total, rate_of = plan.progress
         monitor = ProgressMonitor(directory, name, unit, total, rate_of).start()
@@ -496,7 +497,7 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
     if "-h" in argv or "--help" in argv:
         with contextlib.ExitStack() as scope:
             if job.beam and any(arg.startswith("--mechanism") for arg in argv):  # its own flags' group too
-                from pipelines.custom_flags import argv_mechanism  # pylint: disable=import-outside-toplevel
+                from pipelines.custom_flags import argv_mechanism
 
                 scope.enter_context(argv_mechanism(argv))
             help_parser(name).print_help()
@@ -506,7 +507,7 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
         return module.run(argv)
     verbose = "--verbose" in argv
     _quiet_beam(verbose)
-    from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel  (not needed for --help)
+    from textdp.errors import TextdpError  # not needed for --help
 
     say = lambda message: print(f"textdp {name}: error: {message}", file=sys.stderr)  # noqa: E731
     plan, progress_dir = None, None
@@ -536,14 +537,14 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
         earlier = plan.guard is not None and bool(plan.guard.earlier)
         pipeline = plan.build(progress_dir)  # everything that can be checked is, before an earlier file goes
         if plan.guard is not None and not is_dry_run(options):  # --overwrite: the earlier files (if the build
-            from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
+            from apache_beam.io.filesystems import FileSystems
 
             plan.guard.remove_earlier(FileSystems.delete)  # did not remove them); a dry run removes nothing
             stage = "removed" if earlier else stage
         with _progress(name, plan, progress_dir):
             stage = "run"
             pipeline.run().wait_until_finish()
-    except BaseException as exc:  # pylint: disable=broad-except
+    except BaseException as exc:
         _remove_temp_folders(_temp_folders(plan.temp_parents) - before)
         if interrupted or isinstance(exc, KeyboardInterrupt):  # a local runner may wrap it in its own error
             return _interruption(name, interrupted, "; the run's temporary files were removed")
@@ -567,7 +568,7 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
                 plan.guard.write_records()
             plan.guard.release()
     if is_dry_run(options):  # Beam built and validated the job graph and returned: nothing ran or was written
-        from apache_beam.options.pipeline_options import StandardOptions  # pylint: disable=import-outside-toplevel
+        from apache_beam.options.pipeline_options import StandardOptions
 
         print(f"textdp {name}: dry run: {options.view_as(StandardOptions).runner} built and validated the job graph; "
               "no job was submitted and no output file was written")

@@ -23,9 +23,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.flags import ArtifactOptions, NeighbourOptions, WorkerResourceOptions
 from pipelines.jobs import Plan, run_job
-from textdp.errors import TextdpError
 from textdp.artifact.locate import read_manifest, resolve_artifact, verify_artifact
 from textdp.artifact.neighbours import DISTANCES_FILE, IDS_FILE, METRICS, table_files_exist
+from textdp.errors import TextdpError
 from textdp.outputs import OutputGuard
 from transforms.neighbours import ComputeNeighbourTable
 
@@ -99,7 +99,7 @@ def prepare(options: PipelineOptions) -> Plan:
 
 
 def help_parser():
-    from pipelines.jobs import help_parser as job_help  # pylint: disable=import-outside-toplevel
+    from pipelines.jobs import help_parser as job_help
 
     return job_help("neighbours")
 

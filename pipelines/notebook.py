@@ -70,7 +70,7 @@ def flag_arguments(flags: dict) -> list:
 
 
 def _run(job: str, output: str, flags: dict, temporary: bool = False) -> None:
-    from textdp.mechanisms import mechanism_reference  # pylint: disable=import-outside-toplevel
+    from textdp.mechanisms import mechanism_reference
 
     if flags.get("mechanism") is not None and not isinstance(flags["mechanism"], str):
         flags = dict(flags, mechanism=mechanism_reference(flags["mechanism"]))  # a Mechanism class: its import path
@@ -121,8 +121,8 @@ def _read_png_files(directory: str) -> Dict[str, bytes]:
 
 def _figures(images: Dict[str, bytes]) -> dict:
     """The job's PNG plots as matplotlib figures (pixel for pixel the files the command writes)."""
-    from matplotlib import image as mpimg  # pylint: disable=import-outside-toplevel
-    from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
+    from matplotlib import image as mpimg
+    from matplotlib.figure import Figure
 
     figures = {}
     for name, data in images.items():
@@ -204,7 +204,7 @@ def calibrate(epsilons, mechanism: str = "madlib", artifact: Optional[str] = Non
     """``textdp calibrate`` from Python. ``word_list``: a path, or a list of words (written to a temporary file,
     one per line). Any other keyword is the job's flag of the same name (``max_nw``, ``min_sw``, ``coverage``,
     ``nn``, ``no_prune``, the mechanism's parameters, ``runner``, ...)."""
-    import pandas as pd  # pylint: disable=import-outside-toplevel
+    import pandas as pd
 
     with tempfile.TemporaryDirectory(prefix="textdp-calibrate-words-") as scratch:
         if word_list is not None and not isinstance(word_list, (str, os.PathLike)):
@@ -231,7 +231,7 @@ def audit(epsilons, mechanism: str = "madlib", artifact: Optional[str] = None, *
     or pandas Series of texts (written to a temporary JSONL file; missing values left out). Any other keyword is
     the job's flag of the same name (``checks``, ``pairs``, ``draws``, ``records``, ``inversion_tokens``,
     ``mc_draws``, ``prior_words``, ``linkage_sizes``, ``oov_policy``, the mechanism's parameters, ...)."""
-    import pandas as pd  # pylint: disable=import-outside-toplevel
+    import pandas as pd
 
     with tempfile.TemporaryDirectory(prefix="textdp-audit-corpus-") as scratch:
         if corpus is not None and not isinstance(corpus, (str, os.PathLike)):

@@ -22,19 +22,39 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.flags import (MAX_RECORD_BYTES, VACUOUS_EPSILON, AmplifierOptions, ArtifactOptions, MechanismOptions,
-                             OovOptions, OutputOptions, PrivatizeOptions, SeedOptions, WorkerResourceOptions)
+from pipelines.flags import (
+    MAX_RECORD_BYTES,
+    VACUOUS_EPSILON,
+    AmplifierOptions,
+    ArtifactOptions,
+    MechanismOptions,
+    OovOptions,
+    OutputOptions,
+    PrivatizeOptions,
+    SeedOptions,
+    WorkerResourceOptions,
+)
 from pipelines.jobs import Plan, is_dry_run, run_job
 from textdp.artifact import gcs
-from textdp.errors import TextdpError
 from textdp.artifact.locate import check_unk_marker, verify_artifact
+from textdp.errors import TextdpError
 from textdp.mechanisms import artifact_needs
 from textdp.outputs import OutputGuard, missing_fields
 from textdp.privacy.summary import FAILED_PREFIX
 from textdp.text.privatizer import check_oov
 from transforms.amplifier import Amplify, SplitAuthorless
-from transforms.io import (FIELD_SAMPLE_RECORDS, OUTPUT_SUFFIX, ReadRecords, WriteErrors, WriteRecords,
-                           first_record_fields, infer_format, matched_paths, parquet_schema, refuse_wide_text)
+from transforms.io import (
+    FIELD_SAMPLE_RECORDS,
+    OUTPUT_SUFFIX,
+    ReadRecords,
+    WriteErrors,
+    WriteRecords,
+    first_record_fields,
+    infer_format,
+    matched_paths,
+    parquet_schema,
+    refuse_wide_text,
+)
 from transforms.perturb import WriteSummary
 from transforms.privatize import Privatize, SumCounts
 from transforms.shard_writer import WriteShuffledShards, temporary_name_part
@@ -145,7 +165,7 @@ def _check_outputs(options: PipelineOptions, paths: dict, data_format: str, inpu
     guard.read("--input", inputs, pattern=opts.input)
     artifact = options.view_as(ArtifactOptions).artifact
     if not gcs.is_gcs_url(artifact):  # its files are inputs too: no output may be one of them (F6)
-        from textdp.artifact.locate import resolve_artifact  # pylint: disable=import-outside-toplevel
+        from textdp.artifact.locate import resolve_artifact
 
         guard.read_directory("--artifact", resolve_artifact(artifact))
     suffix = OUTPUT_SUFFIX[data_format]
@@ -161,13 +181,13 @@ def _check_outputs(options: PipelineOptions, paths: dict, data_format: str, inpu
     guard.file("--output", "the operator summary", paths["summary"], label=out.output)
     guard.file("--output", "the amplification report", paths["amplification"], label=out.output)
     if opts.public_summary:
-        from textdp.privacy.summary import is_public_summary  # pylint: disable=import-outside-toplevel
+        from textdp.privacy.summary import is_public_summary
 
         def _is_public_summary(path: str) -> bool:  # --overwrite replaces only an earlier public summary
             try:
                 with FileSystems.open(path) as handle:
                     return is_public_summary(handle.read(1 << 24))
-            except Exception:  # pylint: disable=broad-except
+            except Exception:
                 return False
 
         guard.file("--public-summary", "the public summary", opts.public_summary, lock=True,
@@ -212,11 +232,11 @@ def _count_records(inputs: List[str], data_format: str) -> Optional[int]:
                                                                                    ".deflate", ".lzma")):
             return None
         if data_format == "parquet":
-            import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+            import pyarrow.parquet as pq
 
             try:
                 total += pq.ParquetFile(path).metadata.num_rows
-            except Exception:  # pylint: disable=broad-except
+            except Exception:
                 return None
             continue
         size = os.path.getsize(path)
@@ -347,7 +367,7 @@ def _read_summary(summary_path: str) -> Optional[dict]:
     try:
         with FileSystems.open(summary_path) as handle:
             return json.loads(handle.read().decode("utf-8"))
-    except Exception:  # pylint: disable=broad-except
+    except Exception:
         return None
 
 
@@ -369,7 +389,7 @@ def _refuse_empty_release(records: dict, paths: dict) -> None:
 def _refuse_failed_share(summary: dict, paths: dict) -> None:
     """More records failed than --max-failed-fraction allows (the pipeline judged it: the summary's
     ``failure_check``): TextdpError, so that run_job exits 1 in one line; the outputs stay written."""
-    from textdp.privacy.summary import failure_line  # pylint: disable=import-outside-toplevel
+    from textdp.privacy.summary import failure_line
 
     check = summary.get("failure_check")
     if check and check["exceeded"]:
@@ -388,7 +408,7 @@ def _headline(summary: dict) -> str:
 
 
 def help_parser():
-    from pipelines.jobs import help_parser as job_help  # pylint: disable=import-outside-toplevel
+    from pipelines.jobs import help_parser as job_help
 
     return job_help("privatize")
 

@@ -39,7 +39,7 @@ def template_dir_name(job: str) -> str:
 
 def job_parser(job: str) -> Tuple[argparse.ArgumentParser, bool]:
     """The job's flags as one argparse parser (its --help parser), and whether it is a Beam job."""
-    from pipelines.jobs import help_parser  # pylint: disable=import-outside-toplevel
+    from pipelines.jobs import help_parser
 
     try:
         return help_parser(job), JOBS[job].beam
@@ -48,8 +48,8 @@ def job_parser(job: str) -> Tuple[argparse.ArgumentParser, bool]:
 
 
 def flag_actions(parser: argparse.ArgumentParser) -> List[argparse.Action]:
-    return [a for a in parser._actions  # pylint: disable=protected-access
-            if a.option_strings and not isinstance(a, (argparse._HelpAction, argparse._VersionAction))]  # pylint: disable=protected-access
+    return [a for a in parser._actions
+            if a.option_strings and not isinstance(a, (argparse._HelpAction, argparse._VersionAction))]
 
 
 def is_required(action: argparse.Action, required: Sequence[str] = ()) -> bool:
@@ -57,7 +57,7 @@ def is_required(action: argparse.Action, required: Sequence[str] = ()) -> bool:
 
 
 def is_boolean(action: argparse.Action) -> bool:
-    return isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction))  # pylint: disable=protected-access
+    return isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction))
 
 
 def _label(dest: str) -> str:

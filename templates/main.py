@@ -72,7 +72,7 @@ def to_job_argv(job: str, argv: List[str], now: Optional[datetime.datetime] = No
             switch = value.strip().lower() if has_value else "true"
             if switch not in ("true", "false"):
                 raise TemplateArgumentError(f"parameter {action.dest} takes true or false")
-            if (switch == "true") == isinstance(action, argparse._StoreTrueAction):  # pylint: disable=protected-access
+            if (switch == "true") == isinstance(action, argparse._StoreTrueAction):
                 job_argv.append(flag)
             continue
         if not has_value:
@@ -89,7 +89,7 @@ def _with_worker_image(other: List[str]) -> List[str]:
 
 
 def _run_build_index(argv: List[str]) -> None:
-    from pipelines import build_index  # pylint: disable=import-outside-toplevel
+    from pipelines import build_index
 
     if build_index.run(argv) != 0:
         raise RuntimeError("textdp build-index failed; its error is in this worker's log")
@@ -97,7 +97,7 @@ def _run_build_index(argv: List[str]) -> None:
 
 def build_index_pipeline(job_argv: List[str], options):
     """A one-element pipeline whose single worker runs ``textdp build-index`` (output must be gs://)."""
-    import apache_beam as beam  # pylint: disable=import-outside-toplevel
+    import apache_beam as beam
 
     outputs = [a.split("=", 1)[1] for a in job_argv if a.startswith("--output=")]
     if not outputs or not outputs[0].startswith("gs://"):
@@ -109,7 +109,7 @@ def build_index_pipeline(job_argv: List[str], options):
 
 def launch(job: str, argv: List[str], now: Optional[datetime.datetime] = None):
     """Build and submit the job's pipeline; returns the runner's result without waiting for it."""
-    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=import-outside-toplevel
+    from apache_beam.options.pipeline_options import PipelineOptions
 
     if job not in JOBS:
         raise TemplateArgumentError(f"unknown textdp job {job!r}; one of {sorted(JOBS)}")
@@ -133,7 +133,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not job:
         print("textdp template: no job named (TEXTDP_JOB in the image, or --textdp_job=NAME)", file=sys.stderr)
         return 2
-    from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+    from textdp.errors import TextdpError
 
     try:
         launch(job, argv)

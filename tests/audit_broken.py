@@ -26,12 +26,12 @@ import math
 
 import numpy as np
 
-from textdp.search.geometry import distance_row
 from textdp.mechanisms.custext import CusText
 from textdp.mechanisms.madlib import Madlib
 from textdp.mechanisms.santext import SanText
 from textdp.mechanisms.tem import TEM
 from textdp.mechanisms.vickrey import Vickrey
+from textdp.search.geometry import distance_row
 from textdp.text.privatizer import TextPrivatizer
 
 

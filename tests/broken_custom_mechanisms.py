@@ -10,7 +10,6 @@ import numpy as np
 from tests.custom_mechanism import CappedExponential
 from textdp.mechanisms.base import Mechanism, Parameter
 
-
 # --- N3: what privatize_ids returns ------------------------------------------------------------------------------
 
 
@@ -113,7 +112,7 @@ class InitBoom(CappedExponential):
     name = "rt-initboom"
     PARAMETERS = ()
 
-    def __init__(self, artifact, epsilon):  # pylint: disable=super-init-not-called
+    def __init__(self, artifact, epsilon):
         raise RuntimeError("boom in init\nsecond line")
 
 
@@ -122,7 +121,7 @@ class Half(Mechanism):
 
     name = "rt-half"
 
-    def __init__(self, artifact, epsilon):  # pylint: disable=unused-argument
+    def __init__(self, artifact, epsilon):
         self.check_parameters(epsilon, artifact)
 
 

@@ -8,11 +8,10 @@ import os
 
 import pytest
 
+from benchmarks.harness import IMDB, REPO, SHARED_DATA, read_imdb  # noqa: F401  (one IMDb reader for tests and benchmarks)
+from textdp.artifact.embeddings import BUNDLED_GLOVE, EmbeddingSource
 from textdp.artifact.locate import open_artifact
 from textdp.artifact.store import build_artifact, ensure_default_artifact
-from textdp.artifact.embeddings import BUNDLED_GLOVE, EmbeddingSource
-
-from benchmarks.harness import IMDB, REPO, SHARED_DATA, read_imdb  # noqa: F401  (one IMDb reader for tests and benchmarks)
 
 
 @pytest.fixture(scope="session")

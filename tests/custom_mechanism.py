@@ -22,8 +22,8 @@ import math
 
 import numpy as np
 
-from textdp.mechanisms.madlib import check_diameter
 from textdp.mechanisms.base import SEARCH_BATCH_TOKENS, Mechanism, Parameter
+from textdp.mechanisms.madlib import check_diameter
 
 IMPORT_PATH = "tests.custom_mechanism:CappedExponential"
 
@@ -129,7 +129,7 @@ class Impostor(CappedExponential):
     name = "madlib"
 
 
-class NotAMechanism:  # pylint: disable=too-few-public-methods
+class NotAMechanism:
     """Has a name, but is no Mechanism subclass: refused."""
 
     name = "not-a-mechanism"

@@ -83,7 +83,7 @@ class GcsEmulator:
                        if "GET " in line and f"/b/{bucket}/o/{quoted}?" in line and "alt=media" in line)
 
     def client(self):
-        from google.cloud import storage  # pylint: disable=import-outside-toplevel
+        from google.cloud import storage
 
         return storage.Client()
 
@@ -126,11 +126,11 @@ def beam_gcs_anonymous():
     version moves it, the tests only get slower, not different).
     """
     try:
-        from apache_beam.internal.gcp import auth  # pylint: disable=import-outside-toplevel
+        from apache_beam.internal.gcp import auth
 
-        holder = auth._Credentials  # pylint: disable=protected-access
-        with holder._credentials_lock:  # pylint: disable=protected-access
-            holder._credentials = None  # pylint: disable=protected-access
-            holder._credentials_init = True  # pylint: disable=protected-access
+        holder = auth._Credentials
+        with holder._credentials_lock:
+            holder._credentials = None
+            holder._credentials_init = True
     except (ImportError, AttributeError):
         pass

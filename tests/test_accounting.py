@@ -5,11 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from textdp.privacy import accounting as acc
+from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
 from textdp.artifact.locate import open_artifact
 from textdp.mechanisms.madlib import Madlib
-from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
-
+from textdp.privacy import accounting as acc
 
 # --- diameter ---------------------------------------------------------------------------------
 
@@ -42,7 +41,7 @@ def test_diameter_bounds_bracket_the_exact_diameter_of_5000_glove_words(small_ar
 
 def test_token_epsilon0_rules(small_artifact, neighbour_artifact_dir):  # noqa: F811
     """epsilon_0 is the mechanism's own (textdp/mechanisms/base.py): Madlib epsilon * diam, TEM capped by gamma."""
-    from textdp.mechanisms.tem import TEM  # pylint: disable=import-outside-toplevel
+    from textdp.mechanisms.tem import TEM
 
     assert Madlib(small_artifact, 2.0).token_epsilon0(10.0) == pytest.approx(20.0)
     table = open_artifact(neighbour_artifact_dir)

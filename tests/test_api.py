@@ -9,8 +9,8 @@ import pytest
 from scipy import stats
 
 import textdp
-from textdp.errors import TextdpError
 from textdp.artifact.locate import open_artifact
+from textdp.errors import TextdpError
 from textdp.privacy.summary import build_public_summary
 
 ALPHA = 1e-3  # false-failure rate of the statistical test below
@@ -96,7 +96,7 @@ def test_api_and_pipeline_release_the_same_distribution(small_artifact_dir, tmp_
     3,000 times (epsilon 5, 5,000-word artifact) follow the same distribution. Two-sample chi-square
     test of homogeneity over the outputs with at least 20 draws in all (+ one "other" bin); false-failure
     rate ALPHA = 1e-3."""
-    from transforms import Privatize  # pylint: disable=import-outside-toplevel
+    from transforms import Privatize
 
     n = 3000
     api = textdp.Privatizer(epsilon=5, artifact=small_artifact_dir).privatize(["good"] * n)

@@ -18,8 +18,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 
 import textdp
-from textdp.errors import ParameterError, TextdpError
 from textdp.artifact.locate import open_artifact
+from textdp.errors import ParameterError, TextdpError
 
 
 @pytest.fixture(scope="module")

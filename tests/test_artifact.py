@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from textdp.artifact import store
+from textdp.artifact.embeddings import BUNDLED_GLOVE, EmbeddingSource, load_embeddings
 from textdp.artifact.locate import open_artifact
 from textdp.artifact.store import Artifact, build_artifact
 from textdp.artifact.verification import sha256_file
-from textdp.artifact.embeddings import BUNDLED_GLOVE, EmbeddingSource, load_embeddings
 from textdp.errors import ArtifactError
 from textdp.text.tokenize import unreadable_entries
 

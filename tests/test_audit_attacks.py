@@ -16,15 +16,25 @@ import pytest
 from scipy import stats
 
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
-from textdp.audit.attacks import (CountTable, Kernel, KernelPosterior, Prior, fill_guesses, inversion_outcomes,
-                                  kernel_of, linkage_success, log_normalizers, mcdiarmid_margin, rank_band,
-                                  structure_unique)
-from textdp.audit.corpus import (UNK_MARKER_KEY, encode_record, linkage_scores, plan_corpus, release_keys,
-                                 unknown_log_likelihood)
-from textdp.search.geometry import distance_row
 from textdp.artifact.locate import open_artifact
+from textdp.audit.attacks import (
+    CountTable,
+    Kernel,
+    KernelPosterior,
+    Prior,
+    fill_guesses,
+    inversion_outcomes,
+    kernel_of,
+    linkage_success,
+    log_normalizers,
+    mcdiarmid_margin,
+    rank_band,
+    structure_unique,
+)
+from textdp.audit.corpus import UNK_MARKER_KEY, encode_record, linkage_scores, plan_corpus, release_keys, unknown_log_likelihood
 from textdp.mechanisms.madlib import Madlib
 from textdp.mechanisms.tem import TEM, output_distribution
+from textdp.search.geometry import distance_row
 from textdp.text.tokenize import Tokenizer
 
 EPSILON, GAMMA = 3.0, 4.0

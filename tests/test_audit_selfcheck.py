@@ -23,11 +23,10 @@ import pytest
 from tests.audit_broken import AlgorithmTwoTEM, PassThroughPrivatizer, ShrunkNoiseMadlib
 from tests.test_calibration import LINE_POSITIONS, make_artifact
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
-from textdp.audit.pairs import (BANDS, PairSpec, TokenReleaser, band_pairs, base_words, guarantee_row, oov_pair_bound,
-                                oov_pairs, pair_bound)
+from textdp.artifact.locate import open_artifact
+from textdp.audit.pairs import BANDS, PairSpec, TokenReleaser, band_pairs, base_words, guarantee_row, oov_pair_bound, oov_pairs, pair_bound
 from textdp.audit.selfcheck import planned_tests, self_check, summarise_self_check
 from textdp.audit.stats import cp_lower, cp_upper
-from textdp.artifact.locate import open_artifact
 from textdp.mechanisms.madlib import Madlib
 from textdp.mechanisms.tem import TEM
 

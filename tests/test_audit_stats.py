@@ -14,8 +14,16 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from textdp.audit.stats import (choose_event, cp_lower, cp_upper, directional_test, log_ratio_lower_bound,
-                                per_test_alpha, split_histograms, verdict)
+from textdp.audit.stats import (
+    choose_event,
+    cp_lower,
+    cp_upper,
+    directional_test,
+    log_ratio_lower_bound,
+    per_test_alpha,
+    split_histograms,
+    verdict,
+)
 
 
 @pytest.mark.parametrize("n, p, alpha", [(50, 0.3, 0.05), (200, 0.01, 0.01), (1000, 0.5, 1e-4), (30, 0.97, 0.1)])

@@ -30,12 +30,12 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 import transforms.io as io_module
 from pipelines.privatize import build_pipeline, help_parser, run
+from tests.gcs_emulator import beam_gcs_anonymous, gcs_bucket, gcs_emulator  # noqa: F401 (pytest fixtures)
 from textdp.errors import TextdpError
 from textdp.privacy.summary import FILE_REASONS as SUMMARY_FILE_REASONS
 from transforms.compressed import TruncatedStream, open_decompressed
 from transforms.io import MAX_JSON_DEPTH, WriteRecords
 from transforms.parquet_io import OutputSchemaError
-from tests.gcs_emulator import beam_gcs_anonymous, gcs_bucket, gcs_emulator  # noqa: F401 (pytest fixtures)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(REPO, "docs", "privatize.md")

@@ -22,13 +22,22 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
+from textdp.artifact.embeddings import EmbeddingSource
 from textdp.artifact.locate import open_artifact
 from textdp.artifact.store import build_artifact
 from textdp.calibration.statistics import (
-    CandidatePrunedSearch, WordCalibrator, describe_values, distance_row, distinct_count_deviation,
-    expected_distinct, knn_distances, recommend, stratified_word_sample,
-    summarise_statistics, knn_distance_percentiles)
-from textdp.artifact.embeddings import EmbeddingSource
+    CandidatePrunedSearch,
+    WordCalibrator,
+    describe_values,
+    distance_row,
+    distinct_count_deviation,
+    expected_distinct,
+    knn_distance_percentiles,
+    knn_distances,
+    recommend,
+    stratified_word_sample,
+    summarise_statistics,
+)
 from textdp.mechanisms.madlib import Madlib
 
 CHECK_FAILURE_RATE = 1e-6
@@ -433,8 +442,8 @@ def test_closed_form_mechanisms_get_exact_values_that_agree_with_sampling(euclid
     """SanText, SanText+ and CusText: N_w and S_w estimated through privatize_ids, and exact from their
     closed forms (exact_distribution_of): the pooled count of 20 x 1,000 draws within the exact binomial
     interval (1e-6) and the mean S_w within the Bernstein bound (1e-6)."""
-    from textdp.calibration.statistics import build_summary  # pylint: disable=import-outside-toplevel
-    from textdp.mechanisms import make_mechanism  # pylint: disable=import-outside-toplevel
+    from textdp.calibration.statistics import build_summary
+    from textdp.mechanisms import make_mechanism
 
     tem_artifact = euclidean_table_artifact
     seed, rng = fresh_rng()
@@ -458,7 +467,7 @@ def test_closed_form_mechanisms_get_exact_values_that_agree_with_sampling(euclid
 
 def test_sampled_only_mechanisms_calibrate_through_privatize_ids(small_artifact):
     """Mahalanobis (no closed form): estimates only, exact columns empty; Madlib-like at lambda 0."""
-    from textdp.mechanisms.mahalanobis import Mahalanobis  # pylint: disable=import-outside-toplevel
+    from textdp.mechanisms.mahalanobis import Mahalanobis
 
     _, rng = fresh_rng()
     mech = Mahalanobis(small_artifact, 10.0, lam=0.5)

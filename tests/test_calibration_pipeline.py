@@ -19,11 +19,11 @@ from scipy import stats
 
 from pipelines import calibrate
 from pipelines.cli import main as cli_main
+from textdp.artifact.embeddings import EmbeddingSource
 from textdp.artifact.locate import open_artifact
 from textdp.artifact.store import build_artifact
-from textdp.calibration.statistics import K_VALUES
-from textdp.artifact.embeddings import EmbeddingSource
 from textdp.calibration.report import PLOT_FILES
+from textdp.calibration.statistics import K_VALUES
 
 RUNNER = ["--runner", "FnApiRunner"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -177,7 +177,7 @@ def test_annoy_statistics_and_statement(small_artifact):
 
 def test_options_coexist_with_the_other_jobs():
     """Beam parses every PipelineOptions subclass in one parser; shared flags must not clash."""
-    import pipelines.privatize  # noqa: F401  pylint: disable=unused-import,import-outside-toplevel
+    import pipelines.privatize  # noqa: F401
 
     options = PipelineOptions(["--output", "x", "--epsilons", "1,2", "--nn", "annoy"])
     values = options.get_all_options()

@@ -21,13 +21,13 @@ import textdp
 from pipelines.cli import main as cli_main
 from tests.statcheck import g_test
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
-from textdp.search.geometry import distance_row
+from textdp.artifact.locate import open_artifact
+from textdp.errors import ParameterError, TextdpError
+from textdp.mechanisms import ManifestFacts, check_mechanism, make_mechanism
 from textdp.mechanisms.clusant import CluSanT, build_clusters, cluster_size
 from textdp.mechanisms.custext import build_output_sets
-from textdp.errors import ParameterError, TextdpError
 from textdp.mechanisms.exponential import exact_distribution as exponential_law
-from textdp.artifact.locate import open_artifact
-from textdp.mechanisms import ManifestFacts, check_mechanism, make_mechanism
+from textdp.search.geometry import distance_row
 
 ALPHA = 1e-4
 DRAWS = 200_000
@@ -87,7 +87,7 @@ def test_clusters_are_a_deterministic_partition_of_the_public_vocabulary(artifac
 
 
 def open_artifact_table(artifact):
-    from textdp.artifact.neighbours import NeighbourTable  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.neighbours import NeighbourTable
 
     return NeighbourTable.from_artifact(artifact).ids
 

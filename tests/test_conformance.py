@@ -95,10 +95,10 @@ def test_every_correct_registered_mechanism_passes(artifact, name):
 
 def test_a_custom_mechanism_through_the_python_entry_point():
     """The class object and its import path: both audited, the law its class declares (EXACT_LAW)."""
-    import tempfile  # pylint: disable=import-outside-toplevel
+    import tempfile
 
-    from textdp.artifact.embeddings import BUNDLED_GLOVE, EmbeddingSource  # pylint: disable=import-outside-toplevel
-    from textdp.artifact.store import build_artifact  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.embeddings import BUNDLED_GLOVE, EmbeddingSource
+    from textdp.artifact.store import build_artifact
 
     with tempfile.TemporaryDirectory() as tmp:
         path = build_artifact(EmbeddingSource("bundled", BUNDLED_GLOVE), os.path.join(tmp, "a"), vocab_size=2000,
@@ -167,7 +167,7 @@ def test_bad_conformance_flags_are_refused_in_one_line(neighbour_artifact_dir, t
 def test_a_custom_mechanism_goes_through_every_part_of_the_audit(neighbour_artifact_dir, tmp_path, capsys):  # noqa: F811
     """Issue 28, item 2: the import path through the self-check and the attacks (one run), then the conformance test
     with the run's own flag for it (--distance-cap reaches the mechanism named by --mechanism)."""
-    from benchmarks.harness import imdb_texts  # pylint: disable=import-outside-toplevel
+    from benchmarks.harness import imdb_texts
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(text.replace("\n", " ") for text in imdb_texts(60)) + "\n", encoding="utf-8")

@@ -62,7 +62,7 @@ def paper_distribution(artifact, mech, word_id, epsilon):
 def test_output_sets_are_the_greedy_partition(artifact, k):
     """Same groups as the direct re-implementation (K=20: most groups from the table; K=7 with the table
     cut off so every group needs the search path)."""
-    from textdp.artifact.neighbours import NeighbourTable  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.neighbours import NeighbourTable
 
     table_ids = NeighbourTable.from_artifact(artifact).ids if k == 20 else None
     set_ids, set_d, stats = build_output_sets(np.asarray(artifact.vectors), k, table_ids)

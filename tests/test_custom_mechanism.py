@@ -28,8 +28,8 @@ from pipelines.cli import main as cli_main
 from tests.custom_mechanism import IMPORT_PATH, CappedExponential, Impostor, Nameless
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
 from textdp.errors import ParameterError, TextdpError
-from textdp.mechanisms.base import Parameter
 from textdp.mechanisms import BUILT_IN, REGISTRY, mechanism_class, mechanism_reference
+from textdp.mechanisms.base import Parameter
 from transforms import Privatize
 
 RUNNER = ["--runner=FnApiRunner"]
@@ -108,7 +108,7 @@ def test_an_entry_point_that_shadows_a_built_in_is_refused(tmp_path, monkeypatch
     # the flags are still built (from textdp's own mechanisms): --help works, and a Beam pipeline of other code in
     # the same process still parses its options
     assert cli_main(["privatize", "--help"]) == 0 and "--mechanism" in capsys.readouterr().out
-    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=import-outside-toplevel
+    from apache_beam.options.pipeline_options import PipelineOptions
 
     assert PipelineOptions(["--runner=FnApiRunner"]).get_all_options()["runner"] == "FnApiRunner"
 
@@ -197,8 +197,8 @@ def test_a_mechanism_reference_that_does_not_resolve_is_refused_in_one_line(job,
     ("tests.no_such_module:Mechanism", "cannot be imported"),
 ])
 def test_every_python_entry_point_refuses_an_unusable_mechanism(reference, phrase, neighbour_artifact_dir):  # noqa: F811
-    from transforms.audit_common import AuditConfig  # pylint: disable=import-outside-toplevel
-    from transforms.calibration import CalibrationConfig  # pylint: disable=import-outside-toplevel
+    from transforms.audit_common import AuditConfig
+    from transforms.calibration import CalibrationConfig
 
     builders = [
         lambda: textdp.Privatizer(epsilon=3, mechanism=reference, artifact=neighbour_artifact_dir),
@@ -215,7 +215,7 @@ def test_every_python_entry_point_refuses_an_unusable_mechanism(reference, phras
 def test_a_custom_parameter_that_reuses_a_registered_name_with_another_meaning_is_refused():
     """One public name means one thing in every flag and summary: a class that declares its own ``nn`` is refused;
     one that reuses the registered declaration is accepted."""
-    from textdp.mechanisms.madlib import Madlib  # pylint: disable=import-outside-toplevel
+    from textdp.mechanisms.madlib import Madlib
 
     class OwnNn(CappedExponential):
         name = "own-nn"
@@ -232,7 +232,7 @@ def test_a_custom_parameter_that_reuses_a_registered_name_with_another_meaning_i
 
 def g_test_p_value(draws: np.ndarray, law: np.ndarray) -> float:
     """G-test of ``draws`` against ``law``: cells with at least 5 expected draws, the rest pooled into one."""
-    from scipy import stats  # pylint: disable=import-outside-toplevel
+    from scipy import stats
 
     top = np.flatnonzero(law * len(draws) >= 5)
     observed = np.bincount(draws, minlength=len(law)).astype(float)
@@ -254,8 +254,8 @@ def g_test_p_value(draws: np.ndarray, law: np.ndarray) -> float:
 def test_the_custom_law_is_the_one_it_samples(neighbour_artifact_dir):  # noqa: F811
     """The test mechanism is exact: its draws follow its closed form (G-test at false-failure rate 1e-4), and the
     same test tells the capped law from the uncapped one (power check: the uncapped law is rejected)."""
-    from textdp.search.geometry import distance_row  # pylint: disable=import-outside-toplevel
-    from textdp.artifact.locate import open_artifact  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.locate import open_artifact
+    from textdp.search.geometry import distance_row
 
     artifact = open_artifact(neighbour_artifact_dir)
     word = 7

@@ -5,7 +5,6 @@ FnApiRunner with the 300-word GloVe artifact of tests/conftest.py; real ``beam.i
 ``transforms.Privatize``. Nothing is mocked.
 """
 
-import argparse
 import json
 import os
 import shutil
@@ -241,7 +240,7 @@ def test_rows_without_the_text_field_are_missing_field_errors_not_lists(tiny_art
 def _beam_dataframes_work():
     try:
         import apache_beam.dataframe.frames  # noqa: F401  (ReadFromCsv needs them; they fail with pandas >= 3)
-    except Exception:  # pylint: disable=broad-except
+    except Exception:
         return False
     return True
 
@@ -325,7 +324,7 @@ def test_help_shows_each_flag_once_in_sections_and_both_spellings_still_work(job
     listed = [line.split()[0].rstrip(",") for line in text.splitlines() if line.startswith("  --")]
     assert len(listed) == len(set(listed)), sorted(x for x in listed if listed.count(x) > 1)
     assert not [flag for flag in listed if "_" in flag]  # no snake-case spelling is shown
-    for action in parser._actions:  # pylint: disable=protected-access
+    for action in parser._actions:
         if action.option_strings and action.dest != "help":
             assert action.option_strings[0] in listed, action.option_strings
             assert not action.option_strings[0].startswith("--") or "_" not in action.option_strings[0]
@@ -335,7 +334,7 @@ def test_help_shows_each_flag_once_in_sections_and_both_spellings_still_work(job
     assert any(s.startswith("--mechanism ") for s in sections) != (job == "neighbours")
     # the hidden spellings still parse: the underscore form of every multi-word flag gives the same value
     two = [a for a in parser._actions if len(a.option_strings) == 2 and "_" in a.option_strings[1]  # noqa: W503
-           and a.type in (int, float) and a.default not in (None, 0)]  # pylint: disable=protected-access
+           and a.type in (int, float) and a.default not in (None, 0)]
     assert two
     required = {"privatize": ["--input=x.txt", "--output=o", "--epsilon=1"]}.get(job, ["--output=o"])
     if job == "neighbours":

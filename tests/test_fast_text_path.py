@@ -20,17 +20,22 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from benchmarks.reference_text_path import (UNKNOWN_ID, WORD_CAPTURE, WORD_PATTERN, FrozenReferenceTextPrivatizer,
-                                            FrozenReferenceTokenizer, frozen_is_clitic, reference_class)
+from benchmarks.reference_text_path import (
+    UNKNOWN_ID,
+    WORD_CAPTURE,
+    WORD_PATTERN,
+    FrozenReferenceTextPrivatizer,
+    FrozenReferenceTokenizer,
+    frozen_is_clitic,
+    reference_class,
+)
 from tests.conftest import read_imdb
-from textdp.text import token_batch
-from textdp.text import word_memo
-from textdp.text import word_split
 from textdp.artifact.compact_vocab import CompactVocabulary
-from textdp.mechanisms import make_mechanism
 from textdp.artifact.store import Artifact
-from textdp.text.privatizer import TextPrivatizer
+from textdp.mechanisms import make_mechanism
+from textdp.text import token_batch, word_memo, word_split
 from textdp.text import tokenize as tokenize_module
+from textdp.text.privatizer import TextPrivatizer
 from textdp.text.tokenize import Tokenizer, apply_case, vocabulary_words
 from textdp.text.word_memo import WordMemo
 
@@ -230,7 +235,7 @@ def test_a_full_memo_starts_over_without_changing_the_output(monkeypatch, small_
     reference = FrozenReferenceTokenizer(small_vocabulary)
     for start in range(0, len(texts), 30):
         compare_batch(tokenizer, reference, texts[start:start + 30], small_vocabulary)
-        assert tokenizer._memo.count <= 50  # pylint: disable=protected-access
+        assert tokenizer._memo.count <= 50
     assert len(clears) >= 10 and set(clears) == {50}
 
 
@@ -250,7 +255,7 @@ def test_hash_collisions_never_give_a_word_another_words_id(monkeypatch, default
     tokenizer, reference = Tokenizer(default_vocabulary), FrozenReferenceTokenizer(default_vocabulary)
     for start in range(0, len(texts), 20):  # the memo holds one word per key; later batches hit and miss
         compare_batch(tokenizer, reference, texts[start:start + 20], default_vocabulary)
-    memo = tokenizer._memo  # pylint: disable=protected-access
+    memo = tokenizer._memo
     assert memo.count == 2 if colliding == "every word" else memo.count > 1000
 
 

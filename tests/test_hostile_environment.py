@@ -14,10 +14,9 @@ import time
 
 import pytest
 
-from pipelines.cli import main as cli_main
-from benchmarks.harness import REPO
-
 import textdp
+from benchmarks.harness import REPO
+from pipelines.cli import main as cli_main
 from tests.gcs_emulator import gcs_bucket, gcs_emulator  # noqa: F401  (pytest fixtures)
 
 

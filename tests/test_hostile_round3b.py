@@ -73,7 +73,7 @@ def _in_thread(function, seconds=120):
     def target():
         try:
             result["value"] = function()
-        except BaseException as error:  # pylint: disable=broad-except
+        except BaseException as error:
             result["error"] = error
 
     thread = threading.Thread(target=target, daemon=True)

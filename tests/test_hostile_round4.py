@@ -20,8 +20,15 @@ from pipelines.cli import main as cli_main
 from tests import broken_custom_mechanisms as broken
 from textdp.artifact.store import Artifact
 from textdp.errors import ParameterError, TextdpError
-from textdp.mechanisms import (BUILT_IN, PROBE_IDS, RESERVED_PARAMETER_NAMES, all_parameters, check_mechanism,
-                               make_mechanism, mechanism_class)
+from textdp.mechanisms import (
+    BUILT_IN,
+    PROBE_IDS,
+    RESERVED_PARAMETER_NAMES,
+    all_parameters,
+    check_mechanism,
+    make_mechanism,
+    mechanism_class,
+)
 from textdp.text.privatizer import TextPrivatizer, released_ids
 
 RUNNER = ["--runner=FnApiRunner"]
@@ -140,18 +147,18 @@ def test_the_reserved_names_cover_every_job_flag_and_api_keyword():
     """RESERVED_PARAMETER_NAMES (a hand list: textdp.mechanisms cannot import the jobs or the API) is checked here
     against what it stands for: every dest of textdp's own job flags and every keyword of Privatizer and
     transforms.Privatize that is not a registered mechanism's parameter."""
-    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=import-outside-toplevel
+    from apache_beam.options.pipeline_options import PipelineOptions
 
-    import pipelines.flags as flags  # pylint: disable=import-outside-toplevel
-    from transforms import Privatize  # pylint: disable=import-outside-toplevel
+    import pipelines.flags as flags
+    from transforms import Privatize
 
     params = {key for name, param in all_parameters().items() for key in (name,) + param.aliases}
     names = set()
     for obj in vars(flags).values():
         if isinstance(obj, type) and issubclass(obj, PipelineOptions) and obj.__module__ == flags.__name__:
             parser = argparse.ArgumentParser()
-            obj._add_argparse_args(parser)  # pylint: disable=protected-access
-            names |= {action.dest for action in parser._actions if action.dest != "help"}  # pylint: disable=protected-access
+            obj._add_argparse_args(parser)
+            names |= {action.dest for action in parser._actions if action.dest != "help"}
     for function in (textdp.Privatizer.__init__, Privatize.__init__):
         names |= {name for name, p in inspect.signature(function).parameters.items()
                   if name != "self" and p.kind is not p.VAR_KEYWORD}

@@ -129,13 +129,12 @@ def test_gcs_and_dataflow_without_the_extra_are_refused_in_one_line(no_gcp_env, 
 
 
 def test_namespaced_imports_are_the_same_modules():
-    import textdp.pipelines.privatize
-    import textdp.transforms.privatize
-
     import pipelines.cli
     import pipelines.privatize
     import textdp.pipelines
+    import textdp.pipelines.privatize
     import textdp.transforms
+    import textdp.transforms.privatize
     import transforms
     import transforms.privatize
 
@@ -144,7 +143,6 @@ def test_namespaced_imports_are_the_same_modules():
     assert textdp.pipelines.privatize is pipelines.privatize
     assert textdp.pipelines.main is pipelines.cli.main
     from textdp.pipelines.cli import main
-
     from textdp.transforms import PrivatizeResult
 
     assert main is pipelines.cli.main and PrivatizeResult is transforms.PrivatizeResult

@@ -14,10 +14,10 @@ import threading
 import numpy as np
 import pytest
 
-from textdp.search import int8_search
 from textdp.mechanisms.madlib import Madlib, sample_noise
-from textdp.search.nearest import ExactNearest
 from textdp.mechanisms.vickrey import Vickrey
+from textdp.search import int8_search
+from textdp.search.nearest import ExactNearest
 
 pytestmark = pytest.mark.skipif(not int8_search.available(), reason="textdp._top2 not built (no C compiler at install)")
 

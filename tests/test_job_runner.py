@@ -183,7 +183,7 @@ def test_mistakes_are_refused_in_one_line_before_the_pipeline_starts(tmp_path, s
 
 
 def _register_misbehaving_job(monkeypatch):
-    from tests import job_fixtures  # pylint: disable=import-outside-toplevel
+    from tests import job_fixtures
 
     monkeypatch.setitem(jobs.JOBS, "misbehave", job_fixtures.JOB)
 
@@ -251,9 +251,9 @@ def test_beam_noise_does_not_reach_the_user(tmp_path, small_artifact_dir):
 
 def test_blas_threads_default_from_the_runner_and_its_workers():
     """Issue 17, deliverable 1: cores / worker processes per machine, decided from the options."""
-    from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=import-outside-toplevel
+    from apache_beam.options.pipeline_options import PipelineOptions
 
-    from pipelines.flags import WorkerResourceOptions  # pylint: disable=import-outside-toplevel
+    from pipelines.flags import WorkerResourceOptions
 
     def threads(*argv):
         return PipelineOptions(list(argv)).view_as(WorkerResourceOptions).worker_config().threads()

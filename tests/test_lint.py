@@ -2,7 +2,7 @@
 
 The test command runs it: a change that breaks a rule fails the suite, so the rules are the ones that hold
 (pyflakes, pycodestyle errors and warnings, bugbear, import order), with the few exceptions the config names
-and explains. No scattered ``pylint: disable`` comments: pylint is not run, and its comments are gone.
+and explains. No scattered pylint disable comments: pylint is not run, and its comments are gone.
 """
 
 import os

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from textdp.search import int8_search
 from textdp.mechanisms.madlib import Madlib, sample_noise
+from textdp.search import int8_search
 from textdp.search.nearest import AnnoyNearest, ExactNearest
 
 DIM = 50
@@ -180,7 +180,7 @@ def test_privacy_statement_and_parameters(small_artifact):
 def test_exact_search_split_over_threads_gives_the_same_answers(small_artifact, search):
     """The exact search may rank contiguous vocabulary ranges in parallel threads; the answer must be the
     single-threaded one exactly (ties included: the lower id wins in both), for uneven ranges too."""
-    from textdp.search.nearest import ExactNearest, set_search_threads, search_threads  # pylint: disable=import-outside-toplevel
+    from textdp.search.nearest import ExactNearest, search_threads, set_search_threads
 
     rng = np.random.default_rng(11)
     points = (np.asarray(small_artifact.vectors)[rng.integers(0, 5000, 700)]

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
-from textdp.privacy import accounting
 from textdp.artifact.locate import open_artifact
 from textdp.errors import TextdpError
 from textdp.mechanisms import ALL_MECHANISMS, make_mechanism, mechanism_parameters
+from textdp.privacy import accounting
 
 OWN_PARAMS = {"madlib": {}, "tem": {}, "mahalanobis": {"lam": 0.3}, "vickrey": {"t": 0.4},
               "truncated-gumbel": {"scale": 0.7}, "santext": {}, "santext+": {"p": 0.5}, "custext": {"k": 10}}

@@ -67,7 +67,7 @@ def test_a_parameter_of_another_mechanism_is_refused(neighbour_artifact_dir, tmp
     assert "--nn applies to --mechanism madlib, mahalanobis, vickrey only" in capsys.readouterr().err
     assert cli_main(argv + ["--mechanism=vickrey", "--vickrey-t=1.5"]) == 2
     assert "vickrey t must be <= 1, got 1.5" in capsys.readouterr().err
-    from transforms import Privatize  # pylint: disable=import-outside-toplevel
+    from transforms import Privatize
 
     with pytest.raises(textdp.TextdpError, match="parameter 'gamma' does not apply to mechanism 'madlib'"):
         Privatize(epsilon=3, mechanism="madlib", gamma=2.0, artifact=neighbour_artifact_dir)

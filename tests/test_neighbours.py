@@ -12,12 +12,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.neighbours import build_pipeline, run
 from textdp.artifact.embeddings import EmbeddingSource
-from textdp.errors import ArtifactError, TextdpError
 from textdp.artifact.locate import open_artifact
-from textdp.artifact.neighbours import (DISTANCES_FILE, IDS_FILE, NeighbourTable, brute_force_knn, knn_rows,
-                               metric_points)
+from textdp.artifact.neighbours import DISTANCES_FILE, IDS_FILE, NeighbourTable, brute_force_knn, knn_rows, metric_points
 from textdp.artifact.store import build_artifact
 from textdp.artifact.verification import sha256_file
+from textdp.errors import ArtifactError, TextdpError
 
 K = 40
 

@@ -239,7 +239,7 @@ def test_preview_moves_the_right_way_with_epsilon(small_artifact_dir):
 
 
 def test_preview_is_fast_on_a_5k_artifact(neighbour_artifact_dir):  # noqa: F811
-    import time  # pylint: disable=import-outside-toplevel
+    import time
 
     p = textdp.Privatizer(epsilon=10, artifact=neighbour_artifact_dir, progress=False)
     started = time.monotonic()

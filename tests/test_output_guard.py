@@ -464,6 +464,7 @@ def test_f13_the_shard_writer_never_deletes_what_appeared_at_a_shard_name(tmp_pa
     directory and its files are intact, no temporary file is left; a file there (a retried shard) is replaced."""
     import apache_beam as beam
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
     from transforms.shard_writer import WriteShuffledShards
     (tmp_path / "out-00000-of-00002.txt").mkdir()
     (tmp_path / "out-00000-of-00002.txt" / "precious").write_text("keep\n", encoding="utf-8")

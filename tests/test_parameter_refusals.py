@@ -26,11 +26,11 @@ from pipelines.jobs import JOBS, help_parser, parse_job_options, run_job
 from templates import jobs as template_jobs
 from tests.statcheck import g_test
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
-from textdp.errors import TextdpError
-from textdp.mechanisms.exponential import exact_distribution
 from textdp.artifact.locate import open_artifact
-from textdp.mechanisms.mahalanobis import Mahalanobis
+from textdp.errors import TextdpError
 from textdp.mechanisms import ALL_MECHANISMS, MAX_EPSILON, MIN_EPSILON, REGISTRY, make_mechanism
+from textdp.mechanisms.exponential import exact_distribution
+from textdp.mechanisms.mahalanobis import Mahalanobis
 from textdp.mechanisms.santext import SanText, rarest_ids
 from transforms.privatize import Privatize
 
@@ -185,7 +185,7 @@ EXTREMES = EXTREMES + declared_extremes(EXTREMES)
 def test_every_mechanism_works_at_the_ends_of_its_documented_ranges(artifact, name, params, epsilon):
     ids = np.arange(0, artifact.vocab_size, 50)
     if "smallest" in params.values():  # truncated-gumbel's smallest scale: 1/60 of the smallest gap between words
-        from textdp.mechanisms.truncated_gumbel import TruncatedGumbel  # pylint: disable=import-outside-toplevel
+        from textdp.mechanisms.truncated_gumbel import TruncatedGumbel
 
         gap = TruncatedGumbel.resolve(1.0, artifact, scale=1.0)["min_distance"]
         smallest = {"scale": gap / math.log(artifact.vocab_size / TruncatedGumbel.IDENTITY_CHANGE) * 1.001,
@@ -227,7 +227,7 @@ def test_santext_plus_samples_its_exact_law_at_epsilon_500(artifact, word_id):
 def test_lambda_help_matches_the_covariance_the_code_builds(artifact):
     """S = lambda * Sigma~ + (1 - lambda) * I: lambda 0 is Madlib's spherical noise (S = I), lambda 1 the
     embedding's own (normalised) covariance, which is not spherical."""
-    help_text = next(a.help for a in help_parser("privatize")._actions if a.dest == "lam")  # pylint: disable=protected-access
+    help_text = next(a.help for a in help_parser("privatize")._actions if a.dest == "lam")
     assert "0: Madlib's spherical noise" in help_text
     assert "1: noise shaped by the embedding's covariance alone" in help_text
     spherical = Mahalanobis(artifact, 5.0, lam=0.0)

@@ -9,15 +9,14 @@ import json
 import os
 import re
 
-import numpy as np
 import pytest
 
 from pipelines.privatize import run
+from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
 from textdp.privacy import accounting
 from textdp.privacy.statements import FLOATING_POINT_STATEMENT, STRUCTURE_STATEMENT, oov_statement, records_statement
 from textdp.privacy.summary import RAW_DATA_FIGURES
 from textdp.text.tokenize import Tokenizer
-from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
 
 
 def _privatize(tmp_path, artifact_dir, lines, *flags, name="in.txt"):
@@ -276,7 +275,7 @@ def test_an_unbounded_epsilon0_names_the_mechanisms_reason_in_the_report(neighbo
 def test_public_shuffle_claim_is_the_operators_sentence_with_its_restriction():
     """Issue 24 item 6: without an author field the public summary repeats the claimed shuffle sentence of
     the operator's report, restriction included (only words swapped within the same released shape)."""
-    from textdp.privacy.summary import public_amplification  # pylint: disable=import-outside-toplevel
+    from textdp.privacy.summary import public_amplification
 
     stats = accounting.amplifier_stats(10 ** 6, 10 ** 6, [(((5, "layout"),), 10 ** 6)], ["text"], 0, 0, [], False,
                                        ["text"], "__shape__")

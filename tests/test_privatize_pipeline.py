@@ -246,7 +246,7 @@ def test_clear_errors_for_bad_flags(tmp_path, flags, message):
 def test_tem_fails_clearly_when_unavailable(tmp_path, small_artifact, monkeypatch):
     """An installation without textdp.mechanisms.tem (simulated by blocking the import) gets a clear error,
     both when the flags are checked and from the mechanism factory."""
-    from textdp.mechanisms import make_mechanism  # pylint: disable=import-outside-toplevel
+    from textdp.mechanisms import make_mechanism
 
     monkeypatch.setitem(sys.modules, "textdp.mechanisms.tem", None)  # "import textdp.mechanisms.tem" now raises ImportError
     with pytest.raises(TextdpError, match="--mechanism tem is not available"):
@@ -283,11 +283,11 @@ def test_threads_of_one_process_share_the_artifact_but_not_the_search_buffer(sma
     """Beam runs several DoFn instances (threads) per process: they share the holder's artifact, but
     each gets its own mechanism, because the exact search writes into a scratch buffer. Running two
     threads at once must give exactly the sequential results (seeded per text)."""
-    import threading  # pylint: disable=import-outside-toplevel
+    import threading
 
-    import numpy as np  # pylint: disable=import-outside-toplevel
+    import numpy as np
 
-    from transforms.perturb import PerturbConfig, PrivatizerHolder  # pylint: disable=import-outside-toplevel
+    from transforms.perturb import PerturbConfig, PrivatizerHolder
 
     holder = PrivatizerHolder(PerturbConfig(artifact=small_artifact_dir, mechanism="madlib", epsilon=8.0))
     first, second = holder.make_privatizer(), holder.make_privatizer()

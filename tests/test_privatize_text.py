@@ -4,14 +4,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from textdp.mechanisms.madlib import Madlib
-from textdp.mechanisms import make_mechanism
-from textdp.errors import TextdpError
+from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
 from textdp.artifact.locate import open_artifact
 from textdp.artifact.neighbours import metric_points
+from textdp.errors import TextdpError
+from textdp.mechanisms import make_mechanism
+from textdp.mechanisms.madlib import Madlib
 from textdp.mechanisms.tem import output_distribution
 from textdp.text.privatizer import TextPrivatizer
-from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
 
 ALPHA = 1e-3  # false-failure rate of each statistical test below
 
@@ -67,7 +67,7 @@ def test_random_oov_release_is_the_mechanism_output_of_a_uniform_word(neighbour_
     are G-tested against Q(i) = (1/N) sum_u P_u(i) (cells with expected count < 20 pooled); failing at
     p < ALPHA gives a false-failure rate of 1e-3. Power: a uniform draw (the old policy) fails the same
     test; checked here on 20,000 uniform draws with the same cells."""
-    from tests.test_tem import g_test  # pylint: disable=import-outside-toplevel
+    from tests.test_tem import g_test
 
     artifact = open_artifact(neighbour_artifact_dir)
     tem = make_mechanism("tem", artifact, 1.0)
@@ -155,7 +155,7 @@ def test_factory_names_and_unknown_mechanism(small_artifact):
 
 def test_compact_vocabulary_matches_the_artifact_word_list(small_artifact):
     """The page-cache-shared vocabulary the workers use: same words, same ids, unknowns absent."""
-    from textdp.artifact.compact_vocab import SharedVocabularyArtifact  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.compact_vocab import SharedVocabularyArtifact
 
     shared_words = SharedVocabularyArtifact(small_artifact.path)
     words = shared_words.words
@@ -171,7 +171,7 @@ def test_compact_vocabulary_matches_the_artifact_word_list(small_artifact):
 
 
 def test_summary_reconciliation_and_policy_statements():
-    from textdp.privacy.summary import build_summary  # pylint: disable=import-outside-toplevel
+    from textdp.privacy.summary import build_summary
 
     common = dict(input_pattern="in.txt", output="out-*", errors_output="out-errors-*", data_format="text",
                   text_fields=(), mechanism_parameters={"mechanism": "madlib"}, mechanism_statement={"per_token": "x"},

@@ -10,8 +10,8 @@ import pytest
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to, is_not_empty
 
-from textdp.artifact.locate import open_artifact
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
+from textdp.artifact.locate import open_artifact
 from transforms import Privatize
 
 IDENTITY = 1e6  # far below any distance between words: the release is the input (tests/test_madlib.py)
@@ -78,7 +78,7 @@ def test_keyed_records_name_their_source_in_error_records(tiny_artifact_dir, wor
 
 def test_inside_a_users_pipeline(tiny_artifact_dir, words):
     """A user's pipeline: CSV lines parsed to dicts, one column privatized, rows formatted again."""
-    import csv  # pylint: disable=import-outside-toplevel
+    import csv
 
     lines = [f'{i},"{words[i]} {words[i + 1]}",{i * 10}' for i in range(1, 6)]
 
@@ -133,15 +133,15 @@ def test_bad_parameters_fail_at_construction():
 def test_the_example_pipeline_runs(tiny_artifact_dir, tmp_path):
     """examples/privatize_csv_to_parquet.py, as a user runs it: 30 CSV rows -> 30 Parquet rows with the
     same ids and ratings, each review with the same number of words; the counts file reconciles."""
-    import csv  # pylint: disable=import-outside-toplevel
-    import json  # pylint: disable=import-outside-toplevel
-    import subprocess  # pylint: disable=import-outside-toplevel
-    import sys  # pylint: disable=import-outside-toplevel
+    import csv
+    import json
+    import subprocess
+    import sys
 
-    import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+    import pyarrow.parquet as pq
 
-    from tests.conftest import REPO  # pylint: disable=import-outside-toplevel
-    from textdp.text.tokenize import Tokenizer  # pylint: disable=import-outside-toplevel
+    from tests.conftest import REPO
+    from textdp.text.tokenize import Tokenizer
 
     output = str(tmp_path / "csv-reviews")
     result = subprocess.run([sys.executable, "examples/privatize_csv_to_parquet.py", "--input",

@@ -44,16 +44,15 @@ from pipelines.cli import main as cli_main
 from pipelines.flags import MechanismOptions
 from pipelines.jobs import help_parser, parse_job_options
 from templates import jobs as template_jobs
+from tests.custom_mechanism import IMPORT_PATH, CappedExponential
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
+from textdp.artifact.locate import ALWAYS_NEEDED, open_artifact
 from textdp.audit.attacks import kernel_of
 from textdp.audit.pairs import bound_text
 from textdp.calibration.statistics import exact_distribution_of
-from textdp.search.geometry import distance_row
-from textdp.artifact.locate import ALWAYS_NEEDED, open_artifact
-from textdp.mechanisms import artifact_needs
+from textdp.mechanisms import REGISTRY, all_parameters, artifact_needs, make_mechanism, users_of
 from textdp.mechanisms.base import Mechanism
-from textdp.mechanisms import REGISTRY, all_parameters, make_mechanism, users_of
-from tests.custom_mechanism import IMPORT_PATH, CappedExponential
+from textdp.search.geometry import distance_row
 from transforms import Privatize
 
 RUNNER = ["--runner=FnApiRunner"]
@@ -157,15 +156,15 @@ def test_the_declarations_agree_with_the_mechanism(mechanism, artifact):
 
 @pytest.mark.parametrize("job", JOBS_WITH_MECHANISMS)
 def test_help_groups_the_flags_by_mechanism(job):
-    groups = {group.title: {action.dest for action in group._group_actions}  # pylint: disable=protected-access
-              for group in help_parser(job)._action_groups}  # pylint: disable=protected-access
+    groups = {group.title: {action.dest for action in group._group_actions}
+              for group in help_parser(job)._action_groups}
     placed = set()
     for name, cls in REGISTRY.items():
         own = {p.name for p in cls.PARAMETERS if p.cli} - placed
         assert groups.get(f"--mechanism {name}", set()) == own
         placed |= own
     assert placed == {name for name, param in all_parameters().items() if param.cli}
-    flags_help = {action.dest: action.help for action in help_parser(job)._actions}  # pylint: disable=protected-access
+    flags_help = {action.dest: action.help for action in help_parser(job)._actions}
     for name in placed:  # each help names every mechanism that takes the flag
         assert flags_help[name].startswith(", ".join(users_of(name)) + ": ")
 
@@ -191,7 +190,7 @@ def test_a_python_only_parameter_is_a_keyword_and_no_flag(mechanism, name, artif
     the keyword of that name builds the mechanism (its summary shows what it chose, e.g. a count)."""
     for job in JOBS_WITH_MECHANISMS:
         assert name not in [entry["name"] for entry in template_jobs.metadata(job)["parameters"]]
-        assert name not in {action.dest for action in help_parser(job)._actions}  # pylint: disable=protected-access
+        assert name not in {action.dest for action in help_parser(job)._actions}
     cls = MECHANISMS[mechanism]
     param = cls.parameter(name)
     default = make_mechanism(cls, artifact, EPSILON, **example_parameters(cls))
@@ -259,7 +258,7 @@ def test_calibrate_reports_the_exact_law_where_the_class_declares_one(mechanism,
     """calibrate runs every mechanism (CLI: by name or import path; Python: the class); exact N_w and S_w appear
     exactly for the classes that declare an exact law, and the report names the mechanism's own closed form (not
     another mechanism's)."""
-    from pipelines import calibrate  # pylint: disable=import-outside-toplevel
+    from pipelines import calibrate
 
     cls = MECHANISMS[mechanism]
     common = [f"--artifact={neighbour_artifact_dir}", "--words=2", "--samples=40", f"--epsilons={EPSILON:g}",
@@ -287,7 +286,7 @@ def test_audit_runs_every_mechanism(mechanism, neighbour_artifact_dir, tmp_path,
     """audit's self-check runs every mechanism (CLI: by name or import path; Python: the class): bounds from its
     token_epsilon0, draws from its privatize_ids; no mechanism shows a violation, and a mechanism whose guarantee
     covers every word passes while one that covers a subset or none reports that no guarantee is claimed."""
-    from pipelines import audit  # pylint: disable=import-outside-toplevel
+    from pipelines import audit
 
     cls = MECHANISMS[mechanism]
     common = [f"--artifact={neighbour_artifact_dir}", "--epsilons=8", "--pairs=3", "--draws=1000",

@@ -20,12 +20,12 @@ import time
 import numpy as np
 import pytest
 
+from tests.gcs_emulator import GcsEmulator, gcs_bucket, gcs_emulator  # noqa: F401 (pytest fixtures)
 from textdp.artifact import gcs
+from textdp.artifact.embeddings import BUNDLED_GLOVE, EmbeddingSource
 from textdp.artifact.locate import open_artifact, read_manifest
 from textdp.artifact.store import MANIFEST, VECTORS_FILE, add_files, build_artifact
-from textdp.artifact.embeddings import BUNDLED_GLOVE, EmbeddingSource
 from textdp.errors import ArtifactError
-from tests.gcs_emulator import GcsEmulator, gcs_bucket, gcs_emulator  # noqa: F401 (pytest fixtures)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK_RETRY = gcs.RetryPolicy(attempts=3, initial_delay=0.05, max_delay=0.2)

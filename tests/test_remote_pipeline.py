@@ -16,8 +16,8 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.privatize import build_pipeline
-from textdp.artifact import gcs
 from tests.gcs_emulator import beam_gcs_anonymous, gcs_bucket, gcs_emulator  # noqa: F401 (pytest fixtures)
+from textdp.artifact import gcs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE_TXT = os.path.join(REPO, "examples", "reviews.txt")

@@ -90,7 +90,7 @@ def test_rarest_fraction_is_the_tail_of_the_frequency_order(artifact):
 def test_mixed_batch_keeps_every_token_independent(artifact):
     """A shuffled batch of several words: each word's share of 'unchanged' matches its own P(self)
     (binomial z-test at 1e-5 per word)."""
-    from scipy.stats import norm  # pylint: disable=import-outside-toplevel
+    from scipy.stats import norm
 
     words = ["the", "good", "paris", "acting", "however"]
     ids = np.random.default_rng(3).permutation(np.repeat(artifact.ids_of(words), 6000))
@@ -131,7 +131,7 @@ def test_dense_rows_for_frequent_words_match_the_closed_form(artifact, plus):
     mech = SanText(artifact, 3.0, plus=plus, p=0.5)
     mech.sampler.DENSE_AFTER_CANDIDATES = 0  # build at the first chance
     mech.privatize_ids(np.full(200, word_id), np.random.default_rng(0))
-    assert word_id in mech.sampler._dense_rows  # pylint: disable=protected-access
+    assert word_id in mech.sampler._dense_rows
     released = mech.privatize_ids(np.full(DRAWS, word_id), np.random.default_rng(17 + plus))
     counts = np.bincount(released, minlength=artifact.vocab_size)
     if plus:

@@ -16,9 +16,9 @@ from scipy import stats
 
 from pipelines.flags import AmplifierOptions
 from pipelines.privatize import SHAPE_FIELD
+from tests.test_neighbours import angular_artifact_dir, neighbour_artifact_dir  # noqa: F401  (fixtures)
 from textdp.privacy import accounting
 from textdp.text.tokenize import WORD_PATTERN
-from tests.test_neighbours import angular_artifact_dir, neighbour_artifact_dir  # noqa: F401  (fixtures)
 from transforms.shuffle import ShuffleAmplifier, count_words, replace_rare_words, word_types
 
 # the word definition of transforms/shuffle.py, restated so the expected outputs below are computed
@@ -211,8 +211,8 @@ def test_options_validation():
 def test_token_epsilon0_uses_the_mechanism_metric(neighbour_artifact_dir, angular_artifact_dir):  # noqa: F811
     """epsilon_0 of a TEM token: epsilon * min(diameter, gamma), the diameter measured in the table's
     metric (Euclidean; angular: chords between unit directions, at most 2)."""
-    from textdp.artifact.locate import open_artifact  # pylint: disable=import-outside-toplevel
-    from textdp.mechanisms import make_mechanism  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.locate import open_artifact
+    from textdp.mechanisms import make_mechanism
 
     for directory, metric in ((neighbour_artifact_dir, "euclidean"), (angular_artifact_dir, "angular")):
         artifact = open_artifact(directory)
@@ -239,15 +239,15 @@ def _amplifier_actions():
     import argparse
 
     parser = argparse.ArgumentParser()
-    AmplifierOptions._add_argparse_args(parser)  # pylint: disable=protected-access
-    return [a for a in parser._actions if a.dest != "help"]  # pylint: disable=protected-access
+    AmplifierOptions._add_argparse_args(parser)
+    return [a for a in parser._actions if a.dest != "help"]
 
 
 def test_amplify_for_text_payloads_writes_the_section(small_artifact_dir, imdb_rows, tmp_path):
     """The privatize wiring: Privatize's text payloads in, str records out, the section file written
     by a worker, with epsilon_0 from the real Madlib on the 5,000-word artifact."""
     from transforms import Privatize
-    from transforms.amplifier import Amplify, AmplifierConfig
+    from transforms.amplifier import AmplifierConfig, Amplify
 
     texts = [row["text"] for row in imdb_rows[:200]]
     section_path = str(tmp_path / "amplification.json")

@@ -119,7 +119,7 @@ def test_privatize_shuffle_writes_the_shuffled_shards(small_artifact_dir, imdb_r
     """``textdp privatize --shuffle`` with two worker processes writes the Amplifier's shards itself:
     2,000 records, 100 per file -> exactly 20 files named -000NN-of-00020, and the first 5% of input
     records (100) are uniform over the output (KS, p < 1e-3 fails: false-failure rate 1e-3)."""
-    from pipelines.privatize import run  # pylint: disable=import-outside-toplevel
+    from pipelines.privatize import run
 
     records = 2000
     in_dir = tmp_path / "in"

@@ -49,7 +49,7 @@ def test_privatize_help_lists_the_amplifier_flags():
 def test_user_field_with_plain_text_is_a_clear_error(small_artifact_dir, tmp_path):
     input_path = tmp_path / "lines.txt"
     input_path.write_text("a line\n", encoding="utf-8")
-    from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+    from textdp.errors import TextdpError
 
     with pytest.raises(TextdpError, match="--user-field needs JSONL or Parquet"):
         _privatize(tmp_path, small_artifact_dir, input_path, "--shuffle", "--user-field=u")
@@ -60,7 +60,7 @@ def test_privatize_claims_shuffle_amplification_where_the_theorem_applies(small_
     """textdp privatize hands the Amplifier each record's exact word count and layout, so the accounting
     can claim Thm. 3.1 when its condition holds: 3,000 one-word lines at epsilon 0.05. Lines whose
     layout differs ("Word." vs "word") are separate groups, and the worst group's bound is the claim."""
-    from textdp.privacy import accounting  # pylint: disable=import-outside-toplevel
+    from textdp.privacy import accounting
 
     words = [w for w in small_artifact.words[200:4900] if w.isalpha()][:3000]
     assert len(words) == 3000

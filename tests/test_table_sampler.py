@@ -86,7 +86,7 @@ def test_sampler_matches_closed_form_in_every_corner(artifact, table, cap, subse
     elif path == "dense":
         sampler.DENSE_AFTER_CANDIDATES = 0  # a dense row at the first chance
         sampler.sample(np.full(200, word_id), rng)
-        assert word_id in sampler._dense_rows  # pylint: disable=protected-access
+        assert word_id in sampler._dense_rows
         rounds_before = sampler.rounds
     elif path == "pass":
         sampler.DENSE_MAX_WORDS = 0  # every call decides anew
@@ -98,7 +98,7 @@ def test_sampler_matches_closed_form_in_every_corner(artifact, table, cap, subse
     elif path == "pass":
         assert sampler.passes == 8 and sampler.rounds > 0  # every call: rounds first, then a pass for the rest
     else:
-        assert sampler.passes == 0 and not sampler._dense_rows  # pylint: disable=protected-access
+        assert sampler.passes == 0 and not sampler._dense_rows
     assert sampler.envelope_violations == 0
     counts = np.bincount(released, minlength=artifact.vocab_size)
     probs = closed_form(artifact, word_id, EPSILON, cap, allowed)
@@ -170,7 +170,7 @@ def test_angular_metric_through_metric_points(angular_artifact_dir, path):  # no
     else:
         sampler.DENSE_AFTER_CANDIDATES = 0
         sampler.sample(np.full(200, word_id), rng)
-        assert word_id in sampler._dense_rows  # pylint: disable=protected-access
+        assert word_id in sampler._dense_rows
     released = sampler.sample(np.full(DRAWS, word_id), rng)
     points = metric_points(artifact.vectors, "angular", dtype=np.float64)
 

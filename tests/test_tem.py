@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from scipy.stats import chi2, norm
 
-from tests.test_neighbours import neighbour_artifact_dir, angular_artifact_dir  # noqa: F401  (fixtures)
+from tests.test_neighbours import angular_artifact_dir, neighbour_artifact_dir  # noqa: F401  (fixtures)
 from textdp.artifact.locate import open_artifact
-from textdp.errors import ArtifactError
 from textdp.artifact.neighbours import metric_points
+from textdp.errors import ArtifactError
 from textdp.mechanisms.tem import TEM, gamma_from_beta, output_distribution
 
 ALPHA = 1e-5
@@ -115,7 +115,7 @@ def test_dense_rows_for_frequent_words_match_closed_form(artifact, word, epsilon
     tem.DENSE_AFTER_CANDIDATES = 0  # build at the first chance
     word_id = artifact.word_to_id[word]
     tem.privatize_ids(np.full(50, word_id), np.random.default_rng(0))
-    assert word_id in tem._dense_rows  # pylint: disable=protected-access
+    assert word_id in tem._dense_rows
     check_against_closed_form(artifact, tem, word, seed=hash((word, epsilon, "dense")) % 2**32)
 
 
@@ -158,7 +158,7 @@ def test_mixed_batch_draws_independently_per_token(artifact, rounds_in_memory, p
         share = (released[perm_ids == word_id] == word_id).mean()
         z = (share - p_self) / math.sqrt(p_self * (1 - p_self) / per_word)
         assert abs(z) < norm.isf(ALPHA / 2)
-    assert bool(tem._dense_rows) == (rounds_in_memory is None)  # pylint: disable=protected-access
+    assert bool(tem._dense_rows) == (rounds_in_memory is None)
 
 
 def test_parameters_and_privacy_statement(artifact):

@@ -18,9 +18,9 @@ import os
 import re
 
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions
 
-from templates import jobs, main as template_main
+from templates import jobs
+from templates import main as template_main
 from tests.gcs_emulator import beam_gcs_anonymous, gcs_bucket, gcs_emulator  # noqa: F401 (pytest fixtures)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -92,7 +92,7 @@ def test_derivation_rules_for_names_required_and_types():
     import argparse
 
     parser = argparse.ArgumentParser()
-    ExampleOptions._add_argparse_args(parser)  # pylint: disable=protected-access
+    ExampleOptions._add_argparse_args(parser)
     params = {p["name"]: p for p in jobs.parameters(parser, required=("corpus",))}
     assert list(params) == ["corpus", "rounds", "rate", "mode", "verbose_log", "lambda"]  # flag names, not dests
     assert params["corpus"]["isOptional"] is False and params["rounds"]["isOptional"] is True

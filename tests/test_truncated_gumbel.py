@@ -17,8 +17,14 @@ import pytest
 from tests.statcheck import g_test
 from tests.test_neighbours import neighbour_artifact_dir  # noqa: F401  (fixture)
 from textdp.artifact.locate import open_artifact
-from textdp.mechanisms.truncated_gumbel import (TruncatedGumbel, lambert_w0, output_distribution, poisson_pmf, scale_from_epsilon,
-                                     truncated_gumbel_noise)
+from textdp.mechanisms.truncated_gumbel import (
+    TruncatedGumbel,
+    lambert_w0,
+    output_distribution,
+    poisson_pmf,
+    scale_from_epsilon,
+    truncated_gumbel_noise,
+)
 
 ALPHA = 1e-5
 DRAWS = 40_000
@@ -58,7 +64,7 @@ def test_sampler_matches_the_exact_law(artifact, word, scale):
 
 def test_noise_is_a_truncated_gumbel():
     """KS test of the noise against Gumbel(0, b) conditioned on |G| <= bound (1e-5), and the bound holds."""
-    from scipy import stats  # pylint: disable=import-outside-toplevel
+    from scipy import stats
 
     scale, bound = 1.5, 2.0
     noise = truncated_gumbel_noise(50_000, scale, bound, np.random.default_rng(2))
@@ -91,7 +97,7 @@ def test_scale_relation_and_statement(artifact):
 
 def test_lambert_w_and_poisson_without_scipy_match_scipy():
     """The core library computes both without scipy (not a runtime dependency); scipy is the reference."""
-    from scipy import special, stats  # pylint: disable=import-outside-toplevel
+    from scipy import special, stats
 
     for x in (0.0, 1e-9, 0.3, 1.0, math.e, 50.0, 1e6):
         assert lambert_w0(x) == pytest.approx(special.lambertw(x).real, rel=1e-12, abs=1e-15)

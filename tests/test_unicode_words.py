@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 import textdp
 from pipelines.privatize import build_pipeline
-from textdp.text import word_split
 from textdp.artifact.locate import open_artifact
 from textdp.mechanisms import make_mechanism
+from textdp.text import word_split
 from textdp.text.privatizer import TextPrivatizer
 from textdp.text.tokenize import CAPITALIZED, LOWER, UNKNOWN_ID, UPPER, Tokenizer
 

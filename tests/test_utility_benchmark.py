@@ -184,9 +184,9 @@ def test_harness_runs_the_real_pipeline_and_reports_what_it_measured(tmp_path, n
 
 def test_any_mechanism_can_join_the_grid_with_its_flags():
     """Issue 15: the utility benchmark takes every mechanism (--grid) with its own flags."""
-    import argparse  # pylint: disable=import-outside-toplevel
+    import argparse
 
-    from benchmarks.utility.run import parse_grid, parse_mechanism_flags, pipeline_command  # pylint: disable=import-outside-toplevel
+    from benchmarks.utility.run import parse_grid, parse_mechanism_flags, pipeline_command
 
     assert parse_grid("mahalanobis:5,10; santext:1;") == [("mahalanobis", 5.0), ("mahalanobis", 10.0), ("santext", 1.0)]
     flags = "vickrey:--vickrey-t=0.5 --lambda=0.2;custext:--custext-k=20"

@@ -17,16 +17,15 @@ import time
 import numpy as np
 import pytest
 
-from textdp.artifact import gcs
+from tests.gcs_emulator import gcs_bucket, gcs_emulator  # noqa: F401 (pytest fixtures)
+from textdp.artifact import gcs, store
 from textdp.artifact.embeddings import BUNDLED_GLOVE, EmbeddingSource
-from textdp.errors import ArtifactError
 from textdp.artifact.locate import ARTIFACT_PARTS, open_artifact, read_manifest, verify_artifact
-from textdp.mechanisms import artifact_needs
 from textdp.artifact.neighbours import DISTANCES_FILE, IDS_FILE, TableWriter, knn_rows, metric_points
-from textdp.artifact import store
 from textdp.artifact.store import MANIFEST, build_artifact, stamp_dir
 from textdp.artifact.verification import STAMP_MIN_AGE_NS, stamp_path
-from tests.gcs_emulator import gcs_bucket, gcs_emulator  # noqa: F401 (pytest fixtures)
+from textdp.errors import ArtifactError
+from textdp.mechanisms import artifact_needs
 
 EVERYTHING = artifact_needs("tem") + ("annoy",)
 AGED_COPIES = 12  # one per test (and parameter) that takes ``aged_copy``

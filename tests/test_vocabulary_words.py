@@ -15,11 +15,11 @@ import pytest
 
 import textdp
 from pipelines.cli import main as cli_main
-from textdp.errors import ArtifactError, ParameterError
 from textdp.artifact.locate import open_artifact, verify_artifact
 from textdp.artifact.store import Artifact
-from textdp.text.tokenize import Tokenizer, unreadable_entries
 from textdp.artifact.verification import sha256_file
+from textdp.errors import ArtifactError, ParameterError
+from textdp.text.tokenize import Tokenizer, unreadable_entries
 
 RUNNER = ["--runner", "FnApiRunner"]
 NOT_WORDS = ["x y", "a\x00b", "line\u2028sep", '"', ",", "--", "u.s.", "Paris"]

@@ -53,7 +53,7 @@ def retain_freed_memory(mmap_bytes: int = MMAP_THRESHOLD_BYTES, trim_bytes: int 
     "mmap_threshold": ..., "trim_threshold": ...}``, or ``{"allocator": None, ...}`` where nothing
     could be set.
     """
-    global _APPLIED  # pylint: disable=global-statement
+    global _APPLIED
     with _LOCK:
         if _APPLIED is not None:
             return dict(_APPLIED)

@@ -54,15 +54,23 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from textdp.artifact.compact_vocab import SharedVocabularyArtifact
-from textdp.errors import TextdpError, TextdpTypeError, TextdpValueError
 from textdp.artifact.locate import resolve_artifact, verify_artifact
-from textdp.mechanisms import ALL_MECHANISMS, MAX_EPSILON, check_mechanism, check_number, make_mechanism  # noqa: F401
-from textdp.mechanisms import DEFAULT_MECHANISM, mechanism_reference, statement_of
-from textdp.text.records import EMPTY, NOT_A_TEXT, check_record
-from textdp.spec import PrivacySpec
+from textdp.errors import TextdpError, TextdpTypeError, TextdpValueError
+from textdp.mechanisms import (  # noqa: F401
+    ALL_MECHANISMS,
+    DEFAULT_MECHANISM,
+    MAX_EPSILON,
+    check_mechanism,
+    check_number,
+    make_mechanism,
+    mechanism_reference,
+    statement_of,
+)
 from textdp.privacy.summary import privacy_section
 from textdp.progress import progress_bar
+from textdp.spec import PrivacySpec
 from textdp.text.privatizer import TextPrivatizer, released_ids
+from textdp.text.records import EMPTY, NOT_A_TEXT, check_record
 
 ERROR_POLICIES = ("raise", "none")
 # Words per mechanism call in the API, for every mechanism (the pipeline uses 4,096 for the
@@ -78,7 +86,7 @@ def _check_progress(progress) -> Optional[bool]:
         raise TextdpTypeError(f"progress must be True, False or None (automatic), not {type(progress).__name__}")
     if progress:
         try:
-            import tqdm  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+            import tqdm  # noqa: F401
         except ImportError as exc:
             raise TextdpValueError("progress=True needs tqdm: pip install tqdm") from exc
     return None if progress is None else bool(progress)
@@ -103,7 +111,7 @@ def _word_counts(text_privatizer, texts: List[str]):
 
 def _calibration_figures(artifact, spec, epsilon, mech, word_ids, samples, rng) -> dict:
     """Median N_w and S_w over ``word_ids`` at one epsilon, by calibrate's own WordCalibrator."""
-    from textdp.calibration.statistics import WordCalibrator  # pylint: disable=import-outside-toplevel
+    from textdp.calibration.statistics import WordCalibrator
 
     if not len(word_ids):
         return {"median_n_w": None, "median_s_w": None, "calibration_basis": "no vocabulary word in the texts"}
@@ -121,7 +129,7 @@ def _attack_figures(artifact, mech, ids, counts, tokens, rng) -> dict:
     """Top-1 recovery of ``tokens`` by the context-free Bayes attacker of textdp.audit (prior: the texts' word
     frequencies): the exact posterior where the mechanism has a closed form, else the Monte Carlo attacker
     (a lower bound of the Bayes-optimal rate, as in ``textdp audit``)."""
-    from textdp.audit import attacks  # pylint: disable=import-outside-toplevel
+    from textdp.audit import attacks
 
     if not len(tokens):
         return {"attack_top1": None, "attack_basis": "no vocabulary word in the texts"}
@@ -144,7 +152,7 @@ def _attack_figures(artifact, mech, ids, counts, tokens, rng) -> dict:
                                                  f"{len(tokens):,} token(s)"}
 
 
-class Privatizer:  # pylint: disable=too-many-instance-attributes
+class Privatizer:
     """A loaded mechanism over a vocabulary artifact, ready to privatize lists of strings.
 
     Keyword arguments mirror ``textdp privatize``'s flags: ``epsilon`` (required, in
@@ -292,7 +300,7 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
 
         Missing values (None, NaN) stay missing; other values follow ``errors`` as in ``privatize``.
         """
-        import pandas as pd  # pylint: disable=import-outside-toplevel
+        import pandas as pd
 
         if not isinstance(series, pd.Series):
             raise TextdpTypeError("privatize_series takes a pandas Series; use privatize for a list")
@@ -313,7 +321,7 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
         ``privatize`` (an error names the column and the row's position, counted from 0).
         ``last_stats`` then holds the counts summed over the columns. ``seed`` (tests only) seeds every column
         the same way: the same text at the same position of two columns gets the same output."""
-        import pandas as pd  # pylint: disable=import-outside-toplevel
+        import pandas as pd
 
         if not isinstance(frame, pd.DataFrame):
             raise TextdpTypeError(f"privatize_frame takes a pandas DataFrame, not {type(frame).__name__}; use "
@@ -365,7 +373,7 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
         here is a privacy statement: see ``privacy_statement()``. It runs beside other calls of this Privatizer:
         every setting gets its own mechanism object and generator.
         """
-        import pandas as pd  # pylint: disable=import-outside-toplevel
+        import pandas as pd
 
         if hasattr(texts, "dropna") and hasattr(texts, "tolist") and not hasattr(texts, "columns"):
             texts = texts.dropna().tolist()  # a pandas Series: missing values are not texts
@@ -400,9 +408,9 @@ class Privatizer:  # pylint: disable=too-many-instance-attributes
                 stats = clone.last_stats
                 if rng is None:  # the texts and the seed are usable: the words and tokens the figures are over
                     rng = np.random.default_rng(None if seed is None else [seed, 1])
-                    ids, counts = _word_counts(clone._text, texts)  # pylint: disable=protected-access
+                    ids, counts = _word_counts(clone._text, texts)
                     chosen = ids if len(ids) <= words else np.sort(rng.choice(ids, size=words, replace=False))
-                    tokens = _token_ids(clone._text, texts)[:attack_tokens]  # pylint: disable=protected-access
+                    tokens = _token_ids(clone._text, texts)[:attack_tokens]
                 row = {"mechanism": spec.name, "epsilon": float(epsilon)}
                 row.update({f"sample_{i + 1}": released[i] for i in range(min(examples, len(texts)))})
                 row["changed_share"] = stats["changed_tokens"] / stats["tokens"] if stats["tokens"] else None

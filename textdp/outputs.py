@@ -385,7 +385,7 @@ class OutputGuard:
     # --- checking -----------------------------------------------------------------------------
     def check(self) -> List[str]:
         """Every refusal that needs no lock; returns the earlier run's files ``--overwrite`` replaces."""
-        from textdp.artifact.store import cache_dir  # pylint: disable=import-outside-toplevel
+        from textdp.artifact.store import cache_dir
 
         self.inside("the textdp cache", cache_dir(), "textdp's cache (TEXTDP_CACHE_DIR)")
         for flag, path in self.inputs:
@@ -766,7 +766,7 @@ def _remove_stale_lock(lock: str, stale: Tuple[int, int, bytes]) -> bool:
 def missing_fields(flag: str, names: Sequence[str], known: Sequence[str], where: str) -> Optional[str]:
     """A one-line refusal for field ``names`` that no record has (``known``: the fields seen ``where``),
     with a "did you mean" for a close name; None if every name is known. Names only, never values."""
-    import difflib  # pylint: disable=import-outside-toplevel
+    import difflib
 
     missing = [n for n in names if n not in set(known)]
     if not missing:

@@ -241,13 +241,13 @@ def progress_bar(setting: Optional[bool], total: int, unit: str, desc: str):
     if not wants_progress(setting):
         return _NoBar()
     try:
-        from tqdm.std import tqdm  # pylint: disable=import-outside-toplevel
+        from tqdm.std import tqdm
     except ImportError:
         return _NoBar()
     if in_notebook():
         try:  # the widget needs ipywidgets; without it tqdm.auto warns and falls back to the text bar anyway
-            import ipywidgets  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-            from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
+            import ipywidgets  # noqa: F401
+            from tqdm.auto import tqdm
         except ImportError:
             pass
     return tqdm(total=total, unit=unit, desc=desc, file=sys.stderr, disable=False, dynamic_ncols=True)

@@ -22,8 +22,15 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Tuple
 
 from textdp.errors import ParameterError
-from textdp.mechanisms import (DEFAULT_MECHANISM, check_epsilon, check_mechanism, make_mechanism, mechanism_class,
-                               mechanism_reference, trial_build)
+from textdp.mechanisms import (
+    DEFAULT_MECHANISM,
+    check_epsilon,
+    check_mechanism,
+    make_mechanism,
+    mechanism_class,
+    mechanism_reference,
+    trial_build,
+)
 
 
 @dataclass(frozen=True)
@@ -44,8 +51,8 @@ class PrivacySpec:
     epsilon_label: str = field(default="epsilon", compare=False, repr=False)
 
     def __post_init__(self):
-        from textdp.artifact.locate import artifact_location  # pylint: disable=import-outside-toplevel
-        from textdp.text.privatizer import check_oov  # pylint: disable=import-outside-toplevel
+        from textdp.artifact.locate import artifact_location
+        from textdp.text.privatizer import check_oov
 
         reference = mechanism_reference(self.mechanism)  # refuses an unknown or unusable mechanism
         given = self.epsilons if isinstance(self.epsilons, (tuple, list)) else (self.epsilons,)
@@ -85,7 +92,7 @@ class PrivacySpec:
 
     def needs(self) -> tuple:
         """The artifact parts the run reads (``textdp.artifact.locate.artifact_needs``)."""
-        from textdp.mechanisms import artifact_needs  # pylint: disable=import-outside-toplevel
+        from textdp.mechanisms import artifact_needs
 
         return artifact_needs(self.mechanism, self.keywords().get("nn", "exact"))
 

@@ -26,8 +26,8 @@ from typing import Optional, Sequence, Tuple
 import apache_beam as beam
 
 from textdp.privacy import accounting
-from textdp.text.records import check_author
 from textdp.privacy.statements import unbounded_epsilon0_reason
+from textdp.text.records import check_author
 from transforms.shuffle import DEFAULT_BYTES_PER_SHARD, DEFAULT_MARKER, DEFAULT_RECORDS_PER_SHARD, ShuffleAmplifier
 
 
@@ -81,7 +81,7 @@ class SplitAuthorless(beam.PTransform):
         user_field, keep_text = self.user_field, self.keep_text
 
         def split(item):
-            from transforms.io import error_record  # pylint: disable=import-outside-toplevel
+            from transforms.io import error_record
 
             problem = check_author(item[2], user_field)
             if problem is None:
@@ -115,7 +115,7 @@ class AmplificationSection(beam.DoFn):
 
     def __init__(self, shared_handle, perturb_config, amplifier: AmplifierConfig, path: Optional[str]):
         super().__init__()
-        from transforms.perturb import holder_state  # pylint: disable=import-outside-toplevel
+        from transforms.perturb import holder_state
 
         self.perturb_config = perturb_config
         self.amplifier = amplifier
@@ -139,7 +139,7 @@ class AmplificationSection(beam.DoFn):
         if warnings:  # WriteSummary adds them to both summaries' warnings; textdp privatize prints them
             section["warnings"] = warnings
         if self.path:
-            from transforms.io import write_json  # pylint: disable=import-outside-toplevel
+            from transforms.io import write_json
 
             write_json(self.path, section)
         yield section

@@ -24,10 +24,20 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from textdp.audit.attacks import (TOP_K, CountTable, KernelPosterior, Prior, fill_guesses, inversion_outcomes,
-                                  kernel_of, linkage_success, log_normalizers, rank_band, structure_unique)
-from textdp.audit.corpus import (LogZLookup, encode_record, kernel_log_likelihood, linkage_scores, nested_order,
-                                 record_key, release_keys)
+from textdp.audit.attacks import (
+    TOP_K,
+    CountTable,
+    KernelPosterior,
+    Prior,
+    fill_guesses,
+    inversion_outcomes,
+    kernel_of,
+    linkage_success,
+    log_normalizers,
+    rank_band,
+    structure_unique,
+)
+from textdp.audit.corpus import LogZLookup, encode_record, kernel_log_likelihood, linkage_scores, nested_order, record_key, release_keys
 from textdp.audit.pairs import TokenReleaser
 from textdp.text.tokenize import Tokenizer
 from transforms.audit_common import NAMESPACE, AuditConfig, holder_state

@@ -51,7 +51,7 @@ class AuditConfig:
     @property
     def searches_nearest(self) -> bool:
         """Whether draws run textdp's exact nearest-word search (then the worker sizes its threads)."""
-        from textdp.mechanisms import mechanism_class  # pylint: disable=import-outside-toplevel
+        from textdp.mechanisms import mechanism_class
 
         return (mechanism_class(self.mechanism).SEARCHES_NEAREST
                 and dict(self.mechanism_params).get("nn", "exact") == "exact")
@@ -84,7 +84,7 @@ class AuditHolder:
         key = (metric, np.dtype(dtype).name)
         with self._lock:
             if key not in self._points:
-                from textdp.artifact.neighbours import metric_points  # pylint: disable=import-outside-toplevel
+                from textdp.artifact.neighbours import metric_points
 
                 self._points[key] = metric_points(np.asarray(self.artifact.vectors), metric, dtype=dtype)
             return self._points[key]

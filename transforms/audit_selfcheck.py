@@ -14,7 +14,7 @@ from __future__ import annotations
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from textdp.audit.pairs import (BANDS, PairSpec, TokenReleaser, band_pairs, guarantee_row, oov_pairs)
+from textdp.audit.pairs import BANDS, PairSpec, TokenReleaser, band_pairs, guarantee_row, oov_pairs
 from textdp.audit.selfcheck import pair_guarantee, test_pair
 from textdp.audit.stats import split_histograms
 from transforms.audit_common import NAMESPACE, AuditConfig, holder_state

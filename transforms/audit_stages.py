@@ -17,9 +17,21 @@ import numpy as np
 
 from textdp.audit.attacks import Prior
 from textdp.audit.corpus import plan_corpus
-from transforms.audit_attacks import (DRAW_CHUNK, QUERY_CHUNK, TOKEN_CHUNK, WORD_CHUNK, ConcatPairs, CountPriorWordsFn,
-                                      EncodeRecordFn, InvertFn, LinkFn, LogNormalizersFn, McDrawsFn, chunks,
-                                      table_from)
+from transforms.audit_attacks import (
+    DRAW_CHUNK,
+    QUERY_CHUNK,
+    TOKEN_CHUNK,
+    WORD_CHUNK,
+    ConcatPairs,
+    CountPriorWordsFn,
+    EncodeRecordFn,
+    InvertFn,
+    LinkFn,
+    LogNormalizersFn,
+    McDrawsFn,
+    chunks,
+    table_from,
+)
 from transforms.audit_common import AuditConfig
 from transforms.audit_outputs import inversion_row, monte_carlo_info
 from transforms.audit_selfcheck import SelfCheck as SelfCheckStage  # noqa: F401  (re-exported for the pipeline)

@@ -26,12 +26,13 @@ import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from textdp.calibration.statistics import K_VALUES, WordCalibrator, build_summary
 from textdp.artifact.locate import open_artifact
-from textdp.mechanisms import make_mechanism, mechanism_reference, statement_of
 from textdp.calibration.report import build_report_files
+from textdp.calibration.statistics import K_VALUES, WordCalibrator, build_summary
+from textdp.mechanisms import make_mechanism, mechanism_reference, statement_of
 from textdp.text.tokenize import UNKNOWN_ID, Tokenizer
 from transforms.worker import NAMESPACE, WorkerConfig, WorkerState
+
 SUMMARY_FILE = "summary.json"
 TABLE_PREFIX = "per_word"
 TABLE_FILE = f"{TABLE_PREFIX}.parquet"

@@ -36,7 +36,7 @@ def _decompressor_factory(compression_type: str):
     if compression_type == CompressionTypes.DEFLATE:
         return zlib.decompressobj  # Beam's "deflate" is the zlib format (header and checksum)
     if compression_type == CompressionTypes.ZSTD:
-        import zstandard  # pylint: disable=import-outside-toplevel  (a dependency of apache-beam)
+        import zstandard  # a dependency of apache-beam
         return lambda: zstandard.ZstdDecompressor(max_window_size=2 ** 31).decompressobj()
     raise ValueError(f"unknown compression type {compression_type!r}")
 

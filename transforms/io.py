@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import logging
-import os
 import lzma
+import math
+import os
 import re
 import sys
 import zlib
@@ -41,8 +41,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.compressed import TruncatedStream, open_decompressed
-from transforms.parquet_io import (RowsToArrowTables, batch_rows, cells_as_text, check_input_schemas,
-                                   schema_differences)
+from transforms.parquet_io import RowsToArrowTables, batch_rows, cells_as_text, check_input_schemas, schema_differences
 
 _LOG = logging.getLogger(__name__)
 
@@ -206,7 +205,7 @@ def _compression_name(path: str) -> str:
 
 def decompression_errors() -> tuple:
     """What the decompressors raise on damaged data (bz2 raises OSError; zstd its own error)."""
-    import zstandard  # pylint: disable=import-outside-toplevel  (a dependency of apache-beam)
+    import zstandard  # a dependency of apache-beam
     return zlib.error, lzma.LZMAError, zstandard.ZstdError, OSError, EOFError
 
 
@@ -215,7 +214,7 @@ def _unreadable_detail(exc: Exception, path: str, data_format: str) -> str:
     quote file content."""
     compression = _compression_name(path)
     if data_format == "parquet":
-        import pyarrow as pa  # pylint: disable=import-outside-toplevel
+        import pyarrow as pa
         if isinstance(exc, pa.ArrowException) and not isinstance(exc, pa.ArrowIOError):
             return "not a valid Parquet file, or damaged from here on"
     if compression and isinstance(exc, decompression_errors()) \
@@ -265,7 +264,7 @@ class ReadFileRecords(beam.DoFn):
                 path, count, TRUNCATED_FILE,
                 f"the {_compression_name(path)} data ends before its end-of-stream marker: the file is cut "
                 f"after {count - 1} complete record(s) and the rest of it is missing"))
-        except Exception as exc:  # pylint: disable=broad-except
+        except Exception as exc:
             # A damaged .gz or Parquet file: report where reading stopped; the records before are kept.
             count += 1
             yield beam.pvalue.TaggedOutput(self.ERRORS, error_record(
@@ -350,7 +349,7 @@ class ReadFileRecords(beam.DoFn):
 
     # Parquet --------------------------------------------------------------------------------
     def _parquet_rows(self, readable_file, path):
-        import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+        import pyarrow.parquet as pq
 
         with readable_file.open(mime_type="application/octet-stream",
                                 compression_type=CompressionTypes.UNCOMPRESSED) as handle:
@@ -377,7 +376,7 @@ class ReadFileRecords(beam.DoFn):
         if self.keep_failed_text:
             try:
                 text = json.dumps(cells_as_text(batch, index, self.text_fields), ensure_ascii=False)
-            except Exception:  # pylint: disable=broad-except  (the text is a courtesy; the record is not)
+            except Exception:  # the text is a courtesy; the record is not
                 text = None
         if undecodable:
             detail = "; ".join(f"invalid UTF-8 in column {column!r}"
@@ -418,7 +417,7 @@ class ReadRecords(beam.PTransform):
         self.reader = ReadFileRecords(data_format, text_fields, max_record_bytes, keep_failed_text, expected_schema)
 
     def expand(self, pbegin):
-        from apache_beam.io import fileio  # pylint: disable=import-outside-toplevel
+        from apache_beam.io import fileio
 
         results = (pbegin
                    | "Match" >> fileio.MatchFiles(self.pattern, empty_match_treatment="DISALLOW")
@@ -470,7 +469,7 @@ def first_record_fields(paths: Sequence[str], limit: int = FIELD_SAMPLE_RECORDS,
                     if problem is None and isinstance(payload, dict):
                         names.update(str(key) for key in payload)
                         read += 1
-        except Exception:  # pylint: disable=broad-except  (a damaged file is the run's to report)
+        except Exception:  # a damaged file is the run's to report
             continue
     return sorted(names), read
 
@@ -552,8 +551,8 @@ def read_text_file(flag: str, path: str) -> str:
     """A small UTF-8 text file given by a flag (calibrate's --word-list, audit's --pair-list), read whole
     before the run: a directory, pipe or unreadable file is refused without opening it, and bytes that
     are not UTF-8 are refused by line and byte offset, never quoted (TextdpError, one line)."""
-    from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
-    from textdp.outputs import refuse_unreadable  # pylint: disable=import-outside-toplevel
+    from textdp.errors import TextdpError
+    from textdp.outputs import refuse_unreadable
 
     if not FileSystems.exists(path):
         raise TextdpError(f"{flag} {path!r} does not exist")
@@ -578,7 +577,7 @@ def refuse_wide_text(flag: str, paths: Sequence[str], data_format: str) -> None:
     mark, or whose first 4 KiB are more than 10% NUL bytes (UTF-16 without a mark), is refused before the
     run. Read as UTF-8 such a file is mostly valid: one letter per "word", its NULs kept as layout, which
     would release every word's length. Only the first bytes are read, never quoted (TextdpError)."""
-    from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+    from textdp.errors import TextdpError
 
     if data_format == "parquet":
         return []
@@ -621,7 +620,7 @@ def _first_lines(path: str, count: int, max_bytes: int = 1 << 16) -> list:
                 consumed += len(line)
                 if line.strip() and (line.endswith(b"\n") or consumed < max_bytes):
                     lines.append(line)
-    except Exception:  # pylint: disable=broad-except  (a damaged file is the run's to report)
+    except Exception:  # a damaged file is the run's to report
         return []
     return lines
 
@@ -635,7 +634,7 @@ def check_declared_format(flag: str, paths: Sequence[str], data_format: str) -> 
     plain text whose first non-blank lines (two or more) are all JSON objects is read as asked, with a
     warning returned (its keys and numbers would be privatized as words and the output would not be JSON).
     Local files only (the first FORMAT_SAMPLE_FILES); never quotes a line (TextdpError)."""
-    from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+    from textdp.errors import TextdpError
 
     if data_format not in ("text", "jsonl"):
         return []

@@ -40,7 +40,7 @@ class OutputSchemaError(TextdpError):
 
 def read_schema(path: str) -> pa.Schema:
     """The Arrow schema in the footer of one Parquet file (local or gs://)."""
-    import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+    import pyarrow.parquet as pq
 
     with FileSystems.open(path, mime_type="application/octet-stream",
                           compression_type=CompressionTypes.UNCOMPRESSED) as handle:
@@ -127,7 +127,7 @@ def check_input_schemas(paths: Sequence[str], text_fields: Sequence[str]) -> pa.
 def _schema_or_none(path: str) -> Optional[pa.Schema]:
     try:
         return read_schema(path)
-    except Exception:  # pylint: disable=broad-except  (not a Parquet file, a damaged footer, an I/O error)
+    except Exception:  # not a Parquet file, a damaged footer, an I/O error
         return None
 
 

@@ -35,8 +35,8 @@ from textdp.artifact.compact_vocab import SharedVocabularyArtifact
 from textdp.artifact.locate import resolve_artifact
 from textdp.mechanisms import make_mechanism, mechanism_reference, statement_of
 from textdp.search.nearest import search_threads
-from textdp.text.records import check_record, record_texts, released_record
 from textdp.text.privatizer import TextPrivatizer
+from textdp.text.records import check_record, record_texts, released_record
 from transforms.worker import NAMESPACE, WorkerConfig, WorkerState, blas_threads_in_use, process_loads
 
 
@@ -239,8 +239,8 @@ class WriteSummary(beam.DoFn):
         self._state.setup()
 
     def process(self, counts, amplification=()):
-        from textdp.privacy.summary import build_public_summary, build_summary  # pylint: disable=import-outside-toplevel
-        from transforms.io import write_json  # pylint: disable=import-outside-toplevel
+        from textdp.privacy.summary import build_public_summary, build_summary
+        from transforms.io import write_json
 
         holder = self._state.value
         mechanism = holder.mechanism

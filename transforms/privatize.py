@@ -53,7 +53,7 @@ def estimated_tokens(element, text_fields: Sequence[str], keyed: bool) -> int:
 
 def _schema_type(element_type):
     """``element_type`` if it is a schema (a beam.Row's RowTypeConstraint or a NamedTuple class), else None."""
-    from apache_beam.typehints.row_type import RowTypeConstraint  # pylint: disable=import-outside-toplevel
+    from apache_beam.typehints.row_type import RowTypeConstraint
 
     if isinstance(element_type, RowTypeConstraint):
         return element_type
@@ -98,7 +98,8 @@ class Privatize(beam.PTransform):
 
     Keyword arguments mirror ``textdp privatize``'s flags: ``epsilon``, ``mechanism`` (a registered name, an
     import path ``package.module:Class`` or a ``Mechanism`` subclass, as ``RunInference`` takes a handler),
-    ``artifact`` (directory or gs://; None: the bundled GloVe artifact), ``text_fields``, ``oov_policy``, ``unk_token``, ``seed`` (tests only: not private),
+    ``artifact`` (directory or gs://; None: the bundled GloVe artifact), ``text_fields``, ``oov_policy``, ``unk_token``, ``seed`` (tests
+    only: not private),
     ``max_text_bytes``, ``batch_tokens``; any other keyword is a parameter of the mechanism
     by its public name, the same as its flag (``nn``, ``search_k`` for Madlib; ``gamma``, ``beta`` for TEM;
     ``lam``; ``vickrey_t``; ``custext_k``; ...: the ``PARAMETERS`` its class declares).

@@ -52,8 +52,8 @@ def encode_shard(records, data_format: str, schema=None) -> bytes:
     if data_format == "jsonl":
         return "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records).encode("utf-8")
     if data_format == "parquet":
-        import pyarrow as pa  # pylint: disable=import-outside-toplevel
-        import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+        import pyarrow as pa
+        import pyarrow.parquet as pq
 
         try:
             table = pa.Table.from_pylist(list(records), schema=schema)

@@ -328,7 +328,7 @@ class ShuffleAmplifier(beam.PTransform):
         self.bytes_per_shard = int(bytes_per_shard)
 
     def expand(self, records):
-        from apache_beam.pvalue import AsList, AsSingleton  # pylint: disable=import-outside-toplevel
+        from apache_beam.pvalue import AsList, AsSingleton
 
         text_fields, user_field, shape_field = self.text_fields, self.user_field, self.shape_field
         records_in = records | "CountIn" >> beam.combiners.Count.Globally()

@@ -79,8 +79,7 @@ def processes_per_machine(options) -> Optional[int]:
     experiment ``no_use_multiple_sdk_containers``. Portable runners (Flink, Spark):
     ``--sdk_worker_parallelism`` (0: one per core).
     """
-    from apache_beam.options.pipeline_options import (DebugOptions, DirectOptions,  # pylint: disable=import-outside-toplevel
-                                                      PortableOptions, StandardOptions)
+    from apache_beam.options.pipeline_options import DebugOptions, DirectOptions, PortableOptions, StandardOptions
 
     runner = (options.view_as(StandardOptions).runner or "FnApiRunner").split(".")[-1]
     if runner in ("DirectRunner", "FnApiRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner"):
@@ -96,8 +95,8 @@ def processes_per_machine(options) -> Optional[int]:
 
 def limit_blas_threads(threads: int) -> int:
     """Limit this process's BLAS and OpenMP thread pools to ``threads`` (threadpoolctl). Idempotent."""
-    global _BLAS_LIMIT  # pylint: disable=global-statement
-    from threadpoolctl import threadpool_limits  # pylint: disable=import-outside-toplevel
+    global _BLAS_LIMIT
+    from threadpoolctl import threadpool_limits
 
     with _BLAS_LOCK:
         if _BLAS_LIMIT is None or _BLAS_LIMIT[0] != threads:
@@ -107,7 +106,7 @@ def limit_blas_threads(threads: int) -> int:
 
 def blas_threads_in_use() -> Optional[int]:
     """The BLAS pool size of this process as threadpoolctl reports it (diagnostics, tests)."""
-    from threadpoolctl import threadpool_info  # pylint: disable=import-outside-toplevel
+    from threadpoolctl import threadpool_info
 
     pools = [pool["num_threads"] for pool in threadpool_info() if pool.get("user_api") == "blas"]
     return max(pools) if pools else None
@@ -117,7 +116,7 @@ class LoadedState:
     """Shared per-process state: ``value`` (read-only), how long it took to load, its load number."""
 
     def __init__(self, loader: Callable[[], Any]):
-        global _PROCESS_LOADS  # pylint: disable=global-statement
+        global _PROCESS_LOADS
         started = time.perf_counter()
         self.value = loader()
         self.load_ms = (time.perf_counter() - started) * 1000.0
@@ -160,7 +159,7 @@ class WorkerState:
         if self.worker is not None:
             retain_freed_memory()  # batches reuse their temporaries' pages (textdp/allocator.py)
             if own_search_threads:
-                from textdp.search.nearest import set_search_threads  # pylint: disable=import-outside-toplevel
+                from textdp.search.nearest import set_search_threads
 
                 set_search_threads(self.worker.threads())
                 limit_blas_threads(1)

@@ -32,7 +32,6 @@ import os
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS", "BLIS_NUM_THREADS"):
     os.environ[_var] = "1"  # before numpy loads; inherited by the peer subprocesses
 
-# pylint: disable=wrong-import-position
 import argparse
 import json
 import math
@@ -46,8 +45,8 @@ from scipy import stats
 from benchmarks.harness import BENCH_CACHE, RESULTS, imdb_token_ids, machine, write_results
 from benchmarks.peer.bench_peer import ensure_venv, export_vocabulary, goodness_of_fit, time_textdp
 from textdp.artifact.locate import open_artifact
-from textdp.search.geometry import distance_row
 from textdp.mechanisms import make_mechanism
+from textdp.search.geometry import distance_row
 from textdp.search.nearest import ExactNearest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -107,9 +106,8 @@ def santext_law(vectors, word_id, epsilon):
 def truncated_gumbel_law(artifact, word_id, scale, bound, mean, others_pmf=None, squared=False):
     """Law over the vocabulary of the truncated Gumbel mechanism from the neighbour table (see textdp);
     ``squared``: the noise is added to squared distances (what MLDP's faiss search returns)."""
-    from textdp.mechanisms.truncated_gumbel import output_distribution  # pylint: disable=import-outside-toplevel
-
-    from textdp.artifact.neighbours import NeighbourTable  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.neighbours import NeighbourTable
+    from textdp.mechanisms.truncated_gumbel import output_distribution
 
     table = NeighbourTable.from_artifact(artifact)
     ids = np.asarray(table.ids[word_id], dtype=np.int64)
@@ -136,7 +134,7 @@ def mldp_others_pmf(mean: float, maximum: int) -> np.ndarray:
 
 # --- the benchmark -----------------------------------------------------------------------------------------
 
-def main(argv=None) -> None:  # pylint: disable=too-many-locals,too-many-statements
+def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add = parser.add_argument
     add("--artifact", required=True, help="artifact with a euclidean neighbour table (K >= 20)")
@@ -262,7 +260,7 @@ def main(argv=None) -> None:  # pylint: disable=too-many-locals,too-many-stateme
         nearest = mech.base.nearest
         info = {"method": nearest.search_method()}
         if info["method"] == "int8":
-            int8 = nearest._int8  # pylint: disable=protected-access  # built in time_textdp's warm-up
+            int8 = nearest._int8  # built in time_textdp's warm-up
             t0 = time.perf_counter()
             type(int8)(artifact.vectors, kernel=int8.kernel)
             info.update(kernel=int8.kernel, build_seconds=round(time.perf_counter() - t0, 2))
@@ -397,7 +395,7 @@ def main(argv=None) -> None:  # pylint: disable=too-many-locals,too-many-stateme
         evidence["mldp_truncated_gumbel_constructions"] = [{"seed": c["seed"], "epsilon": c["epsilon"], **c["derived"]}
                                                            for c in mldp_out["constructions"]]
     evidence["exact_min_distance_and_diameter"] = {"min_distance": tg.min_distance, "diameter_upper": tg.max_distance}
-    from textdp.artifact.neighbours import NeighbourTable  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.neighbours import NeighbourTable
 
     table = NeighbourTable.from_artifact(artifact)
     sample = np.unique(ids[:5000])
@@ -416,7 +414,7 @@ def main(argv=None) -> None:  # pylint: disable=too-many-locals,too-many-stateme
     payload["evidence"] = evidence
     payload["wall_seconds"] = round(time.perf_counter() - started, 1)
     payload["machine"]["loadavg_at_end"] = os.getloadavg()
-    from benchmarks.peer.report_mechanisms import markdown  # pylint: disable=import-outside-toplevel
+    from benchmarks.peer.report_mechanisms import markdown
 
     stem = write_results(args.name, payload, markdown(payload), results_dir=args.results_dir)
     print(f"results: {stem}.json, {stem}.md")

@@ -33,23 +33,21 @@ import os
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
     os.environ[_var] = "1"  # before numpy loads; inherited by the MLDP subprocess (faiss, numba)
 
-# pylint: disable=wrong-import-position
 import argparse
 import json
 import math
 import subprocess
 import sys
 import time
-from collections import Counter
 
 import numpy as np
 from scipy import stats
 
 from benchmarks.harness import BENCH_CACHE, RESULTS, imdb_token_ids, machine, write_results
 from textdp.artifact.locate import open_artifact
-from textdp.search.geometry import distance_row
 from textdp.mechanisms.madlib import Madlib
-from textdp.mechanisms.tem import DEFAULT_BETA, TEM, gamma_from_beta, output_distribution
+from textdp.mechanisms.tem import DEFAULT_BETA, TEM, output_distribution
+from textdp.search.geometry import distance_row
 
 MLDP_REQUIREMENTS = ("mldp-text==0.1.2", "numpy<2")
 DEFAULT_VENV = os.path.join(BENCH_CACHE, "mldp-text-0.1.2")
@@ -358,7 +356,7 @@ def main(argv=None) -> None:
     payload["wall_seconds"] = round(time.perf_counter() - started, 1)
     payload["machine"]["loadavg_at_end"] = os.getloadavg()
 
-    from benchmarks.peer.report import markdown  # pylint: disable=import-outside-toplevel
+    from benchmarks.peer.report import markdown
 
     stem = write_results(args.name, payload, markdown(payload), results_dir=args.results_dir)
     print(f"results: {stem}.json, {stem}.md")

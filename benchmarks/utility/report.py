@@ -10,7 +10,7 @@ from typing import Dict, Optional, Tuple
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  pylint: disable=wrong-import-position
+import matplotlib.pyplot as plt  # noqa: E402
 
 SETTINGS = (("training_time", "training time: train on privatized, test on original"),
             ("test_time", "test time: train on original, test on privatized"))

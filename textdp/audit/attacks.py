@@ -158,7 +158,7 @@ def kernel_of(mechanism) -> Optional[Kernel]:
 
 
 def metric_points64(vectors: np.ndarray, metric: str) -> np.ndarray:
-    from textdp.artifact.neighbours import metric_points  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.neighbours import metric_points
 
     return metric_points(vectors, metric, dtype=np.float64)
 
@@ -396,7 +396,7 @@ def binomial_interval(successes: float, trials: int, confidence: float = 0.95) -
     """Two-sided Clopper-Pearson interval (successes may be fractional from tie-breaking: rounded outwards)."""
     if trials <= 0:
         return None, None
-    from textdp.audit.stats import cp_lower, cp_upper  # pylint: disable=import-outside-toplevel
+    from textdp.audit.stats import cp_lower, cp_upper
 
     alpha = (1.0 - confidence) / 2.0
     low = float(cp_lower(np.array([math.floor(successes)]), trials, alpha)[0])

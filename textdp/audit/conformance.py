@@ -59,7 +59,7 @@ def law_kind(mechanism_or_class) -> str | None:
 
 
 def _base_reference():
-    from textdp.mechanisms.base import Mechanism  # pylint: disable=import-outside-toplevel
+    from textdp.mechanisms.base import Mechanism
 
     return Mechanism.reference_simulation
 
@@ -160,7 +160,7 @@ def two_sample_test(a: np.ndarray, b: np.ndarray) -> dict:
 
 
 def _row(mechanism, vectors, word: int) -> np.ndarray:
-    from textdp.audit.pairs import guarantee_row  # pylint: disable=import-outside-toplevel
+    from textdp.audit.pairs import guarantee_row
 
     return guarantee_row(mechanism, vectors, word)
 
@@ -211,7 +211,7 @@ def run_unit(reference, artifact, epsilon: float, params: dict | None = None, wo
              draws: int | None = None, level: float = 1e-3, power_repeats: int = 2,
              rng: np.random.Generator | None = None) -> dict:
     """The conformance test of mechanism ``reference`` (any mechanism reference) at ``epsilon``: a result row."""
-    from textdp.mechanisms import make_mechanism, mechanism_class  # pylint: disable=import-outside-toplevel
+    from textdp.mechanisms import make_mechanism, mechanism_class
 
     started = time.perf_counter()
     rng = rng or np.random.default_rng()
@@ -280,7 +280,7 @@ def _plain(params: dict) -> dict:
 
 def planned_units(references: Sequence, epsilons: Sequence[float]) -> int:
     """The number of tests the run makes (Bonferroni's divisor): mechanisms with a declared law x epsilons."""
-    from textdp.mechanisms import mechanism_class  # pylint: disable=import-outside-toplevel
+    from textdp.mechanisms import mechanism_class
 
     return max(1, sum(len(epsilons) for ref in references if law_kind(mechanism_class(ref))))
 
@@ -291,8 +291,8 @@ def run_conformance(mechanism=None, artifact=None, epsilons: Sequence[float] = (
     """Conformance of ``mechanism`` (a reference, or a list of them; None: every registered mechanism) on
     ``artifact`` (a loaded artifact or a location; None: the default) at ``epsilons``: every unit's row and a
     verdict. ``params``: {reference: {parameter: value}} or, for a single mechanism, its parameters."""
-    from textdp.artifact.locate import open_artifact  # pylint: disable=import-outside-toplevel
-    from textdp.mechanisms import REGISTRY  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.locate import open_artifact
+    from textdp.mechanisms import REGISTRY
 
     if mechanism is None:
         references = list(REGISTRY)

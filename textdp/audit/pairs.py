@@ -45,9 +45,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Union
 import numpy as np
 
 from textdp.calibration.statistics import CandidatePrunedSearch, stratified_word_sample
-
-from textdp.search.geometry import distance_row
 from textdp.mechanisms.madlib import Madlib
+from textdp.search.geometry import distance_row
 from textdp.text.privatizer import OOV_POLICIES, TextPrivatizer, released_ids
 
 BANDS = (1, 10, 100, 1000, 10000)  # neighbour ranks of the partner words
@@ -71,7 +70,7 @@ def guarantee_points(mechanism, vectors: np.ndarray) -> np.ndarray:
     metric = guarantee_metric(mechanism)
     if metric == "euclidean":
         return np.asarray(vectors, dtype=np.float64)
-    from textdp.artifact.neighbours import metric_points  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.neighbours import metric_points
 
     return metric_points(vectors, metric, dtype=np.float64)
 
@@ -99,7 +98,7 @@ def pair_bound(mechanism, distance: float) -> float:
 def bound_text(mechanism) -> str:
     """How the guarantee of a pair is computed, for the report (the class's ``BOUND_TEXT``; ``mechanism``: any
     mechanism reference)."""
-    from textdp.mechanisms import available_class  # pylint: disable=import-outside-toplevel
+    from textdp.mechanisms import available_class
 
     cls = available_class(mechanism)
     specific = cls.BOUND_TEXT if cls is not None else "as the mechanism states it"

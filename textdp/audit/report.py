@@ -10,7 +10,6 @@ Files: ``self_check.png`` (lower bound of the privacy loss against the guarantee
 
 from __future__ import annotations
 
-import html
 import json
 from typing import Dict, List, Optional, Sequence
 

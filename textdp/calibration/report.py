@@ -195,7 +195,7 @@ def render_html(summary: dict, plot_files: Sequence[str] = PLOT_FILES) -> str:
     definitions = "".join(f"<li><b>{_e(k)}</b>: {_e(v)}</li>" for k, v in summary.get("definitions", {}).items())
     images = {name: f'<img src="{_e(name)}" alt="{_e(name)}">' for name in plot_files}
     statistics = summary["statistics"]
-    from textdp.mechanisms import available_class  # pylint: disable=import-outside-toplevel
+    from textdp.mechanisms import available_class
 
     cls = available_class(summary["mechanism"])
     title = cls.title() if cls is not None else summary["mechanism"]  # how the mechanism's class names itself

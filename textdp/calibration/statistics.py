@@ -249,7 +249,7 @@ class WordCalibrator:
 
     def __init__(self, artifact, mechanism: str, mechanisms: Dict[float, object], samples: int = DEFAULT_SAMPLES,
                  prune: bool = True, ks: Sequence[int] = K_VALUES):
-        from textdp.mechanisms import mechanism_class  # pylint: disable=import-outside-toplevel
+        from textdp.mechanisms import mechanism_class
 
         mechanism_class(mechanism)  # any mechanism reference; TextdpError (a ValueError) if unknown
         if samples < 1:
@@ -273,7 +273,7 @@ class WordCalibrator:
         (:class:`CandidatePrunedSearch`): Madlib's noise with ``nn='exact'`` and ``prune``; every other
         mechanism runs its own ``privatize_ids`` (the class's ``CALIBRATE_PRUNED_SEARCH``). Calibrate's report
         states exactly this."""
-        from textdp.mechanisms import mechanism_class  # pylint: disable=import-outside-toplevel
+        from textdp.mechanisms import mechanism_class
 
         return mechanism_class(mechanism).CALIBRATE_PRUNED_SEARCH and bool(prune) and nn == "exact"
 
@@ -465,7 +465,7 @@ def build_summary(rows: Sequence[dict], *, mechanism, epsilons: Sequence[float],
                   privacy_statements: Dict[float, dict], created_utc: str = "") -> dict:
     """summary.json: per epsilon the distribution of N_w and S_w, Fig. 1 percentiles, the recommendation."""
     use_exact = bool(rows) and all(r.get("n_w_exact") is not None for r in rows)
-    from textdp.mechanisms import mechanism_class  # pylint: disable=import-outside-toplevel
+    from textdp.mechanisms import mechanism_class
 
     cls = mechanism_class(mechanism)  # any mechanism reference; the summary shows its class's name
     label = cls.exact_label()

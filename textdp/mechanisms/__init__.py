@@ -55,8 +55,16 @@ from collections.abc import Mapping
 from typing import Dict, Iterator, Optional, Tuple
 
 from textdp.errors import ParameterError, TextdpError
-from textdp.mechanisms.base import (EPSILON_RANGE_HELP, MAX_EPSILON, MIN_EPSILON, REQUIRED_METHODS,  # noqa: F401
-                                   Mechanism, Parameter, check_epsilon, check_number)  # (the rules live with the interface)
+from textdp.mechanisms.base import (  # noqa: F401
+    EPSILON_RANGE_HELP,
+    MAX_EPSILON,
+    MIN_EPSILON,
+    REQUIRED_METHODS,
+    Mechanism,  # (the rules live with the interface)
+    Parameter,
+    check_epsilon,
+    check_number,
+)
 
 # The registry: one line per built-in mechanism, its name and its class's import path, in the order --help
 # and the docs list them. Imported on demand, as a Python entry point is (name = module:Class); the class's
@@ -98,7 +106,7 @@ def _refuse_shadowing() -> None:
 
 @functools.lru_cache(maxsize=8)
 def _scan_entry_points(_path: tuple) -> Tuple[Dict[str, str], Optional[str]]:
-    from importlib.metadata import distributions  # pylint: disable=import-outside-toplevel
+    from importlib.metadata import distributions
 
     found: Dict[str, str] = {}
     problem = None
@@ -106,7 +114,7 @@ def _scan_entry_points(_path: tuple) -> Tuple[Dict[str, str], Optional[str]]:
     for dist in distributions():  # one distribution at a time: another package's broken metadata is skipped
         try:
             dist_name = dist.metadata["Name"] or "an installed package"
-        except Exception:  # pylint: disable=broad-except  (unreadable METADATA)
+        except Exception:  # unreadable METADATA
             dist_name = "an installed package"
         key = re.sub(r"[-_.]+", "-", str(dist_name)).lower()
         if key in seen and dist_name != "an installed package":
@@ -114,7 +122,7 @@ def _scan_entry_points(_path: tuple) -> Tuple[Dict[str, str], Optional[str]]:
         seen.add(key)
         try:
             points = [point for point in dist.entry_points if point.group == ENTRY_POINT_GROUP]
-        except Exception as exc:  # pylint: disable=broad-except  (a malformed entry_points.txt)
+        except Exception as exc:  # a malformed entry_points.txt
             where = getattr(dist, "_path", None)
             warnings.warn(f"textdp: skipped the entry points of {dist_name}{f' ({where})' if where else ''}: its "
                           f"entry_points.txt cannot be read ({type(exc).__name__}); fix or uninstall it", stacklevel=2)
@@ -182,7 +190,7 @@ def _import_class(path: str, what: str):
             target = getattr(target, part)
     except KeyboardInterrupt:
         raise
-    except BaseException as exc:  # pylint: disable=broad-except  (ImportError, an error raised by the module,
+    except BaseException as exc:  #  (ImportError, an error raised by the module,
         # SystemExit of a script module that parses its argv at import, ...)
         raise ParameterError(f"{what}: {path!r} cannot be imported ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0][:200] if str(exc) else ''})") from None
@@ -380,8 +388,8 @@ def artifact_for_checks(name: str, location, manifest: dict):
     cls = mechanism_class(name)
     if built_in(cls) and not getattr(cls, "CHECKS_READ_ARRAYS", False):  # one not built in is built once (trial_build)
         return ManifestFacts(manifest)
-    from textdp.artifact.locate import resolve_artifact  # pylint: disable=import-outside-toplevel
-    from textdp.artifact.store import Artifact  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.locate import resolve_artifact
+    from textdp.artifact.store import Artifact
 
     return Artifact(resolve_artifact(location), verify=False)
 
@@ -434,7 +442,7 @@ def make_mechanism(name: str, artifact, epsilon: float, **params):
         return cls(artifact, epsilon, **cls.FIXED, **keywords)
     except TextdpError:
         raise
-    except Exception as exc:  # pylint: disable=broad-except  (the user's constructor)
+    except Exception as exc:  # the user's constructor
         first = str(exc).splitlines()[0][:200] if str(exc) else ""
         raise TextdpError(f"mechanism {cls.name!r} ({cls.__module__}.{cls.__qualname__}) could not be built: "
                           f"{type(exc).__name__}: {first}") from None
@@ -454,9 +462,9 @@ def trial_build(reference, artifact, epsilon: float, **params) -> None:
     the vocabulary), so that a constructor that raises or a ``privatize_ids`` that returns something else is
     refused on the launcher in one line (TextdpError), not in a worker. Built-in mechanisms are trusted and not
     built here. Cost: one construction of the user's class and one call on 64 ids, on the launcher."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
+    import numpy as np
 
-    from textdp.text.privatizer import released_ids  # pylint: disable=import-outside-toplevel
+    from textdp.text.privatizer import released_ids
 
     if built_in(mechanism_class(reference)):
         return
@@ -466,7 +474,7 @@ def trial_build(reference, artifact, epsilon: float, **params) -> None:
         released_ids(mechanism, np.arange(min(size, PROBE_IDS), dtype=np.int64), np.random.default_rng(), size)
     except TextdpError:
         raise
-    except Exception as exc:  # pylint: disable=broad-except  (the user's privatize_ids)
+    except Exception as exc:  # the user's privatize_ids
         first = str(exc).splitlines()[0][:200] if str(exc) else ""
         cls = type(mechanism)
         raise TextdpError(f"mechanism {cls.name!r} ({cls.__module__}.{cls.__qualname__}) failed on its first "
@@ -527,7 +535,7 @@ def default_batch_tokens(mechanism) -> int:
 def artifact_needs(mechanism="", nn: str = "exact") -> tuple:
     """The parts of the artifact a privatize or calibrate run with this mechanism reads: what the mechanism's
     class declares (``Mechanism.artifact_parts``) beyond the vocabulary and vectors."""
-    from textdp.artifact.locate import ALWAYS_NEEDED, ArtifactNeeds  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.locate import ALWAYS_NEEDED, ArtifactNeeds
 
     cls = mechanism_class(mechanism or DEFAULT_MECHANISM)  # any mechanism reference (TextdpError if unknown)
     return ArtifactNeeds(ALWAYS_NEEDED + cls.artifact_parts(nn=nn), cls.name)

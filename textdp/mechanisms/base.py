@@ -36,13 +36,13 @@ the vocabulary or relate parameters stay methods (``check_special``); the number
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
-import math
-import numbers
-
 from textdp.errors import ParameterError
+
 SEARCH_BATCH_TOKENS = 4096  # words per call for mechanisms that search the vocabulary for every word
 TABLE_BATCH_TOKENS = 65_536  # words per call for the others (sampled from tables: cheap per word)
 
@@ -54,7 +54,8 @@ TABLE_BATCH_TOKENS = 65_536  # words per call for the others (sampled from table
 # 3.4e38): at epsilon 1e-37 (50 dimensions) the cast overflows ("points must be finite"); 1e-30
 # leaves a margin of 1e6 for 300-dimensional embeddings and Mahalanobis's stretched noise (every
 # mechanism ran at 1e-30 and 1e6 on the 5k fixture, as tests/test_parameter_refusals.py does; the
-# vector mechanisms and CusText also on the 400k artifact, which has no neighbour table in this build). Upper bound: at 1e6 Madlib's noise is already far below any distance between words,
+# vector mechanisms and CusText also on the 400k artifact, which has no neighbour table in this build). Upper bound: at 1e6 Madlib's noise
+# is already far below any distance between words,
 # so a larger value would only hide that the output is the input.
 MIN_EPSILON = 1e-30
 MAX_EPSILON = 1e6
@@ -99,7 +100,7 @@ def check_epsilon(epsilon, what: str = "epsilon") -> float:
 
 
 @dataclass(frozen=True)
-class Parameter:  # pylint: disable=too-many-instance-attributes
+class Parameter:
     """One parameter of a mechanism, declared once.
 
     ``name``: the public name (flag ``--name``/``--name-with-hyphens``, template parameter, Python
@@ -246,7 +247,7 @@ class Mechanism:
         return f"exact {cls.name} values (closed form)"
 
     # --- instance defaults ------------------------------------------------------------------------
-    def exact_distribution(self, row, word_id: int):  # pylint: disable=unused-argument
+    def exact_distribution(self, row, word_id: int):
         """The exact output distribution for input ``word_id`` (``row``: d(w, .) in the mechanism's
         metric, itself 0), or None when the law is known only by sampling (``EXACT_LAW`` False)."""
         return None

@@ -87,8 +87,8 @@ from typing import Optional
 
 import numpy as np
 
-from textdp.mechanisms.madlib import check_diameter
 from textdp.mechanisms.base import Mechanism, Parameter
+from textdp.mechanisms.madlib import check_diameter
 
 DEFAULT_CLUSTER_WORDS = 40  # words per cluster when clusant_clusters is not given
 
@@ -123,7 +123,7 @@ def build_clusters(vectors: np.ndarray, size: int, table_ids=None) -> dict:
     """The public clusters of a vocabulary: CusText's greedy partition into groups of ``size`` words
     (textdp.mechanisms.custext.build_output_sets), as members (C x size, -1 padded), labels (|V|), and per cluster
     its float64 centroid, diameter and radius (largest distance from the centroid to a member)."""
-    from textdp.mechanisms.custext import build_output_sets  # pylint: disable=import-outside-toplevel
+    from textdp.mechanisms.custext import build_output_sets
 
     if size >= len(vectors):  # one cluster: the whole vocabulary, nothing to search
         members, stats = np.arange(len(vectors), dtype=np.int64)[None, :], {"groups": 1}
@@ -168,7 +168,7 @@ class CluSanT(Mechanism):
                       share: float = 0.5, **_others) -> None:
         """More clusters than words cannot be built (known only with the vocabulary); clusters of one word whose
         cluster stage keeps every word (the identity: ``IDENTITY_CHANGE``, ``identity_gap``) are refused."""
-        from textdp.errors import ParameterError  # pylint: disable=import-outside-toplevel
+        from textdp.errors import ParameterError
 
         if clusters is None or artifact is None:
             return
@@ -202,7 +202,7 @@ class CluSanT(Mechanism):
         if size > cls.IDENTITY_CHECK_WORDS:
             if not (artifact.manifest or {}).get("neighbours"):
                 return None
-            from textdp.artifact.neighbours import NeighbourTable  # pylint: disable=import-outside-toplevel
+            from textdp.artifact.neighbours import NeighbourTable
 
             table = NeighbourTable.from_artifact(artifact)
             if table.metric != "euclidean" or table.k < 2:
@@ -222,9 +222,9 @@ class CluSanT(Mechanism):
     def check_identity(cls, cluster_scale: float, artifact) -> None:
         """Refuse (ParameterError) clusters of one word at an epsilon_1 K (``cluster_scale``) that releases every
         word unchanged except with probability below IDENTITY_CHANGE (see IDENTITY_CHECK_WORDS)."""
-        import math  # pylint: disable=import-outside-toplevel
+        import math
 
-        from textdp.errors import ParameterError  # pylint: disable=import-outside-toplevel
+        from textdp.errors import ParameterError
 
         gap = cls.identity_gap(artifact)
         if gap is None or gap <= 0:
@@ -242,7 +242,7 @@ class CluSanT(Mechanism):
 
     def __init__(self, artifact, epsilon: float, clusters: Optional[int] = None, scale: float = 1.0,
                  share: float = 0.5, batch: int = 65536):
-        from textdp.artifact.neighbours import NeighbourTable  # pylint: disable=import-outside-toplevel
+        from textdp.artifact.neighbours import NeighbourTable
 
         type(self).check_parameters(epsilon, artifact, clusters=clusters, scale=scale, share=share)
         self.artifact = artifact

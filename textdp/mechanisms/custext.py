@@ -41,9 +41,9 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from textdp.mechanisms.madlib import check_diameter
-from textdp.mechanisms.base import Mechanism, Parameter
 from textdp.artifact.neighbours import METRICS
+from textdp.mechanisms.base import Mechanism, Parameter
+from textdp.mechanisms.madlib import check_diameter
 
 CUSTEXT_K = Parameter(
     "custext_k", int, 20, label="custext k", argument="k", aliases=("k",), example=8,
@@ -141,7 +141,7 @@ class CusText(Mechanism):
         K = 1 makes every word its own group: released unchanged. With the vocabulary known: K above
         its size cannot be partitioned, and a size of 1 modulo K leaves the last group a single word,
         released unchanged (K = |V| is allowed: one group, the exponential mechanism over everything)."""
-        from textdp.errors import ParameterError  # pylint: disable=import-outside-toplevel
+        from textdp.errors import ParameterError
 
         k = int(k)
         if k < 2:
@@ -156,7 +156,7 @@ class CusText(Mechanism):
                                      "its output set (released unchanged): choose another k")
 
     def __init__(self, artifact, epsilon: float, k: int = 20, metric: str = "euclidean", batch: int = 65536):
-        from textdp.artifact.neighbours import NeighbourTable, metric_points  # pylint: disable=import-outside-toplevel
+        from textdp.artifact.neighbours import NeighbourTable, metric_points
 
         type(self).check_parameters(epsilon, artifact, k=k, metric=metric)
         self.artifact = artifact

@@ -100,7 +100,7 @@ class Madlib(Mechanism):
 
     def reference_simulation(self):
         """Plain float64 simulation from ``parameters()``: uniform direction, Gamma(n, 1/epsilon) radius, exact nearest."""
-        from textdp.mechanisms.reference import noise_then_nearest  # pylint: disable=import-outside-toplevel
+        from textdp.mechanisms.reference import noise_then_nearest
 
         return noise_then_nearest(self.artifact.vectors, float(self.parameters()["epsilon"]))
 

@@ -39,9 +39,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from textdp.mechanisms.madlib import Madlib, check_diameter, sample_noise
 from textdp.errors import ParameterError
 from textdp.mechanisms.base import Parameter
+from textdp.mechanisms.madlib import Madlib, check_diameter, sample_noise
 
 LAM = Parameter(
     "lam", float, 0.2, low=0.0, high=1.0, label="lambda", aliases=("lambda",), flag_aliases=("lambda",), example=0.5,
@@ -158,7 +158,7 @@ class Mahalanobis(Madlib):
     def reference_simulation(self):
         """Plain float64 simulation from ``parameters()``: Madlib's noise mapped by S^{1/2} (covariance recomputed
         with np.cov), exact nearest word."""
-        from textdp.mechanisms.reference import noise_then_nearest, regularized_root  # pylint: disable=import-outside-toplevel
+        from textdp.mechanisms.reference import noise_then_nearest, regularized_root
 
         params = self.parameters()
         return noise_then_nearest(self.artifact.vectors, float(params["epsilon"]),

@@ -84,7 +84,7 @@ class SanText(Mechanism):
 
     def __init__(self, artifact, epsilon: float, plus: bool = False, sensitive_fraction: float = 0.9,
                  p: float = 0.3, sensitive_ids: Optional[Sequence[int]] = None, batch: int = 8192):
-        from textdp.artifact.neighbours import NeighbourTable  # pylint: disable=import-outside-toplevel
+        from textdp.artifact.neighbours import NeighbourTable
 
         checks = SanTextPlus if plus else SanText
         checks.check_parameters(epsilon, artifact, **({"sensitive_fraction": sensitive_fraction, "p": p,
@@ -238,7 +238,7 @@ class SanTextPlus(SanText):
         """A sensitive fraction must select at least one word of the vocabulary (when it is known); p below
         IDENTITY_CHANGE is refused like p = 0: a non-sensitive word would be released unchanged with
         probability above 1 - 1e-6 (the identity for every word but the sensitive ones)."""
-        from textdp.errors import ParameterError  # pylint: disable=import-outside-toplevel
+        from textdp.errors import ParameterError
 
         if p is not None and 0 < float(p) < cls.IDENTITY_CHANGE:
             raise ParameterError(

@@ -73,7 +73,7 @@ FLOAT32_DISTANCE_ERROR = 1e-5  # relative bound on |float32 - float64| distance 
 
 
 def _metric_points(rows: np.ndarray, metric: str, dtype=np.float32) -> np.ndarray:
-    from textdp.artifact.neighbours import metric_points  # pylint: disable=import-outside-toplevel
+    from textdp.artifact.neighbours import metric_points
 
     return metric_points(rows, metric, dtype=dtype)
 
@@ -115,8 +115,8 @@ class TableSampler:
         self.metric = metric
         self.vocab_size = len(self.vectors)
         self.k = self.table_ids.shape[1]
-        self.DENSE_AFTER_CANDIDATES = dense_after  # pylint: disable=invalid-name  (a tuning knob, set by tests)
-        self.GIVE_UP_FACTOR = give_up_factor  # pylint: disable=invalid-name
+        self.DENSE_AFTER_CANDIDATES = dense_after  # a tuning knob, set by tests
+        self.GIVE_UP_FACTOR = give_up_factor
         if allowed is None:
             self.allowed_mask = None
             self.allowed_ids = None

@@ -86,7 +86,8 @@ class TEM(Mechanism):
     floor c = exp(-epsilon gamma / 2) of every word beyond gamma is the bottom element spread uniformly)
     and every word allowed. TEM keeps its own tuning of that sampler: a dense row for an input word after
     ``DENSE_AFTER_CANDIDATES`` on-the-fly distances, and no per-call round budget (the input itself has
-    shifted weight 1, so E / Z <= M_T + |V| u is bounded, and the dense rows take over the costly words). Nothing depends on epsilon or gamma except a handful of exp() per
+    shifted weight 1, so E / Z <= M_T + |V| u is bounded, and the dense rows take over the costly words). Nothing depends on epsilon or
+    gamma except a handful of exp() per
     token, so one table serves every epsilon.
     """
 
@@ -113,7 +114,7 @@ class TEM(Mechanism):
 
     def __init__(self, artifact, epsilon: float, gamma: Optional[float] = None,
                  beta: float = DEFAULT_BETA, batch: int = 8192):
-        from textdp.artifact.neighbours import NeighbourTable, metric_points  # pylint: disable=import-outside-toplevel
+        from textdp.artifact.neighbours import NeighbourTable, metric_points
 
         type(self).check_parameters(epsilon, artifact, gamma=gamma, beta=beta)
         self.artifact = artifact
@@ -163,7 +164,7 @@ class TEM(Mechanism):
         """Pure local-DP epsilon_0 of one token: epsilon * min(diam, gamma), ``diameter_upper`` in the
         table's metric (of ``metric_points(vectors)``). The scores are clipped at gamma, so no two words
         are more than exp(epsilon gamma) apart whatever their distance (Carvalho et al., Lemma 4.1)."""
-        from textdp.mechanisms.madlib import check_diameter  # pylint: disable=import-outside-toplevel
+        from textdp.mechanisms.madlib import check_diameter
 
         return self.epsilon * min(check_diameter(diameter_upper), self.gamma)
 

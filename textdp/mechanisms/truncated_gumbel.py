@@ -46,8 +46,8 @@ from typing import Optional
 
 import numpy as np
 
-from textdp.mechanisms.madlib import check_diameter
 from textdp.mechanisms.base import Mechanism, Parameter
+from textdp.mechanisms.madlib import check_diameter
 
 GUMBEL_SCALE = Parameter(
     "gumbel_scale", float, None, low=0.0, low_open=True, label="gumbel scale", argument="scale", aliases=("scale",),
@@ -162,9 +162,9 @@ class TruncatedGumbel(Mechanism):
     def resolve(cls, epsilon, artifact, scale=None, mean_candidates=None, max_distance=None) -> dict:
         """The parameters over ``artifact`` (scale derived from epsilon when not given); ParameterError if
         they cannot be used (see ``check_parameters``)."""
-        from textdp.search.geometry import diameter_bounds  # pylint: disable=import-outside-toplevel
-        from textdp.errors import ParameterError  # pylint: disable=import-outside-toplevel
-        from textdp.artifact.neighbours import NeighbourTable  # pylint: disable=import-outside-toplevel
+        from textdp.artifact.neighbours import NeighbourTable
+        from textdp.errors import ParameterError
+        from textdp.search.geometry import diameter_bounds
 
         vocab_size = int(artifact.vocab_size)
         if vocab_size < 2:
@@ -265,7 +265,7 @@ class TruncatedGumbel(Mechanism):
         return out
 
     def _sample_search(self, word: int, k: int, rng: np.random.Generator) -> int:
-        from textdp.search.geometry import distance_row  # pylint: disable=import-outside-toplevel
+        from textdp.search.geometry import distance_row
 
         row = distance_row(self._vectors, word)
         order = np.lexsort((np.arange(len(row)), np.arange(len(row)) != word, row))[:k + 1]

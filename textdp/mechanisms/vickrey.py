@@ -41,9 +41,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from textdp.mechanisms.base import SEARCH_BATCH_TOKENS, Mechanism, Parameter
 from textdp.mechanisms.madlib import NN, SEARCH_K, Madlib
 from textdp.mechanisms.mahalanobis import LAM, Mahalanobis
-from textdp.mechanisms.base import SEARCH_BATCH_TOKENS, Mechanism, Parameter
 
 NOISES = ("madlib", "mahalanobis")
 
@@ -132,7 +132,7 @@ class Vickrey(Mechanism):
 
     def reference_simulation(self):
         """Plain float64 simulation from ``parameters()``: the declared noise, the exact two nearest words, the rule."""
-        from textdp.mechanisms.reference import noise_then_nearest, regularized_root  # pylint: disable=import-outside-toplevel
+        from textdp.mechanisms.reference import noise_then_nearest, regularized_root
 
         params = self.parameters()
         root = (regularized_root(self.artifact.vectors, float(params["lam"]))

@@ -32,9 +32,8 @@ from typing import Dict, Iterable, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from textdp.privacy.statements import FLOATING_POINT_STATEMENT, seed_statement, shuffle_claim_statement, subsample_statement
 from textdp.search.geometry import DiameterBounds, diameter_bounds  # noqa: F401  (accounting's bound on the diameter)
-from textdp.privacy.statements import (FLOATING_POINT_STATEMENT, seed_statement, shuffle_claim_statement,
-                               subsample_statement)
 
 DEFAULT_DELTA = 1e-6
 # groups of authors: {word counts: authors}, or a list of (word counts, authors) pairs

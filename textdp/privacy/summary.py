@@ -21,10 +21,18 @@ import json
 import time
 from typing import Dict, Optional, Sequence
 
+from textdp.privacy.statements import (
+    FLOATING_POINT_STATEMENT,
+    STRUCTURE_STATEMENT,
+    coverage_statement,
+    errors_statement,
+    oov_statement,
+    records_statement,
+    seed_statement,
+    shuffle_claim_statement,
+    subsample_statement,
+)
 from textdp.version import __version__
-from textdp.privacy.statements import (FLOATING_POINT_STATEMENT, STRUCTURE_STATEMENT, coverage_statement, errors_statement,
-                               oov_statement, records_statement, seed_statement, shuffle_claim_statement,
-                               subsample_statement)
 
 FAILED_PREFIX = "failed:"
 

@@ -193,7 +193,7 @@ class Int8Search:
             best, arg, checked = run(ranges[0])
         else:
             with self._lock:
-                if self._pool is None or self._pool._max_workers != len(ranges):  # pylint: disable=protected-access
+                if self._pool is None or self._pool._max_workers != len(ranges):
                     self._pool = ThreadPoolExecutor(max_workers=len(ranges), thread_name_prefix="textdp-int8")
                 pool = self._pool
             parts = list(pool.map(run, ranges))

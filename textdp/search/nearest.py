@@ -48,7 +48,7 @@ def set_search_threads(threads: int) -> None:
     single-threaded BLAS calls (numpy releases the GIL in them). On small blocks this scales better
     than a multi-threaded BLAS, whose threads synchronise at every call and spin when cores are
     busy (benchmarks/results/scaling.md)."""
-    global _SEARCH_THREADS  # pylint: disable=global-statement
+    global _SEARCH_THREADS
     with _SEARCH_LOCK:
         _SEARCH_THREADS = max(1, int(threads))
 
@@ -117,7 +117,7 @@ class ExactNearest:
         ranges = self._ranges(max(1, threads))
         if len(ranges) == 1:
             return self._rank_range(query, 0, *ranges[0])[1]
-        if self._pool is None or self._pool._max_workers != len(ranges):  # pylint: disable=protected-access
+        if self._pool is None or self._pool._max_workers != len(ranges):
             self._pool = ThreadPoolExecutor(max_workers=len(ranges), thread_name_prefix="textdp-search")
         parts = list(self._pool.map(lambda item: self._rank_range(query, item[0], *item[1]), enumerate(ranges)))
         best, arg = parts[0]

@@ -89,7 +89,7 @@ def released_ids(mechanism, ids, rng, vocab_size: int) -> np.ndarray:
     if not isinstance(out, np.ndarray):
         try:
             out = np.asarray(out)
-        except Exception:  # pylint: disable=broad-except  (an object numpy cannot read)
+        except Exception:  # an object numpy cannot read
             raise TextdpError(f"{what} a {type(out).__name__}, not an array of vocabulary ids") from None
     if out.dtype.kind not in "iu" or isinstance(out, np.ma.MaskedArray):
         raise TextdpError(f"{what} an array of {out.dtype}, not of integers (one vocabulary id per input id)")

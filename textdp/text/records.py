@@ -135,7 +135,7 @@ def author_identity(value):
         return ("number", int(value) if value.is_integer() else value)
     if isinstance(value, (str, bytes)):
         return (type(value).__name__, value)
-    import json  # pylint: disable=import-outside-toplevel
+    import json
 
     return ("json", json.dumps(value, sort_keys=True, default=str))
 
