@@ -154,6 +154,12 @@ def prepare_run(options: PipelineOptions) -> Prepared:
     options.view_as(SeedOptions).validate_seed()
     check_oov(options.view_as(OovOptions).oov_policy, options.view_as(OovOptions).unk_token)
     epsilons = options.view_as(EpsilonGridOptions).epsilon_grid()
+    if not opts.conformance:  # the conformance flags mean nothing without it: refused, never silently ignored
+        given = [flag for flag, value, default in (
+            ("--conformance-mechanisms", opts.conformance_mechanisms, "all"), ("--conformance-draws", opts.conformance_draws, 0),
+            ("--conformance-words", opts.conformance_words, 2), ("--power-repeats", opts.power_repeats, 2)) if value != default]
+        if given:
+            raise TextdpError(f"{', '.join(given)} applies to --conformance only (add --conformance to run that test)")
     checks = _checks(opts) if not opts.conformance else _conformance_checks(opts)
     # upper ends: beyond them one worker's arrays (draws per word, records, windows) no longer fit in memory
     for value, flag, low, high in ((opts.pairs, "--pairs", 0, 10**5), (opts.draws, "--draws", 2, 10**7),

@@ -18,6 +18,7 @@ import pytest
 import textdp
 from pipelines.cli import main as cli_main
 from tests import broken_custom_mechanisms as broken
+from tests.test_custom_mechanism import RUNNER, TEXTS, corpus, privatize_argv  # noqa: F401  (corpus: a fixture)
 from textdp.artifact.store import Artifact
 from textdp.errors import ParameterError, TextdpError
 from textdp.mechanisms import (
@@ -31,21 +32,7 @@ from textdp.mechanisms import (
 )
 from textdp.text.privatizer import TextPrivatizer, released_ids
 
-RUNNER = ["--runner=FnApiRunner"]
-TEXTS = ["the movie was good", "a quiet room near the station"]
 MODULE = "tests.broken_custom_mechanisms"
-
-
-@pytest.fixture
-def corpus(tmp_path):
-    source = tmp_path / "in.txt"
-    source.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
-    return str(source)
-
-
-def privatize_argv(corpus_path, output, artifact, *extra) -> list:
-    return ["privatize", f"--input={corpus_path}", f"--output={output}", "--epsilon=3", f"--artifact={artifact}",
-            *extra] + RUNNER
 
 
 def one_line(capsys, argv, code, *phrases) -> str:

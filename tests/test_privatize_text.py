@@ -121,9 +121,9 @@ def test_oov_positions_enter_the_layout_when_the_policy_shows_them(small_artifac
 
 def test_unk_marker_is_written_verbatim_and_keep_passes_words_through(small_artifact):
     text = "The ZZQXW was Qqxzv"
-    unk, counts = privatizer(small_artifact, epsilon=1e6, policy="unk", unk="[?]").privatize(
+    unk, counts = privatizer(small_artifact, epsilon=1e6, policy="unk", unk="[UNK]").privatize(
         [text], np.random.default_rng(0))
-    assert unk == ["The [?] was [?]"] and counts["unknown_tokens"] == 2 and counts["changed_tokens"] == 2
+    assert unk == ["The [UNK] was [UNK]"] and counts["unknown_tokens"] == 2 and counts["changed_tokens"] == 2
     kept, counts = privatizer(small_artifact, epsilon=1e6, policy="keep").privatize([text], np.random.default_rng(0))
     assert kept == [text] and counts["unknown_tokens"] == 2 and counts["changed_tokens"] == 0
 

@@ -159,13 +159,14 @@ def usable_name(name) -> bool:
 # this list against the parsers and the signatures. (The command line also checks Beam's own flags:
 # pipelines/custom_flags.py.)
 RESERVED_PARAMETER_NAMES = frozenset("""
-    artifact batch_tokens blas_threads checks corpus corpus_format corpus_text_field coverage delta diagnostics
+    artifact batch_tokens blas_threads checks conformance conformance_draws conformance_mechanisms conformance_words
+    corpus corpus_format corpus_text_field coverage delta diagnostics
     diagnostics_output draws drop_fields epsilon epsilons false_alarm_rate format input inversion_tokens k_threshold
     keep_failed_text keyed label linkage_sizes linkage_window max_failed_fraction max_nw max_record_bytes
     max_text_bytes mc_draws mechanism mechanism_params min_sw no_oov_pairs no_prune oov_policy output overwrite
-    pair_list pairs prior_corpus prior_words progress public_summary records redistribute runner samples seed
+    pair_list pairs power_repeats prior_corpus prior_words progress public_summary records redistribute runner samples seed
     shape_field shard_rows shuffle shuffle_shard_records subsample text_field text_fields threads unk_token
-    user_field verbose word_list words worker
+    user_field verbose word_list words worker help experiment experiments
     """.split())
 PARAMETER_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 

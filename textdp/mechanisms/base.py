@@ -247,6 +247,19 @@ class Mechanism:
         return f"exact {cls.name} values (closed form)"
 
     # --- instance defaults ------------------------------------------------------------------------
+    def input_ids(self, ids):
+        """``ids`` as an int64 array, every id a word of this mechanism's vocabulary (``vocab_size``); ValueError
+        otherwise. The first step of every ``privatize_ids``."""
+        import numpy as np
+
+        ids = np.asarray(ids, dtype=np.int64)
+        size = getattr(self, "vocab_size", None)
+        if size is None:
+            size = int(self.artifact.vocab_size)
+        if len(ids) and (ids.min() < 0 or ids.max() >= size):
+            raise ValueError("word ids out of range for this artifact")
+        return ids
+
     def exact_distribution(self, row, word_id: int):
         """The exact output distribution for input ``word_id`` (``row``: d(w, .) in the mechanism's
         metric, itself 0), or None when the law is known only by sampling (``EXACT_LAW`` False)."""

@@ -305,9 +305,7 @@ class CluSanT(Mechanism):
 
     def privatize_ids(self, ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Release one vocabulary id per input id: a cluster by inverse CDF, then a word of it by inverse CDF."""
-        ids = np.asarray(ids, dtype=np.int64)
-        if len(ids) and (ids.min() < 0 or ids.max() >= self.vocab_size):
-            raise ValueError("word ids out of range for this artifact")
+        ids = self.input_ids(ids)
         out = np.empty(len(ids), dtype=np.int64)
         labels, members = self.clusters["labels"], self.clusters["members"]
         vectors = self.artifact.vectors

@@ -183,9 +183,7 @@ class CusText(Mechanism):
 
     def privatize_ids(self, ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Release one vocabulary id per input id: one inverse-CDF draw over the input's output set."""
-        ids = np.asarray(ids, dtype=np.int64)
-        if len(ids) and (ids.min() < 0 or ids.max() >= self.vocab_size):
-            raise ValueError("word ids out of range for this artifact")
+        ids = self.input_ids(ids)
         out = np.empty(len(ids), dtype=np.int64)
         for start in range(0, len(ids), self.batch):
             chunk = ids[start:start + self.batch]

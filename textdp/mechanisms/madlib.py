@@ -91,7 +91,7 @@ class Madlib(Mechanism):
 
     def privatize_ids(self, ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Release one vocabulary id per input id (a fresh, independent draw for each)."""
-        ids = np.asarray(ids, dtype=np.int64)
+        ids = self.input_ids(ids)
         out = np.empty(len(ids), dtype=np.int64)
         for start in range(0, len(ids), self.batch):
             chunk = ids[start:start + self.batch]

@@ -11,6 +11,7 @@ from typing import Optional
 
 import numpy as np
 
+from textdp.errors import ParameterError
 from textdp.mechanisms.base import Mechanism, Parameter
 from textdp.mechanisms.table_sampler import TableSampler, forward_to_sampler
 
@@ -112,6 +113,18 @@ class TEM(Mechanism):
     def exact_label(cls) -> str:
         return f"exact {cls.TITLE} values"
 
+    @classmethod
+    def check_special(cls, epsilon, artifact=None, gamma=None, beta=DEFAULT_BETA, **keywords) -> None:
+        """A beta so close to 1 that the derived gamma is not positive ((1 - beta)(|W| - 1) <= beta): refused, with
+        the vocabulary's size (the launcher knows it from the manifest), before any worker fails on it."""
+        size = getattr(artifact, "vocab_size", None)
+        if gamma is None and size is not None and int(size) >= 2 and beta is not None and 0 < beta < 1:
+            derived = gamma_from_beta(float(epsilon), int(size), float(beta))
+            if not derived > 0:
+                raise ParameterError(f"beta {beta:g} leaves no truncation: with {int(size):,} words the derived gamma is "
+                                     f"{derived:.3g} (it needs (1 - beta)(|W| - 1) > beta, i.e. beta < "
+                                     f"{(int(size) - 1) / int(size):.7g}); give a smaller --beta or a --gamma")
+
     def __init__(self, artifact, epsilon: float, gamma: Optional[float] = None,
                  beta: float = DEFAULT_BETA, batch: int = 8192):
         from textdp.artifact.neighbours import NeighbourTable, metric_points
@@ -145,9 +158,7 @@ class TEM(Mechanism):
     # sampling ------------------------------------------------------------------------------------
     def privatize_ids(self, ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Release one vocabulary id per input id (independent draws)."""
-        ids = np.asarray(ids, dtype=np.int64)
-        if len(ids) and (ids.min() < 0 or ids.max() >= self.vocab_size):
-            raise ValueError("word ids out of range for this artifact")
+        ids = self.input_ids(ids)
         out = np.empty(len(ids), dtype=np.int64)
         for start in range(0, len(ids), self.batch):
             chunk = ids[start:start + self.batch]
