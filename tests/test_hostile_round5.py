@@ -41,3 +41,20 @@ def test_conformance_flags_without_conformance_are_refused(neighbour_artifact_di
     err = capsys.readouterr().err.strip()
     assert code == 2 and "applies to --conformance only" in err and "\n" not in err
     assert not (tmp_path / "a").exists()
+
+
+@pytest.mark.parametrize("ids, message", [
+    ([], "non-empty"), ([-1], "vocabulary ids"), ([10**30], "vocabulary ids"), ([5000], "0 to 4,999"),
+    (["the"], "integers"), ([True], "integers"), ([1.5], "integers"), ("the", "not a str"), (7, "not a int"),
+    ({1: 2}, "not a dict"), ([[1, 2]], "flat list"),
+])
+def test_santext_plus_sensitive_ids_of_every_odd_kind_are_refused_without_quoting_them(neighbour_artifact_dir,  # noqa: F811
+                                                                                       ids, message):
+    """R5-9: empty, negative, huge, out-of-range, words, booleans, floats, strings, numbers, dicts and nested lists
+    raised raw ValueError/OverflowError/TypeError (one quoting the word) or were accepted silently."""
+    with pytest.raises(textdp.TextdpError, match=message) as caught:
+        textdp.Privatizer(epsilon=3, mechanism="santext+", artifact=neighbour_artifact_dir, sensitive_ids=ids)
+    assert "the'" not in str(caught.value) and "'the" not in str(caught.value)
+    released = textdp.Privatizer(epsilon=3, mechanism="santext+", artifact=neighbour_artifact_dir,
+                                 sensitive_ids=[3, 4, 5], p=1.0).privatize(["the movie was good"], seed=1)
+    assert len(released[0].split()) == 4

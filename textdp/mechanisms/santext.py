@@ -244,9 +244,29 @@ class SanTextPlus(SanText):
                 f"another with probability below {cls.IDENTITY_CHANGE:g}, so every non-sensitive word would be released "
                 "unchanged (give p >= 1e-06, or a larger --sensitive-fraction to sanitize more words always)")
 
+        if sensitive_ids is not None:
+            cls.check_sensitive_ids(sensitive_ids, getattr(artifact, "vocab_size", None))
         if sensitive_ids is None and artifact is not None \
                 and math.floor(float(sensitive_fraction) * int(artifact.vocab_size)) < 1:
             raise ParameterError(f"sensitive_fraction {float(sensitive_fraction):g} selects no word of this vocabulary")
+
+    @staticmethod
+    def check_sensitive_ids(sensitive_ids, vocab_size=None) -> None:
+        """``sensitive_ids``: a non-empty list, tuple or 1-D integer array of vocabulary ids (never a word, a
+        string, a number, a mapping or a boolean). ParameterError naming what was wrong, never quoting a value."""
+        from textdp.errors import ParameterError
+
+        if isinstance(sensitive_ids, (str, bytes, dict)) or not isinstance(sensitive_ids, (list, tuple, np.ndarray)):
+            raise ParameterError(f"sensitive_ids must be a list of vocabulary ids, not a {type(sensitive_ids).__name__}")
+        values = np.asarray(sensitive_ids, dtype=object)
+        if values.ndim != 1 or len(values) == 0:
+            raise ParameterError("sensitive_ids must be a non-empty flat list of vocabulary ids")
+        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in values):
+            raise ParameterError("sensitive_ids must hold integers (vocabulary ids), not words or other values")
+        low, high = min(values), max(values)
+        if low < 0 or (vocab_size is not None and high >= int(vocab_size)):
+            bound = f"0 to {int(vocab_size) - 1:,}" if vocab_size is not None else ">= 0"
+            raise ParameterError(f"sensitive_ids must be vocabulary ids ({bound})")
 
     def __init__(self, artifact, epsilon: float, sensitive_fraction: float = 0.9, p: float = 0.3,
                  sensitive_ids: Optional[Sequence[int]] = None, batch: int = 8192, plus: bool = True):
