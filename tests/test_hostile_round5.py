@@ -58,3 +58,18 @@ def test_santext_plus_sensitive_ids_of_every_odd_kind_are_refused_without_quotin
     released = textdp.Privatizer(epsilon=3, mechanism="santext+", artifact=neighbour_artifact_dir,
                                  sensitive_ids=[3, 4, 5], p=1.0).privatize(["the movie was good"], seed=1)
     assert len(released[0].split()) == 4
+
+
+@pytest.mark.parametrize("content", [
+    '{\n  "text": "the movie was good",\n  "id": 1\n}\n',  # one pretty-printed object
+    '[\n{"text": "the movie was good"},\n{"text": "a quiet room"}\n]\n',  # a short array, one object a line
+])
+def test_json_that_is_not_one_object_per_line_is_refused_before_the_run(tiny_artifact_dir, tmp_path, capsys, content):
+    """R5-7: both shapes passed the format sniff and failed after the whole run (exit 1)."""
+    source = tmp_path / "in.jsonl"
+    source.write_text(content, encoding="utf-8")
+    code = cli_main(["privatize", f"--input={source}", f"--output={tmp_path}/o/x", "--epsilon=5",
+                     f"--artifact={tiny_artifact_dir}"] + RUNNER)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and ("not JSON Lines" in err or "not JSONL" in err), err
+    assert "\n" not in err and "movie" not in err and not (tmp_path / "o").exists()

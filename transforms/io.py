@@ -643,12 +643,16 @@ def check_declared_format(flag: str, paths: Sequence[str], data_format: str) -> 
         parsed = [parse_json_line(text) for text in texts]
         objects = sum(1 for payload, _ in parsed if isinstance(payload, dict))
         json_like = sum(1 for text, (_, problem) in zip(texts, parsed) if problem is None or text.lstrip()[:1] in "{[")
-        if data_format == "jsonl" and texts and not objects and texts[0].lstrip()[:1] == "[":  # not one object a line
-            if texts[0].strip() == "[" or isinstance(parsed[0][0], list):
+        if data_format == "jsonl" and texts and (texts[0].strip() == "[" or (not objects and texts[0].lstrip()[:1] == "[")):
+            if texts[0].strip() == "[" or isinstance(parsed[0][0], list):  # a JSON array (a line "[" is no record)
                 raise TextdpError(f"{flag}: {path} holds a JSON array, not JSON Lines (one JSON object per line): "
                                   f"convert it, e.g. jq -c '.[]' {path} > records.jsonl")
             raise TextdpError(f"{flag}: {path} is not JSONL: none of its first {len(texts)} non-blank line(s) is a JSON "
                               "object (lines starting with [ : is it plain text? give the format text)")
+        if data_format == "jsonl" and texts and not objects and texts[0].lstrip()[:1] == "{" and len(texts) >= 2:
+            raise TextdpError(f"{flag}: {path} is not JSONL: none of its first {len(texts)} non-blank lines is a whole JSON "
+                              "object (one object spread over lines, i.e. pretty-printed JSON?): JSON Lines needs one "
+                              f"object per line, e.g. jq -c . {path} > records.jsonl")
         if data_format == "jsonl" and texts and not json_like:  # broken JSON ("{", "[1,") is the run's to report
             raise TextdpError(f"{flag}: {path} is not JSONL: none of its first {len(texts)} non-blank line(s) is JSON "
                               "or starts like it (is it plain text? give the format text)")
