@@ -31,6 +31,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 import transforms.io as io_module
 from pipelines.privatize import build_pipeline, help_parser, run
 from tests.gcs_emulator import beam_gcs_anonymous, gcs_bucket, gcs_emulator  # noqa: F401 (pytest fixtures)
+from tests.run_outputs import errors_of, privatize, read_lines, summary_of
 from textdp.errors import TextdpError
 from textdp.privacy.summary import FILE_REASONS as SUMMARY_FILE_REASONS
 from transforms.compressed import TruncatedStream, open_decompressed
@@ -45,31 +46,12 @@ PYTHON_TYPE_NAMES = re.compile(r"\b(NoneType|dict|int|float|str|bool|bytes|tuple
 
 # helpers ---------------------------------------------------------------------------------------
 
-def privatize(tmp_path, artifact, *flags, name="out"):
-    """Build and run the privatize pipeline on FnApiRunner; return (result, output prefix)."""
-    output = str(tmp_path / name)
-    argv = ["--runner=FnApiRunner", f"--artifact={artifact}", f"--output={output}", *flags]
-    result = build_pipeline(PipelineOptions(argv)).run()
-    result.wait_until_finish()
-    return result, output
 
 
-def read_lines(pattern):
-    lines = []
-    for path in sorted(glob.glob(pattern)):
-        with open(path, encoding="utf-8") as handle:
-            lines.extend(handle.read().splitlines())
-    return lines
 
 
-def errors_of(output):
-    return sorted((json.loads(line) for line in read_lines(f"{output}-errors-*.jsonl")),
-                  key=lambda e: (e["source"], e["position"]))
 
 
-def summary_of(output):
-    with open(f"{output}-summary.json", encoding="utf-8") as handle:
-        return json.load(handle)
 
 
 def assert_no_canary(output, caplog, capfd, result=None, allow_error_text=False):

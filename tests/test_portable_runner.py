@@ -9,7 +9,6 @@ workers use the LOOPBACK environment (they run inside the submitting process). T
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import signal
@@ -20,6 +19,7 @@ import time
 import pytest
 
 from pipelines import privatize
+from tests.run_outputs import read_lines
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE_TXT = os.path.join(REPO, "examples", "reviews.txt")
@@ -53,12 +53,6 @@ def local_job_service(tmp_path_factory):
         log.close()
 
 
-def read_lines(pattern):
-    lines = []
-    for path in sorted(glob.glob(pattern)):
-        with open(path, encoding="utf-8") as handle:
-            lines.extend(handle.read().splitlines())
-    return lines
 
 
 def test_privatize_on_the_local_portable_job_service(local_job_service, small_artifact_dir, tmp_path, capsys):

@@ -16,6 +16,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
 from pipelines.privatize import PrivatizeOptions, build_pipeline, run
+from tests.run_outputs import privatize, read_lines, summary_of
 from textdp.errors import TextdpError
 from textdp.text.tokenize import Tokenizer
 
@@ -25,26 +26,10 @@ EXAMPLE_JSONL = os.path.join(REPO, "examples", "reviews.jsonl")
 SECRET = "Zyxwvorthington"  # a marker that must never leak from failed records
 
 
-def privatize(tmp_path, small_artifact_dir, *flags, name="out"):
-    """Run the pipeline on FnApiRunner; return (result, output prefix)."""
-    output = str(tmp_path / name)
-    argv = ["--runner=FnApiRunner", f"--artifact={small_artifact_dir}", f"--output={output}", *flags]
-    result = build_pipeline(PipelineOptions(argv)).run()
-    result.wait_until_finish()
-    return result, output
 
 
-def read_lines(pattern):
-    lines = []
-    for path in sorted(glob.glob(pattern)):
-        with open(path, encoding="utf-8") as handle:
-            lines.extend(handle.read().splitlines())
-    return lines
 
 
-def summary_of(output):
-    with open(f"{output}-summary.json", encoding="utf-8") as handle:
-        return json.load(handle)
 
 
 def counter(result, name):
