@@ -7,7 +7,8 @@ privatize and calibrate (docs/audit.md explains every number):
    (plus ``--pair-list`` pairs and two out-of-vocabulary words), against the guarantee the mechanism
    prints; any pair beyond it is a violation, with a false-alarm rate stated for the whole run;
 2. inversion: the Bayes-optimal attacker's top-1 / top-10 recovery of the words of ``--corpus``,
-   per epsilon and frequency band, next to the released-word and prior baselines;
+   per epsilon and frequency band, next to the released-word and prior baselines; and a contextual
+   attacker (bigram language model, forward-backward over whole records; off with --no-contextual);
 3. linkage: how often a released record's likelihood ranks its own source first (top-5) among
    100 / 1,000 / 10,000 original records.
 
