@@ -7,7 +7,8 @@ privatize and calibrate (docs/audit.md explains every number):
    (plus ``--pair-list`` pairs and two out-of-vocabulary words), against the guarantee the mechanism
    prints; any pair beyond it is a violation, with a false-alarm rate stated for the whole run;
 2. inversion: the Bayes-optimal attacker's top-1 / top-10 recovery of the words of ``--corpus``,
-   per epsilon and frequency band, next to the released-word and prior baselines;
+   per epsilon and frequency band, next to the released-word and prior baselines; and a contextual
+   attacker (bigram language model, forward-backward over whole records; off with --no-contextual);
 3. linkage: how often a released record's likelihood ranks its own source first (top-5) among
    100 / 1,000 / 10,000 original records.
 
@@ -166,7 +167,8 @@ def prepare_run(options: PipelineOptions) -> Prepared:
                                    (opts.records, "--records", 1, 10**7),
                                    (opts.inversion_tokens, "--inversion-tokens", 1, 10**8),
                                    (opts.prior_words, "--prior-words", 1, 10**7), (opts.mc_draws, "--mc-draws", 1, 10**8),
-                                   (opts.linkage_window, "--linkage-window", 1, 10**4)):
+                                   (opts.linkage_window, "--linkage-window", 1, 10**4),
+                                   (opts.contextual_candidates, "--contextual-candidates", 1, 1000)):
         if not low <= value <= high:
             raise TextdpError(f"{flag} must be between {low:,} and {high:,} (got {value:,})")
     if not 0 < opts.false_alarm_rate < 1:
@@ -248,6 +250,8 @@ def prepare_run(options: PipelineOptions) -> Prepared:
                        "Monte Carlo: (C(x, y) + 1/N) / (n_x + 1) from the prior's draws and one release of every "
                        "distinct word of the pool windows"),
         "corpus_pattern": opts.corpus,
+        # the contextual attacker's candidate-set size K (None: --no-contextual or no inversion)
+        "contextual_candidates": (None if opts.no_contextual or "inversion" not in checks else int(opts.contextual_candidates)),
     }
     if opts.conformance:
         run_info = {"checks": ["conformance"], "randomness": run_info["randomness"],
@@ -358,8 +362,10 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
             text_fields=prepared.text_fields, max_record_bytes=DEFAULT_MAX_RECORD_BYTES, records=opts.records,
             inversion_tokens=opts.inversion_tokens, prior_corpus=opts.prior_corpus, prior_words=opts.prior_words,
             vocab_size=int(prepared.manifest["vocab_size"]), closed_form=closed_form(config.mechanism),
-            run_inversion="inversion" in checks, run_linkage="linkage" in checks)
+            run_inversion="inversion" in checks, run_linkage="linkage" in checks,
+            contextual=prepared.run_info.get("contextual_candidates"))
         inversion_rows, linkage_rows = attacks["inversion"], attacks["linkage"]
+        contextual_rows, language_model = attacks["contextual"], attacks["language_model"]
         monte_carlo, corpus, read_counts = attacks["monte_carlo"], attacks["corpus"], attacks["read_counts"]
         if "inversion" in checks:
             _ = inversion_rows | "WriteInversion" >> beam.io.WriteToParquet(
@@ -372,12 +378,14 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
     else:
         inversion_rows, linkage_rows = empty("NoInversion"), empty("NoLinkage")
         monte_carlo, corpus, read_counts = empty("NoMonteCarlo"), empty("NoCorpus"), empty("NoReadCounts")
+        contextual_rows, language_model = empty("NoContextual"), empty("NoLanguageModel")
     _ = (pipeline
          | "ReportTrigger" >> beam.Create([None])
          | "Report" >> beam.ParDo(WriteAuditOutputs(handle, config, output, prepared.run_info, worker),
                                   beam.pvalue.AsList(check_rows), beam.pvalue.AsList(inversion_rows),
                                   beam.pvalue.AsList(linkage_rows), beam.pvalue.AsList(monte_carlo),
-                                  beam.pvalue.AsList(corpus), beam.pvalue.AsList(read_counts)))
+                                  beam.pvalue.AsList(corpus), beam.pvalue.AsList(read_counts),
+                                  beam.pvalue.AsList(contextual_rows), beam.pvalue.AsList(language_model)))
     return pipeline
 
 
@@ -403,11 +411,13 @@ def report_lines(output: str) -> List[str]:
     if summary.get("self_check"):
         lines.append(summary["self_check"]["message"])
     inversion = (summary.get("inversion") or {}).get("per_epsilon") or {}
+    contextual = summary.get("contextual_inversion") or {}
     for eps, entry in inversion.items():
         overall = entry["overall"]
         lines.append(f"inversion at epsilon {eps}: top-1 {overall['top1']['rate']:.3f}, top-10 "
                      f"{overall['top10']['rate']:.3f} (released word itself {overall['released']['rate']:.3f}) "
                      f"of {entry['tokens']:,} tokens")
+        lines += contextual_lines(contextual, eps)
     linkage = (summary.get("linkage") or {}).get("per_epsilon") or {}
     for eps, entry in linkage.items():
         parts = ", ".join(f"{int(size):,}: {e['top1']['rate']:.3f}" for size, e in entry.items())
@@ -419,6 +429,20 @@ def report_lines(output: str) -> List[str]:
     lines.append(f"report: {output}/{CONFORMANCE_FILE}" if "conformance" in summary.get("checks", ()) else
                  f"report: {output}/report.html")
     return lines
+
+
+def contextual_lines(contextual: dict, eps: str) -> List[str]:
+    """The contextual attacker's line at one epsilon, beside the context-free one's on the same releases."""
+    entry = (contextual.get("per_epsilon") or {}).get(eps)
+    if not entry or not entry["tokens"]:
+        return []
+    overall, same = entry["overall"], contextual["same_releases_context_free"][eps]
+    model = contextual["model"]
+    return [f"contextual inversion at epsilon {eps}: top-1 {overall['top1']['rate']:.3f}, top-10 "
+            f"{overall['top10']['rate']:.3f} of {entry['tokens']:,} tokens in whole records (context-free on the same "
+            f"releases: top-1 {same['top1']['rate']:.3f}, top-10 {same['top10']['rate']:.3f}); bigram model from "
+            f"{model['training_tokens']:,} training tokens, {model['candidates_K']} candidates per word: a lower bound "
+            "for an attacker with a better language model"]
 
 
 def prepare(options: PipelineOptions) -> Plan:

@@ -460,6 +460,14 @@ class AuditOptions(PipelineOptions):
             help="the prior keeps its this many most probable words (the attacker's candidates); default 50,000. "
                  "Closed-form mechanisms cost one pass over the vocabulary per candidate")
         parser.add_argument(
+            "--no-contextual", "--no_contextual", dest="no_contextual", action="store_true", default=False,
+            help="inversion: skip the contextual attacker (a bigram language model over the released word order, "
+                 "forward-backward over each record; summary key contextual_inversion)")
+        parser.add_argument(
+            "--contextual-candidates", "--contextual_candidates", dest="contextual_candidates", type=int, default=50,
+            help="inversion: the contextual attacker considers, per word, the K most probable inputs under the "
+                 "context-free posterior plus the released word; default 50")
+        parser.add_argument(
             "--mc-draws", "--mc_draws", dest="mc_draws", type=int, default=200000,
             help="mechanisms without a closed form (Madlib): releases of prior-drawn words per epsilon from which "
                  "the attacker's posterior is estimated; default 200,000")

@@ -11,6 +11,12 @@ Stages, each parallel over its own unit of work:
   the pool windows' tokens (the linkage table), in chunks; ``BuildTables`` merges them per epsilon.
 * ``InvertFn``: a chunk of evaluated tokens at one epsilon -> releases -> the attacker's guesses ->
   success counts per frequency band (summed per epsilon and band).
+* ``CountBigramsFn`` / ``training_bigrams``: the contextual attacker's training text (the reference
+  corpus, or the records of ``--corpus`` after the evaluated ones) -> sparse bigram counts, merged by
+  ``MergeBigrams`` into one ``BigramLM`` (``textdp.audit.contextual``).
+* ``ContextualFn``: a chunk of whole evaluated records at one epsilon -> releases -> candidate sets
+  from the context-free posterior -> forward-backward under the bigram model -> success counts per
+  band (with the context-free attacker's on the same releases).
 * ``LinkFn``: a chunk of queries at one epsilon -> released windows -> likelihood of every pool
   record -> the expected top-k success in each nested set, and whether the layout alone is unique.
 """
@@ -37,6 +43,15 @@ from textdp.audit.attacks import (
     rank_band,
     structure_unique,
 )
+from textdp.audit.contextual import (
+    BigramLM,
+    contextual_attack,
+    kernel_emission,
+    merge_bigrams,
+    record_bigrams,
+    runs_of,
+    table_emission,
+)
 from textdp.audit.corpus import LogZLookup, encode_record, kernel_log_likelihood, linkage_scores, nested_order, record_key, release_keys
 from textdp.audit.pairs import TokenReleaser
 from textdp.text.tokenize import Tokenizer
@@ -46,6 +61,7 @@ TOKEN_CHUNK = 4000
 QUERY_CHUNK = 50
 WORD_CHUNK = 512
 DRAW_CHUNK = 20000
+CONTEXT_CHUNK = 1000  # vocabulary tokens of whole records per contextual work item
 
 
 class _TokenizingFn(beam.DoFn):
@@ -88,6 +104,64 @@ class CountPriorWordsFn(_TokenizingFn):
         words, counts = np.unique(ids[ids >= 0], return_counts=True)
         for word, count in zip(words.tolist(), counts.tolist()):
             yield word, count
+
+
+class CountBigramsFn(_TokenizingFn):
+    """Reference-corpus records -> (bigram keys, counts, vocabulary tokens) per record (the contextual LM's text)."""
+
+    def __init__(self, shared_handle, config: AuditConfig, text_fields, vocab_size: int):
+        super().__init__(shared_handle, config, text_fields)
+        self.vocab_size = int(vocab_size)
+
+    def process(self, record):
+        ids = np.asarray(self._tokenizer.tokenize(self._text(record[2])).ids, dtype=np.int64)
+        keys, counts = record_bigrams(ids, self.vocab_size)
+        yield keys, counts, int((ids >= 0).sum())
+
+
+def training_bigrams(encoded, plan, vocab_size: int):
+    """An encoded --corpus record (order key, word keys, layout) -> its bigrams when it is not attacked (its
+    order key is above every evaluated record's), else nothing."""
+    key, ids, _ = encoded
+    if plan.eval_key_max is not None and key <= plan.eval_key_max:
+        return
+    ids = np.asarray(ids, dtype=np.int64)
+    keys, counts = record_bigrams(ids, vocab_size)
+    yield keys, counts, int((ids >= 0).sum())
+
+
+class MergeBigrams(beam.CombineFn):
+    """(keys, counts, tokens) per record -> one sparse table and the token total (compacted as it grows)."""
+
+    COMPACT = 2_000_000
+
+    def create_accumulator(self):
+        return [], 0, 0
+
+    def add_input(self, accumulator, element):
+        parts, size, tokens = accumulator
+        keys, counts, count = element
+        parts.append((np.asarray(keys, dtype=np.int64), np.asarray(counts, dtype=np.int64)))
+        size += len(keys)
+        if size > self.COMPACT and len(parts) > 1:
+            merged = merge_bigrams(parts)
+            parts, size = [merged], len(merged[0])
+        return parts, size, tokens + int(count)
+
+    def merge_accumulators(self, accumulators):
+        accumulators = list(accumulators)
+        merged = merge_bigrams([part for parts, _, _ in accumulators for part in parts])
+        return [merged], len(merged[0]), sum(tokens for _, _, tokens in accumulators)
+
+    def extract_output(self, accumulator):
+        parts, _, tokens = accumulator
+        keys, counts = merge_bigrams(parts)
+        return keys, counts, tokens
+
+
+def build_language_model(merged, prior: Prior, vocab_size: int, source: str) -> BigramLM:
+    keys, counts, tokens = merged
+    return BigramLM.from_counts(keys, counts, prior, vocab_size, tokens, source)
 
 
 class _Worker(beam.DoFn):
@@ -234,6 +308,57 @@ class InvertFn(_Worker):
         if key not in self._cache:
             self._cache[key] = tables[("inversion", float(epsilon))].guesses(prior)
         return self._cache[key]
+
+
+class ContextualFn(InvertFn):
+    """(epsilon, chunk index, whole records' word keys) -> ((epsilon, band), success counts) of the contextual
+    attacker, with ``cf_top1`` / ``cf_top10``: the context-free attacker's on the same releases."""
+
+    def __init__(self, shared_handle, config: AuditConfig, worker=None, candidates: int = 50):
+        super().__init__(shared_handle, config, worker)
+        self.candidates = int(candidates)
+
+    def process(self, element, prior: Prior, normalizers, tables, lm: BigramLM):
+        epsilon, index, sequences = element
+        pieces, runs, start = [], [], 0
+        for keys in sequences:
+            keys = np.asarray(keys, dtype=np.int64)
+            for low, high in runs_of(keys):
+                pieces.append(keys[low:high])
+                runs.append((start, start + high - low))
+                start += high - low
+        if not pieces:
+            return
+        tokens = np.concatenate(pieces)
+        mechanism = self.mechanism(epsilon)
+        rng = self.rng_for("contextual", epsilon, index)
+        outputs = self.releaser().release_many(mechanism, tokens, rng)
+        self.count(draws=len(tokens))
+        prior_top = prior.top(TOP_K)
+        kernel = kernel_of(mechanism)
+        distinct, inverse = np.unique(outputs, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        if kernel is not None:
+            posterior = self._posterior(epsilon, kernel, prior, normalizers)
+            ranked = posterior.top_guesses(distinct, k=self.candidates)[inverse]
+            emission = kernel_emission(posterior)
+        else:
+            key = ("guesses", epsilon, id(tables), self.candidates)
+            if key not in self._cache:
+                self._cache[key] = tables[("inversion", float(epsilon))].guesses(prior, k=self.candidates)
+            ranked = fill_guesses(self._cache[key], distinct, prior.top(self.candidates), k=self.candidates)[inverse]
+            emission = table_emission(tables[("inversion", float(epsilon))])
+        guesses = contextual_attack(lm, ranked, outputs, runs, emission, k=TOP_K)
+        self.count(contextual_tokens=len(tokens))
+        outcomes = inversion_outcomes(tokens, outputs, guesses, prior_top, prior)
+        outcomes["cf_top1"] = ranked[:, 0] == tokens
+        outcomes["cf_top10"] = (ranked[:, :TOP_K] == tokens[:, None]).any(axis=1)
+        bands = rank_band(tokens)
+        for band in np.unique(bands):
+            mask = bands == band
+            counts = {name: int(value[mask].sum()) for name, value in outcomes.items()}
+            counts["tokens"] = int(mask.sum())
+            yield (float(epsilon), int(band)), counts
 
 
 class LinkFn(_Worker):

@@ -10,6 +10,7 @@ import pyarrow as pa
 from apache_beam.io.filesystems import FileSystems
 
 from textdp.audit.attacks import BAND_LABELS, mcdiarmid_margin, summarise_inversion
+from textdp.audit.contextual import log_emission_note, paired_rates
 from textdp.audit.report import DEFINITIONS, REPORT, build_report_files, summarise_linkage
 from textdp.audit.selfcheck import summarise_self_check
 from textdp.mechanisms import statement_of
@@ -71,7 +72,8 @@ class WriteAuditOutputs(beam.DoFn):
     def setup(self):
         self._state.setup()
 
-    def process(self, _, self_check_rows, inversion_rows, linkage_rows, monte_carlo, corpus, read_counts):
+    def process(self, _, self_check_rows, inversion_rows, linkage_rows, monte_carlo, corpus, read_counts,
+                contextual_rows=(), language_model=()):
         config, info = self.config, self.run_info
         artifact = self._state.value.artifact
         mechanisms = {eps: config.build_mechanism(artifact, eps) for eps in config.epsilons}
@@ -108,6 +110,8 @@ class WriteAuditOutputs(beam.DoFn):
                     f"with probability {1 - MC_DELTA:g} for inputs drawn from the prior (plug-in estimate plus "
                     "McDiarmid's margin sqrt(ln(1/delta) / 2S))")
             summary["inversion"] = inversion
+            if language_model:  # the contextual attacker ran (not --no-contextual)
+                summary["contextual_inversion"] = contextual_summary(info, language_model[0], contextual_rows)
         if "linkage" in info["checks"] and corpus:
             summary["linkage"] = {"likelihood": info["likelihood"], "window_words": config.window,
                                   "per_epsilon": summarise_linkage(linkage_rows)}
@@ -120,6 +124,19 @@ class WriteAuditOutputs(beam.DoFn):
             _write_bytes(f"{self.output_dir}/{name}", data, "image/png" if name.endswith(".png") else "text/html")
         write_json(f"{self.output_dir}/{SUMMARY_FILE}", summary)
         yield summary.get("self_check", {}).get("status", "done")
+
+
+def contextual_summary(info: dict, model: dict, rows) -> dict:
+    """summary["contextual_inversion"]: the shape of summary["inversion"] (prior, posterior, per_epsilon), the
+    language model, and the context-free attacker's rates on the very releases the contextual one saw."""
+    closed = info["posterior"].startswith("exact")
+    return {"prior": info["prior"],
+            "posterior": ("forward-backward over each run of released in-vocabulary words: a bigram language model as "
+                          f"the transition prior, emissions {log_emission_note(closed)}, over {model['candidates_K']} "
+                          "candidates per position plus the released word"),
+            "model": model,
+            "per_epsilon": summarise_inversion(rows),
+            "same_releases_context_free": paired_rates(rows)}
 
 
 def monte_carlo_info(element) -> Optional[tuple]:

@@ -18,19 +18,25 @@ import numpy as np
 from textdp.audit.attacks import Prior
 from textdp.audit.corpus import plan_corpus
 from transforms.audit_attacks import (
+    CONTEXT_CHUNK,
     DRAW_CHUNK,
     QUERY_CHUNK,
     TOKEN_CHUNK,
     WORD_CHUNK,
     ConcatPairs,
+    ContextualFn,
+    CountBigramsFn,
     CountPriorWordsFn,
     EncodeRecordFn,
     InvertFn,
     LinkFn,
     LogNormalizersFn,
     McDrawsFn,
+    MergeBigrams,
+    build_language_model,
     chunks,
     table_from,
+    training_bigrams,
 )
 from transforms.audit_common import AuditConfig
 from transforms.audit_outputs import inversion_row, monte_carlo_info
@@ -71,6 +77,22 @@ def _token_items(plan, config: AuditConfig):
             yield float(eps), index, chunk
 
 
+def _sequence_items(plan, config: AuditConfig):
+    """Whole evaluated records in chunks of about CONTEXT_CHUNK vocabulary tokens, for every epsilon."""
+    groups, current, size = [], [], 0
+    for keys in plan.eval_sequences:
+        current.append(keys)
+        size += int((keys >= 0).sum())
+        if size >= CONTEXT_CHUNK:
+            groups.append(current)
+            current, size = [], 0
+    if current:
+        groups.append(current)
+    for eps in config.epsilons:
+        for index, group in enumerate(groups):
+            yield float(eps), index, group
+
+
 def _query_items(plan, config: AuditConfig):
     for eps in config.epsilons:
         for index, chunk in chunks(plan.query_rows, QUERY_CHUNK):
@@ -89,11 +111,14 @@ def _prior_from_counts(pairs, prior_words: int, source: str, vocab_size: int) ->
 
 
 class Attacks(beam.PTransform):
-    """PBegin -> {'inversion', 'linkage', 'monte_carlo', 'corpus', 'read_counts'}."""
+    """PBegin -> {'inversion', 'contextual', 'language_model', 'linkage', 'monte_carlo', 'corpus', 'read_counts'}.
+
+    ``contextual``: the contextual attacker's candidate-set size K, or None (not run)."""
 
     def __init__(self, shared_handle, config: AuditConfig, worker, *, corpus: str, corpus_format: str, text_fields,
                  max_record_bytes: int, records: int, inversion_tokens: int, prior_corpus: Optional[str],
-                 prior_words: int, vocab_size: int, closed_form: bool, run_inversion: bool, run_linkage: bool):
+                 prior_words: int, vocab_size: int, closed_form: bool, run_inversion: bool, run_linkage: bool,
+                 contextual: Optional[int] = None):
         super().__init__()
         self._handle = shared_handle
         self.config = config
@@ -103,6 +128,7 @@ class Attacks(beam.PTransform):
         self.records, self.inversion_tokens = records, inversion_tokens
         self.prior_corpus, self.prior_words, self.vocab_size = prior_corpus, prior_words, vocab_size
         self.closed_form, self.run_inversion, self.run_linkage = closed_form, run_inversion, run_linkage
+        self.contextual = contextual if run_inversion else None
 
     def expand(self, pbegin):
         config, handle, worker = self.config, self._handle, self.worker
@@ -110,8 +136,8 @@ class Attacks(beam.PTransform):
                                                      self.max_record_bytes)
         # a few more than the largest set: records shorter than the window are left out of the pool
         wanted = max(self.records, int(max(config.linkage_sizes) * 1.05) + 10 if self.run_linkage else 0)
-        plan = (read["records"]
-                | "Encode" >> beam.ParDo(EncodeRecordFn(handle, config, self.text_fields))
+        encoded = read["records"] | "Encode" >> beam.ParDo(EncodeRecordFn(handle, config, self.text_fields))
+        plan = (encoded
                 | "Sample" >> beam.combiners.Top.Of(wanted, key=lambda element: element[0], reverse=True)
                 | "Plan" >> beam.Map(_plan, config, self.records, self.inversion_tokens))
         read_counts = (
@@ -123,12 +149,14 @@ class Attacks(beam.PTransform):
             prior_read = pbegin | "ReadPriorCorpus" >> ReadRecords(self.prior_corpus, self.corpus_format,
                                                                     self.text_fields, self.max_record_bytes)
             source = f"word frequencies of the reference corpus {self.prior_corpus}"
-            prior = (prior_read["records"]
+            prior_records = prior_read["records"]
+            prior = (prior_records
                      | "CountPriorWords" >> beam.ParDo(CountPriorWordsFn(handle, config, self.text_fields))
                      | "SumPriorWords" >> beam.CombinePerKey(sum)
                      | "GatherPrior" >> beam.combiners.ToList()
                      | "Prior" >> beam.Map(_prior_from_counts, self.prior_words, source, self.vocab_size))
         else:
+            prior_records = None
             prior = (pbegin | "PriorSeed" >> beam.Create([None])
                      | "Prior" >> beam.Map(lambda _, v, n: Prior.by_rank(v, n), self.vocab_size, self.prior_words))
         prior_side = beam.pvalue.AsSingleton(prior)
@@ -164,6 +192,11 @@ class Attacks(beam.PTransform):
                          | "InversionRows" >> beam.Map(inversion_row))
         else:
             inversion = pbegin | "NoInversion" >> beam.Create([])
+        if self.contextual:
+            contextual, language_model = self._contextual(encoded, plan, prior_records, prior_side, normalizer_side,
+                                                          tables_side)
+        else:
+            contextual, language_model = pbegin | "NoContextual" >> beam.Create([]), empty
         if self.run_linkage:
             linkage = (plan
                        | "QueryItems" >> beam.FlatMap(_query_items, config)
@@ -173,6 +206,31 @@ class Attacks(beam.PTransform):
         else:
             linkage = pbegin | "NoLinkage" >> beam.Create([])
         corpus = plan | "DescribeCorpus" >> beam.Map(lambda p: p.describe())
-        return {"inversion": inversion, "linkage": linkage, "monte_carlo": monte_carlo, "corpus": corpus,
+        return {"inversion": inversion, "contextual": contextual, "language_model": language_model,
+                "linkage": linkage, "monte_carlo": monte_carlo, "corpus": corpus,
                 "read_counts": read_counts}
 
+    def _contextual(self, encoded, plan, prior_records, prior_side, normalizer_side, tables_side):
+        """The contextual attacker: its bigram model from the reference corpus (or the records of --corpus that
+        are not attacked), then whole evaluated records inverted by forward-backward."""
+        config, handle, worker = self.config, self._handle, self.worker
+        if prior_records is not None:
+            bigrams = prior_records | "CountBigrams" >> beam.ParDo(CountBigramsFn(handle, config, self.text_fields,
+                                                                          self.vocab_size))
+            source = f"the reference corpus {self.prior_corpus}"
+        else:
+            bigrams = encoded | "CountBigrams" >> beam.FlatMap(training_bigrams, beam.pvalue.AsSingleton(plan),
+                                                                self.vocab_size)
+            source = f"the records of {self.corpus} that are not attacked (disjoint from the evaluated records)"
+        language_model = (bigrams
+                          | "MergeBigrams" >> beam.CombineGlobally(MergeBigrams())
+                          | "LanguageModel" >> beam.Map(build_language_model, prior_side, self.vocab_size, source))
+        contextual = (plan
+                      | "SequenceItems" >> beam.FlatMap(_sequence_items, config)
+                      | "SpreadSequences" >> beam.Reshuffle()
+                      | "Contextual" >> beam.ParDo(ContextualFn(handle, config, worker, self.contextual), prior_side,
+                                                   normalizer_side, tables_side, beam.pvalue.AsSingleton(language_model))
+                      | "SumContextualBands" >> beam.CombinePerKey(SumCounts())
+                      | "ContextualRows" >> beam.Map(inversion_row))
+        described = language_model | "DescribeModel" >> beam.Map(lambda lm, k: lm.describe(k), self.contextual)
+        return contextual, described

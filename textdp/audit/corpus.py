@@ -12,7 +12,10 @@ seed when one is given); the first ``records`` are the *evaluated* records: thei
 tokens are the inversion attack's targets (a uniform sample of ``inversion_tokens`` of them when
 there are more), and those with at least ``window`` words are the linkage *queries*. The linkage
 *pool* is every planned record with at least ``window`` words (queries included); a query's set of
-size n is its own source and n - 1 other pool records in a random order.
+size n is its own source and n - 1 other pool records in a random order. The contextual attacker
+(``textdp.audit.contextual``) attacks whole evaluated records, taken in the same random order until
+they hold ``inversion_tokens`` vocabulary words; without ``--prior-corpus`` its language model is
+trained on the records after the evaluated ones (order key above ``eval_key_max``), never on them.
 """
 
 from __future__ import annotations
@@ -62,6 +65,8 @@ class CorpusPlan:
     query_rows: np.ndarray         # pool rows that are queries (evaluated records with a full window)
     records_read: int
     window: int
+    eval_sequences: tuple = ()     # word keys of whole evaluated records (the contextual attacker's targets)
+    eval_key_max: Optional[int] = None  # largest order key of an evaluated record (later records are not attacked)
 
     def window_vocab_words(self) -> np.ndarray:
         keys = self.pool_windows.ravel()
@@ -73,7 +78,9 @@ class CorpusPlan:
                 "inversion_tokens_available": int(self.eval_token_total),
                 "evaluated_unknown_tokens": int(self.eval_unknown_tokens),
                 "linkage_pool_records": int(len(self.pool_windows)),
-                "linkage_queries": int(len(self.query_rows)), "linkage_window_words": int(self.window)}
+                "linkage_queries": int(len(self.query_rows)), "linkage_window_words": int(self.window),
+                "contextual_records": int(len(self.eval_sequences)),
+                "contextual_tokens": int(sum(int((s >= 0).sum()) for s in self.eval_sequences))}
 
 
 def plan_corpus(records: Sequence[tuple], evaluated: int, window: int, inversion_tokens: Optional[int],
@@ -85,6 +92,13 @@ def plan_corpus(records: Sequence[tuple], evaluated: int, window: int, inversion
     all_keys = np.concatenate(keys) if keys else np.empty(0, np.int64)
     vocab_tokens = all_keys[all_keys >= 0]
     sample = vocab_tokens
+    sequences, taken = [], 0  # whole records, in the random order, until they hold inversion_tokens vocabulary words
+    for ids in keys:
+        if inversion_tokens is not None and taken >= inversion_tokens:
+            break
+        if (ids >= 0).any():
+            sequences.append(ids)
+            taken += int((ids >= 0).sum())
     if inversion_tokens is not None and len(vocab_tokens) > inversion_tokens:
         sample = vocab_tokens[np.sort(rng.choice(len(vocab_tokens), inversion_tokens, replace=False))]
     windows, layouts, queries = [], [], []
@@ -100,7 +114,8 @@ def plan_corpus(records: Sequence[tuple], evaluated: int, window: int, inversion
         eval_unknown_tokens=int((all_keys < 0).sum()), eval_records=len(chosen),
         pool_windows=np.array(windows, dtype=np.int64).reshape(len(windows), window),
         pool_layouts=np.array(layouts, dtype=np.int64), query_rows=np.array(queries, dtype=np.int64),
-        records_read=len(ordered), window=int(window))
+        records_read=len(ordered), window=int(window), eval_sequences=tuple(sequences),
+        eval_key_max=int(chosen[-1][0]) if chosen else None)
 
 
 def release_keys(mechanism, keys: np.ndarray, oov_policy: str, vocab_size: int, rng: np.random.Generator,

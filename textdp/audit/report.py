@@ -39,6 +39,11 @@ DEFINITIONS = {
     "top-1 / top-10 recovery": "the share of a real corpus's word tokens whose input word the Bayes-optimal attacker "
                                "(knowing the mechanism and the prior) names as its first guess / among its ten "
                                "guesses after seeing the released word.",
+    "contextual top-1 / top-10": "the same shares for an attacker that also reads the released word order: a bigram "
+                                 "language model trained on public text as the prior of each word given the previous "
+                                 "one, forward-backward over each released record, its guesses among the context-free "
+                                 "attacker's K most probable words plus the released word. A lower bound on what an "
+                                 "attacker with a better language model achieves.",
     "released-word baseline": "the share of tokens released unchanged: what an attacker gets by simply believing the "
                               "released word (N_w averaged over the corpus's words).",
     "word in the prior": "the share of tokens whose word the attacker's prior contains at all: the attacker never "
@@ -112,8 +117,10 @@ def self_check_png(rows: Sequence[dict], false_alarm_rate: float) -> bytes:
     return _png(figure)
 
 
-def inversion_png(inversion: dict) -> bytes:
+def inversion_png(inversion: dict, contextual: Optional[dict] = None) -> bytes:
+    """Context-free rates (and the contextual attacker's, when given: same axes, extra series) against epsilon."""
     eps = [float(e) for e in inversion]
+    contextual = contextual or {}
     figure = Figure(figsize=(11, 4), constrained_layout=True)
     left = figure.add_subplot(1, 2, 1)
     for key, label, style in (("top1", "attacker top-1", "o-"), ("top10", "attacker top-10", "s-"),
@@ -121,6 +128,10 @@ def inversion_png(inversion: dict) -> bytes:
                               ("prior_top10", "prior top-10", "-.")):
         values = [inversion[e]["overall"][key]["rate"] for e in inversion]
         left.plot(eps, values, style, label=label)
+    for key, label, style in (("top1", "contextual attacker top-1", "o--"), ("top10", "contextual attacker top-10", "s--")):
+        values = [(contextual.get(e) or {}).get("overall", {}).get(key, {}).get("rate") for e in inversion]
+        if any(v is not None for v in values):
+            left.plot(eps, [np.nan if v is None else v for v in values], style, label=label)
     left.set_xlabel("epsilon")
     left.set_ylabel("share of tokens recovered")
     left.set_ylim(0, 1)
@@ -130,12 +141,17 @@ def inversion_png(inversion: dict) -> bytes:
     for label in BAND_LABELS:
         values = [inversion[e]["bands"].get(label, {}).get("top1", {}).get("rate") for e in inversion]
         if any(v is not None for v in values):
-            right.plot(eps, [np.nan if v is None else v for v in values], "o-", label=label)
+            line, = right.plot(eps, [np.nan if v is None else v for v in values], "o-", label=label)
+            values = [(contextual.get(e) or {}).get("bands", {}).get(label, {}).get("top1", {}).get("rate")
+                      for e in inversion]
+            if any(v is not None for v in values):
+                right.plot(eps, [np.nan if v is None else v for v in values], "o--", color=line.get_color(),
+                           label=f"{label}, contextual")
     right.set_xlabel("epsilon")
     right.set_ylabel("top-1 recovery")
     right.set_ylim(0, 1)
     right.legend(fontsize=8, title="input word's frequency rank")
-    right.set_title("Inversion by frequency band")
+    right.set_title("Inversion by frequency band" + (" (dashed: contextual)" if contextual else ""))
     return _png(figure)
 
 
@@ -201,19 +217,25 @@ def _self_check_html(check: dict) -> str:
             f"<p>{_e(check['method'])}</p><p>Guarantee of a pair: {_e(check.get('bound', ''))}</p>")
 
 
-def _inversion_html(inv: dict) -> str:
+def _inversion_html(inv: dict, contextual: Optional[dict] = None) -> str:
     if not inv:
         return "<p>Not run (not in --checks, or no --corpus given).</p>"
-    head = ("<tr><th>epsilon</th><th class='l'>input words</th><th>tokens</th><th>attacker top-1</th>"
-            "<th>attacker top-10</th><th>released word</th><th>prior top-1</th><th>prior top-10</th>"
-            "<th>word in the prior</th></tr>")
+    contextual = contextual or {}
+    head = ("<tr><th>epsilon</th><th class='l'>attacker</th><th class='l'>input words</th><th>tokens</th>"
+            "<th>attacker top-1</th><th>attacker top-10</th><th>released word</th><th>prior top-1</th>"
+            "<th>prior top-10</th><th>word in the prior</th></tr>")
     body = []
     for eps, entry in inv["per_epsilon"].items():
-        groups = [("all", {"tokens": entry["tokens"], **entry["overall"]})] + list(entry["bands"].items())
-        for label, e in groups:
-            body.append(f"<tr><td>{_e(eps)}</td><td class='l'>{_e(label)}</td><td>{e['tokens']:,}</td>"
-                        + "".join(f"<td>{_rate(e.get(k))}</td>" for k in ("top1", "top10", "released", "prior_top1",
-                                                                          "prior_top10", "in_prior")) + "</tr>")
+        attackers = [("context-free", entry)]
+        if (contextual.get("per_epsilon") or {}).get(eps):
+            attackers.append(("contextual", contextual["per_epsilon"][eps]))
+        for attacker, part in attackers:
+            groups = [("all", {"tokens": part["tokens"], **part["overall"]})] + list(part["bands"].items())
+            for label, e in groups:
+                body.append(f"<tr><td>{_e(eps)}</td><td class='l'>{_e(attacker)}</td><td class='l'>{_e(label)}</td>"
+                            f"<td>{e['tokens']:,}</td>"
+                            + "".join(f"<td>{_rate(e.get(k))}</td>" for k in ("top1", "top10", "released", "prior_top1",
+                                                                              "prior_top10", "in_prior")) + "</tr>")
     mc = ""
     if inv.get("monte_carlo"):
         mc_rows = "".join(
@@ -223,7 +245,26 @@ def _inversion_html(inv: dict) -> str:
               f"probability {1 - inv['monte_carlo_delta']:g})</h3><table><tr><th>epsilon</th><th>draws</th>"
               f"<th>top-1 at most</th><th>top-10 at most</th></tr>{mc_rows}</table>")
     return (f"<p>Prior: {_e(inv['prior'])}. Posterior: {_e(inv['posterior'])}.</p>"
-            f"<table>{head}{''.join(body)}</table><p>Rates with 95% Clopper-Pearson intervals.</p>{mc}")
+            f"<table>{head}{''.join(body)}</table><p>Rates with 95% Clopper-Pearson intervals.</p>{mc}"
+            f"{_contextual_html(contextual)}")
+
+
+def _contextual_html(contextual: dict) -> str:
+    """What the contextual attacker is, and the context-free attacker's rates on the releases it saw."""
+    if not contextual:
+        return "<p>The contextual attacker was not run (--no-contextual).</p>"
+    model = contextual["model"]
+    same = "".join(f"<tr><td>{_e(eps)}</td><td>{e['tokens']:,}</td><td>{_rate(e['top1'])}</td><td>{_rate(e['top10'])}</td>"
+                   f"<td>{_rate(contextual['per_epsilon'][eps]['overall']['top1'])}</td>"
+                   f"<td>{_rate(contextual['per_epsilon'][eps]['overall']['top10'])}</td></tr>"
+                   for eps, e in contextual["same_releases_context_free"].items())
+    return (f"<h3>Contextual attacker</h3><p>{_e(contextual['posterior'])}. Language model: order {model['order']}, "
+            f"{_e(model['smoothing'])} (discount {_f(model['discount'])}), trained on {model['training_tokens']:,} tokens "
+            f"of {_e(model['training_text'])}. Approximation: {_e(model['approximation'])} Its rates are "
+            f"{_e(model['bound'])}.</p><p>It attacks whole records (tokens counted: every in-vocabulary word of the "
+            "records it attacked), so its rows count other tokens than the context-free rows; on the very same "
+            "releases the two attackers score:</p><table><tr><th>epsilon</th><th>tokens</th><th>context-free top-1</th>"
+            f"<th>context-free top-10</th><th>contextual top-1</th><th>contextual top-10</th></tr>{same}</table>")
 
 
 def _linkage_html(link: dict) -> str:
@@ -265,7 +306,7 @@ def render_html(summary: dict, images: Sequence[str]) -> str:
 {_self_check_html(check)}
 <h2>2. Inversion: can an attacker recover the original word?</h2>
 {img.get(INVERSION_PNG, '')}
-{_inversion_html(summary.get('inversion') or {})}
+{_inversion_html(summary.get('inversion') or {}, summary.get('contextual_inversion'))}
 <h2>3. Record linkage: does a released record point back to its source?</h2>
 {img.get(LINKAGE_PNG, '')}
 {_linkage_html(summary.get('linkage') or {})}
@@ -281,7 +322,8 @@ def build_report_files(summary: dict, self_check_rows: Sequence[dict]) -> Dict[s
     if summary.get("self_check"):
         files[SELF_CHECK_PNG] = self_check_png(self_check_rows, summary["self_check"]["false_alarm_rate"])
     if summary.get("inversion"):
-        files[INVERSION_PNG] = inversion_png(summary["inversion"]["per_epsilon"])
+        files[INVERSION_PNG] = inversion_png(summary["inversion"]["per_epsilon"],
+                                             (summary.get("contextual_inversion") or {}).get("per_epsilon"))
     if summary.get("linkage") and summary["linkage"].get("per_epsilon"):
         files[LINKAGE_PNG] = linkage_png(summary["linkage"]["per_epsilon"])
     files[REPORT] = render_html(summary, tuple(files)).encode("utf-8")
