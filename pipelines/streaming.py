@@ -116,11 +116,12 @@ def check(options: PipelineOptions) -> dict:
         raise TextdpError("on the local runner a file watch needs --streaming-stop-after SECONDS (the local runners "
                           "run no unbounded source: the windows are written when the watch stops); on Dataflow or "
                           "Flink it runs until drained (docs/streaming.md)")
+    if stream.input_subscription:
+        check_subscription(stream.input_subscription)
     if stream.input_subscription and is_local(options):
         raise TextdpError("--input-subscription needs a streaming runner with Pub/Sub (--runner DataflowRunner); "
                           "locally, watch files with --input")
     if stream.input_subscription:
-        check_subscription(stream.input_subscription)
         if stop is not None:
             raise TextdpError("--streaming-stop-after applies to a file watch (--input) only; a Pub/Sub job runs until "
                               "it is drained (docs/streaming.md)")

@@ -132,8 +132,10 @@ class CloseLateWindows(beam.DoFn):
 
     This is the rule by which Beam's GroupByKey drops late data, applied one step earlier, so that a late
     record is counted and written instead of disappearing. A timer at end + lateness marks the window
-    closed; while the timer is pending it holds this step's output watermark, so an item passed through
-    before it fires reaches the window's GroupByKey in time. State: one boolean per window seen.
+    closed. An item passed through is moved forward in time by the lateness, and the windows downstream are
+    offset by it, so each window has exactly one pane, fired when the watermark passes its end + the
+    lateness: every piece of every record taken in (its count, its release or error, its token counts) is in
+    that pane, whose counts therefore reconcile. State: one boolean per window seen.
     """
 
     CLOSED = _CLOSED
@@ -146,7 +148,7 @@ class CloseLateWindows(beam.DoFn):
         self.allowed_lateness = int(allowed_lateness)
         self._late = Metrics.counter(NAMESPACE, "late_records")
 
-    def process(self, keyed, closed=_CLOSED_PARAM, close=_CLOSE_PARAM):
+    def process(self, keyed, timestamp=beam.DoFn.TimestampParam, closed=_CLOSED_PARAM, close=_CLOSE_PARAM):
         start, item = keyed
         if closed.read():
             begin = Timestamp(micros=start)
@@ -156,7 +158,9 @@ class CloseLateWindows(beam.DoFn):
                 yield beam.pvalue.TaggedOutput(self.LATE, late)
             return
         close.set(Timestamp(micros=start) + Duration(self.window_size + self.allowed_lateness))
-        yield item
+        # moved forward by the lateness: the window's one pane fires when the watermark passes end + lateness, as
+        # this window closes here, so every record taken in is in that pane with its count (never a pane per piece)
+        yield window.TimestampedValue(item, timestamp + Duration(self.allowed_lateness))
 
     @on_timer(_CLOSE)
     def on_close(self, closed=_CLOSED_PARAM):
@@ -256,6 +260,8 @@ class WriteWindowPane(beam.DoFn):
                 for name in ("tokens", "changed_tokens", "unknown_tokens"):
                     counts[name] = counts.get(name, 0) + int(value.get(name, 0))
         counts["records_out"] = len(records)
+        lateness = Duration(self.context["allowed_lateness"])
+        win = window.IntervalWindow(win.start - lateness, win.end - lateness)  # the records' own window
         prefix = pane_prefix(self.output, win, pane.index)
         holder = self._state.value
         section = None
@@ -361,11 +367,9 @@ class PrivatizeWindows(beam.PTransform):
                 | "LateKey" >> beam.Map(lambda record: (None, record))
                 | "LateGroup" >> beam.GroupByKey()
                 | "WriteLate" >> beam.ParDo(WriteLate(self.output)))
-        on_time = trigger.AfterWatermark(late=trigger.AfterCount(1)) if self.allowed_lateness else \
-            trigger.AfterWatermark()
-        windowed = gated["items"] | "Window" >> beam.WindowInto(
-            window.FixedWindows(size), trigger=on_time, allowed_lateness=Duration(self.allowed_lateness),
-            accumulation_mode=trigger.AccumulationMode.DISCARDING)
+        windowed = gated["items"] | "Window" >> beam.WindowInto(  # offset: see CloseLateWindows
+            window.FixedWindows(size, offset=self.allowed_lateness % size), trigger=trigger.AfterWatermark(),
+            allowed_lateness=Duration(0), accumulation_mode=trigger.AccumulationMode.DISCARDING)
         kinds = windowed | "Kinds" >> beam.Partition(lambda item, _: 0 if item[0] == RECORD else 1, 2)
         privatized = (kinds[0]
                       | "Keyed" >> beam.Map(lambda item: ((item[1][0], item[1][1]), item[1][2]))
