@@ -245,7 +245,7 @@ def test_pubsub_path_builds_into_a_graph_without_network(tmp_path):
 
     options = parse_job_options("privatize", [
         "--streaming", "--input-subscription", "projects/my-project/subscriptions/reviews", "--format", "jsonl",
-        "--output", str(tmp_path / "r"), "--artifact", ART, "--epsilon", "5", "--runner", "DataflowRunner"])
+        "--output", str(tmp_path / "r"), "--artifact", ART, "--epsilon", "5", "--runner", "PortableRunner"])  # a non-local runner; never run
     pipeline = streaming.build_pipeline(options)
     labels = [t.full_label for t in pipeline.transforms_stack[0].parts]
     assert "ReadPubSub" in labels and "PrivatizeWindows" in labels
