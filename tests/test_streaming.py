@@ -245,8 +245,28 @@ def test_pubsub_path_builds_into_a_graph_without_network(tmp_path):
 
     options = parse_job_options("privatize", [
         "--streaming", "--input-subscription", "projects/my-project/subscriptions/reviews", "--format", "jsonl",
-        "--output", str(tmp_path / "r"), "--artifact", ART, "--epsilon", "5", "--runner", "PortableRunner"])  # a non-local runner; never run
+        "--output", str(tmp_path / "r"), "--artifact", ART, "--epsilon", "5", "--runner", "PortableRunner"])  # not local; never run
     pipeline = streaming.build_pipeline(options)
     labels = [t.full_label for t in pipeline.transforms_stack[0].parts]
     assert "ReadPubSub" in labels and "PrivatizeWindows" in labels
     assert options.view_as(StandardOptions).streaming
+
+
+def test_streaming_flex_template_beside_the_batch_one(tmp_path):
+    """The privatize-streaming template: metadata generated from privatize's own flags (streaming flags
+    included) and marked streaming; its launcher adds Beam's --streaming and builds the streaming graph."""
+    from templates import generate_metadata, jobs
+    from templates import main as template_main
+
+    assert generate_metadata.main(["--output-dir", str(tmp_path), "privatize-streaming", "privatize"]) == 0
+    with open(tmp_path / "privatize_streaming" / "metadata.json", encoding="utf-8") as handle:
+        streaming = json.load(handle)
+    with open(tmp_path / "privatize" / "metadata.json", encoding="utf-8") as handle:
+        batch = json.load(handle)
+    assert streaming["streaming"] is True and batch["streaming"] is False
+    names = {p["name"] for p in streaming["parameters"]}
+    assert {"window_size", "allowed_lateness", "input_subscription", "poll_interval"} <= names
+    assert streaming["parameters"] == batch["parameters"] == jobs.parameters(jobs.job_parser("privatize")[0],
+                                                                              jobs.JOBS["privatize"].required)
+    job_argv, other = template_main.to_job_argv("privatize-streaming", ["--window_size=30", "--project=p"])
+    assert job_argv == ["--window_size=30"] and other == ["--project=p"]
