@@ -265,6 +265,45 @@ class PrivatizeOptions(PipelineOptions):
         return tuple(dict.fromkeys(f.strip() for value in raw for f in value.split(",") if f.strip()))
 
 
+DEFAULT_WINDOW_SECONDS = 60
+DEFAULT_POLL_SECONDS = 10.0
+
+
+class StreamingOptions(PipelineOptions):
+    """``textdp privatize --streaming`` (Beam's own --streaming flag): the unbounded sources and the windows
+    (docs/streaming.md; pipelines/streaming.py). Ignored without --streaming, which refuses them."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument(
+            "--input-subscription", "--input_subscription", dest="input_subscription", default=None,
+            help="with --streaming: read records from this Pub/Sub subscription, projects/PROJECT/subscriptions/NAME "
+                 "(one record per message, in --format text or jsonl; Dataflow) instead of watching --input")
+        parser.add_argument(
+            "--window-size", "--window_size", dest="window_size", type=int, default=DEFAULT_WINDOW_SECONDS,
+            metavar="SECONDS",
+            help=f"with --streaming: fixed windows of this many seconds (default {DEFAULT_WINDOW_SECONDS}); each "
+                 "window's records, errors and summary are written to their own files when the window closes")
+        parser.add_argument(
+            "--allowed-lateness", "--allowed_lateness", dest="allowed_lateness", type=int, default=0,
+            metavar="SECONDS",
+            help="with --streaming: how long after a window's end records for it are still taken (default 0); each "
+                 "late record so taken makes a further pane of the window, with its own files and summary. A record "
+                 "later than that is not privatized: it is written as an error record (reason late) to "
+                 "<output>-late-*-errors.jsonl and counted (metric textdp/late_records)")
+        parser.add_argument(
+            "--poll-interval", "--poll_interval", dest="poll_interval", type=float, default=DEFAULT_POLL_SECONDS,
+            metavar="SECONDS",
+            help=f"with --streaming and --input: look for new files matching --input every SECONDS (default "
+                 f"{DEFAULT_POLL_SECONDS:g}); each file is read once")
+        parser.add_argument(
+            "--streaming-stop-after", "--streaming_stop_after", dest="streaming_stop_after", type=float,
+            default=None, metavar="SECONDS",
+            help="with --streaming and --input: stop watching for new files SECONDS after the start; the open "
+                 "windows are then closed and written and the job ends (tests, bounded backfills). Default: watch "
+                 "until the job is drained or cancelled")
+
+
 class OovOptions(PipelineOptions):
     """What happens to words outside the vocabulary (privatize releases them so; audit checks it)."""
 

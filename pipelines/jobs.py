@@ -55,6 +55,8 @@ class Job:
     required: Tuple[str, ...] = ()
     help_overrides: Dict[str, str] = field(default_factory=dict)
     beam: bool = True  # False: a single-process job whose module has its own argparse parser (build_parser)
+    # a required flag that another flag can stand in for (privatize --streaming: --input-subscription for --input)
+    instead: Dict[str, str] = field(default_factory=dict)
 
 
 JOBS: Dict[str, Job] = {job.name: job for job in (
@@ -63,8 +65,8 @@ JOBS: Dict[str, Job] = {job.name: job for job in (
     Job("privatize", "pipelines.privatize",
         "Privatize a text corpus word by word with metric differential privacy (Madlib or TEM).",
         groups=("PrivatizeOptions", "OovOptions", "OutputOptions", "ArtifactOptions", "MechanismOptions", "SeedOptions",
-                "AmplifierOptions", "WorkerResourceOptions"),
-        required=("input", "output", "epsilon"),
+                "AmplifierOptions", "WorkerResourceOptions", "StreamingOptions"),
+        required=("input", "output", "epsilon"), instead={"input": "input_subscription"},
         help_overrides={"output": "output prefix, local or gs://: writes <output>-SSSSS-of-NNNNN.<ext>, "
                                   "<output>-errors-SSSSS.jsonl, <output>-summary.json (and with the Amplifier "
                                   "<output>-amplification.json)"}),
@@ -130,17 +132,18 @@ def option_classes(job: Job) -> list:
 INPUT_OUTPUT, MECHANISM, AMPLIFIER, RUNNER = ("input and output", "mechanism and its parameters",
                                               "LAC Amplifier: de-linking, shuffle, sub-sampling (docs/lac.md)",
                                               "runner and workers")
+STREAMING = "streaming (--streaming: unbounded sources, windows; docs/streaming.md)"
 HELP_SECTIONS = {"PrivatizeOptions": INPUT_OUTPUT, "OutputOptions": INPUT_OUTPUT, "ArtifactOptions": MECHANISM,
                  "MechanismOptions": MECHANISM, "SeedOptions": MECHANISM, "OovOptions": MECHANISM,
                  "EpsilonGridOptions": MECHANISM, "CalibrateOptions": "calibration",
                  "NeighbourOptions": "neighbour table",
                  "AuditOptions": "audit checks and attacks", "AmplifierOptions": AMPLIFIER,
-                 "WorkerResourceOptions": RUNNER}
+                 "WorkerResourceOptions": RUNNER, "StreamingOptions": STREAMING}
 HELP_SECTION_OF_FLAG = {"epsilon": MECHANISM, "batch_tokens": RUNNER, "diagnostics_output": RUNNER}
 FIRST_IN_SECTION = ("input", "format", "text_field", "output", "overwrite", "mechanism", "epsilon", "epsilons",
                     "artifact")
 HELP_SECTION_ORDER = (INPUT_OUTPUT, MECHANISM, "calibration", "neighbour table", "audit checks and attacks", AMPLIFIER,
-                      RUNNER)
+                      STREAMING, RUNNER)
 RUNNER_NOTE = ("Beam's own flags (--runner, --direct_num_workers, --direct_running_mode, --project, --region, "
                "--temp_location, ...) are accepted too")
 
@@ -289,7 +292,8 @@ def _parse_job_options(name: str, argv: Sequence[str]):
             raise JobRefused(f"{action.option_strings[0]} is given {len(given)} times; give it once")
         if given and action.default is None and getattr(values, action.dest, None) == "":  # e.g. an unset $VARIABLE
             raise JobRefused(f"{action.option_strings[0]} is empty; give a value or leave the flag out")
-    missing = [dest for dest in job.required if getattr(values, dest, None) in (None, "", [])]
+    missing = [dest for dest in job.required if getattr(values, dest, None) in (None, "", [])
+               and getattr(values, job.instead.get(dest, ""), None) in (None, "", [])]
     if missing:
         flags_ = ", ".join("--" + dest.replace("_", "-") for dest in missing)
         raise JobRefused(f"missing required flag{'s' if len(missing) > 1 else ''} {flags_}; see `textdp {name} --help`")

@@ -254,6 +254,10 @@ def _count_records(inputs: List[str], data_format: str) -> Optional[int]:
 def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
                    checked: Optional[Checked] = None) -> beam.Pipeline:
     """The privatize pipeline for ``options``, not yet run (tests and templates inspect or run it)."""
+    from pipelines import streaming
+
+    if streaming.is_streaming(options):  # --streaming: windows over unbounded sources (pipelines/streaming.py)
+        return streaming.build_pipeline(options, progress_dir, checked)
     checked = checked or check(options)
     opts = options.view_as(PrivatizeOptions)
     mech = options.view_as(MechanismOptions)
@@ -329,6 +333,10 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
 
 def prepare(options: PipelineOptions) -> Plan:
     """``run_job``'s entry: check everything, then the plan (pipeline builder, progress, report)."""
+    from pipelines import streaming
+
+    if streaming.is_streaming(options):  # --streaming: windows over unbounded sources (pipelines/streaming.py)
+        return streaming.prepare(options)
     checked = check(options)
     opts = options.view_as(PrivatizeOptions)
     output = options.view_as(OutputOptions).output

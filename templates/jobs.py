@@ -26,7 +26,15 @@ INT_REGEX = r"^-?[0-9]+$"
 FLOAT_REGEX = r"^[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$"
 BOOL_REGEX = "^(true|false)$"
 
-JOBS = _REGISTRY
+# streaming templates beside the batch ones: template name -> the job it runs with Beam's --streaming
+# (docs/streaming.md); its metadata is the job's own flags, marked "streaming": true
+STREAMING_TEMPLATES = {"privatize-streaming": "privatize"}
+JOBS = dict(_REGISTRY, **{name: _REGISTRY[job] for name, job in STREAMING_TEMPLATES.items()})
+
+
+def base_job(job: str) -> str:
+    """The registered job a template runs (a streaming template runs its batch job with --streaming)."""
+    return STREAMING_TEMPLATES.get(job, job)
 
 
 class JobUnavailable(LookupError):
@@ -42,7 +50,7 @@ def job_parser(job: str) -> Tuple[argparse.ArgumentParser, bool]:
     from pipelines.jobs import help_parser
 
     try:
-        return help_parser(job), JOBS[job].beam
+        return help_parser(base_job(job)), JOBS[job].beam
     except ImportError as exc:
         raise JobUnavailable(f"{job}: module {JOBS[job].module} cannot be imported ({exc})") from exc
 
@@ -108,5 +116,7 @@ def parameters(parser: argparse.ArgumentParser, required: Sequence[str] = ()) ->
 def metadata(job: str) -> dict:
     """The ``metadata.json`` of the job's Flex Template, derived from its flags."""
     parser, _ = job_parser(job)
-    return {"name": f"textdp {job}", "description": JOBS[job].description, "streaming": False,
+    description = JOBS[job].description + (" Streaming: windows over new files or a Pub/Sub subscription."
+                                            if job in STREAMING_TEMPLATES else "")
+    return {"name": f"textdp {job}", "description": description, "streaming": job in STREAMING_TEMPLATES,
             "parameters": parameters(parser, JOBS[job].required)}

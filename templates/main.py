@@ -30,7 +30,7 @@ from typing import List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from templates.jobs import JOBS, flag_actions, is_boolean, job_parser  # noqa: E402
+from templates.jobs import JOBS, STREAMING_TEMPLATES, flag_actions, is_boolean, job_parser  # noqa: E402
 
 JOB_ARG = "--textdp_job="
 WORKER_IMAGE_ENV = "TEXTDP_WORKER_IMAGE"
@@ -115,6 +115,8 @@ def launch(job: str, argv: List[str], now: Optional[datetime.datetime] = None):
         raise TemplateArgumentError(f"unknown textdp job {job!r}; one of {sorted(JOBS)}")
     job_argv, other = to_job_argv(job, argv, now)
     other = _with_worker_image(other)
+    if job in STREAMING_TEMPLATES:  # the streaming template: its job with Beam's --streaming
+        other = other + ["--streaming"]
     if job == "build-index":
         pipeline = build_index_pipeline(job_argv, PipelineOptions(other))
     else:

@@ -74,7 +74,7 @@ def test_parameters_are_well_formed_and_documented(job, generated):
         assert parameter["label"] and parameter["helpText"].strip(), f"{parameter['name']} has no help text"
         for regex in parameter.get("regexes", []):
             re.compile(regex)
-    assert metadata["name"] and metadata["description"] and metadata["streaming"] is False
+    assert metadata["name"] and metadata["description"] and metadata["streaming"] is (job in jobs.STREAMING_TEMPLATES)
 
 
 class ExampleOptions:  # not a PipelineOptions subclass: those register their flags with Beam for every test

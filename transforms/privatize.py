@@ -170,6 +170,9 @@ class Privatize(beam.PTransform):
         if schema is not None and fields and not keyed and self.config.shape_field is None:
             released.element_type = schema  # Rows / NamedTuples out as they came in: downstream keeps the schema
         batch_stats = outputs[PerturbTokens.STATS]
-        stats = batch_stats | "SumStats" >> beam.CombineGlobally(SumCounts())
+        sum_stats = beam.CombineGlobally(SumCounts())
+        if not isinstance(records.windowing.windowfn, beam.window.GlobalWindows):  # windowed (streaming): one per window
+            sum_stats = sum_stats.without_defaults()
+        stats = batch_stats | "SumStats" >> sum_stats
         return PrivatizeResult(released, outputs[PerturbTokens.ERRORS], batch_stats, stats,
                                outputs[PerturbTokens.DIAGNOSTICS])

@@ -1,0 +1,277 @@
+"""``textdp privatize --streaming``: privatize records as they arrive, window by window (docs/streaming.md).
+
+Sources: new files matching ``--input`` (watched with Beam's ``fileio.MatchContinuously``, local or gs://;
+``--poll-interval``, bounded by ``--streaming-stop-after``) or a Pub/Sub subscription
+(``--input-subscription``, Dataflow). The records go through the batch job's ``Privatize`` transform in fixed
+windows (``--window-size``, ``--allowed-lateness``) and each window pane is written to its own files with its
+own summary (``transforms/streaming.py``). ``pipelines/privatize.py`` hands over to this module when Beam's
+``--streaming`` flag is given; the checks before the run are the batch job's where they apply, plus the
+streaming ones here, each a one-line refusal (exit 2).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import sys
+from typing import List, Optional
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from pipelines.flags import (
+    MAX_RECORD_BYTES,
+    VACUOUS_EPSILON,
+    AmplifierOptions,
+    ArtifactOptions,
+    MechanismOptions,
+    OovOptions,
+    OutputOptions,
+    PrivatizeOptions,
+    SeedOptions,
+    StreamingOptions,
+    WorkerResourceOptions,
+)
+from pipelines.jobs import Plan, is_local
+from textdp.artifact import gcs
+from textdp.artifact.locate import check_unk_marker, verify_artifact
+from textdp.errors import TextdpError
+from textdp.mechanisms import artifact_needs
+from textdp.outputs import OutputGuard
+from textdp.text.privatizer import check_oov
+from transforms.io import OUTPUT_SUFFIX, infer_format, matched_paths
+from transforms.privatize import Privatize
+from transforms.streaming import PrivatizeWindows, read_subscription, sample_pane_names, watch_files
+
+SHAPE_FIELD = "__textdp_shape__"  # as the batch job's (pipelines/privatize.py)
+FIVE = "[0-9]" * 5
+PANE = "-*Z-*Z-p*"  # <output>-<start>-<end>-p<pane>
+
+
+def is_streaming(options: PipelineOptions) -> bool:
+    return bool(options.view_as(StandardOptions).streaming)
+
+
+def _refuse_batch_only(options: PipelineOptions) -> None:
+    """Flags the streaming job does not support (yet): refused in one line, never ignored."""
+    opts = options.view_as(PrivatizeOptions)
+    amplifier = options.view_as(AmplifierOptions).amplifier_config()
+    unsupported = [("--public-summary", opts.public_summary), ("--diagnostics-output", opts.diagnostics_output),
+                   ("--user-field", amplifier.user_field), ("--subsample", amplifier.subsample),
+                   ("--k-threshold", amplifier.k_threshold),
+                   ("--ledger", options.get_all_options(retain_unknown_options=True).get("ledger"))]
+    for flag, value in unsupported:
+        if value not in (None, "", False):
+            raise TextdpError(f"{flag} is not supported with --streaming (yet); see docs/streaming.md for what a "
+                              "streaming run writes")
+
+
+def check_subscription(subscription: str) -> None:
+    """A Pub/Sub subscription name as Pub/Sub defines it (projects/PROJECT/subscriptions/NAME), in one line."""
+    from apache_beam.io.gcp.pubsub import parse_subscription
+
+    try:
+        parse_subscription(subscription)
+    except ValueError as exc:
+        reason = str(exc).rstrip(".")
+        raise TextdpError(f"--input-subscription is not a Pub/Sub subscription name "
+                          f"(projects/PROJECT/subscriptions/NAME): {reason[:200]}") from None
+
+
+def check(options: PipelineOptions) -> dict:
+    """Every check that needs no worker, for a streaming run; returns what building the pipeline needs."""
+    opts = options.view_as(PrivatizeOptions)
+    out = options.view_as(OutputOptions)
+    stream = options.view_as(StreamingOptions)
+    mech = options.view_as(MechanismOptions)
+    if bool(opts.input) == bool(stream.input_subscription):
+        raise TextdpError("--streaming reads either --input (a file pattern to watch) or --input-subscription "
+                          "(Pub/Sub): give exactly one")
+    if not out.output:
+        raise TextdpError("--output is required (an output prefix, local or gs://)")
+    if opts.epsilon is None:
+        raise TextdpError("--epsilon is required (a finite number > 0)")
+    _refuse_batch_only(options)
+    mech.validate_mechanism((opts.epsilon,))
+    options.view_as(SeedOptions).validate_seed()
+    check_oov(options.view_as(OovOptions).oov_policy, options.view_as(OovOptions).unk_token)
+    if not 1 <= opts.max_record_bytes <= MAX_RECORD_BYTES or (opts.batch_tokens is not None and opts.batch_tokens < 1):
+        raise TextdpError(f"--max-record-bytes must be between 1 and {MAX_RECORD_BYTES:,} and --batch-tokens >= 1")
+    if not 0 <= opts.max_failed_fraction <= 1:
+        raise TextdpError(f"--max-failed-fraction must be a number from 0 to 1, got {opts.max_failed_fraction:g}")
+    if not 1 <= stream.window_size <= 366 * 86400:
+        raise TextdpError(f"--window-size must be a whole number of seconds from 1 to {366 * 86400}, "
+                          f"got {stream.window_size}")
+    if not 0 <= stream.allowed_lateness <= 366 * 86400:
+        raise TextdpError(f"--allowed-lateness must be a whole number of seconds from 0 to {366 * 86400}, "
+                          f"got {stream.allowed_lateness}")
+    if not 0.01 <= stream.poll_interval <= 86400:  # nan fails both comparisons
+        raise TextdpError(f"--poll-interval must be a number of seconds from 0.01 to 86400, got {stream.poll_interval:g}")
+    stop = stream.streaming_stop_after
+    if stop is not None and not 0 <= stop <= 366 * 86400:
+        raise TextdpError(f"--streaming-stop-after must be a number of seconds from 0 to {366 * 86400}, got {stop:g}")
+    if opts.input and stop is None and is_local(options):
+        raise TextdpError("on the local runner a file watch needs --streaming-stop-after SECONDS (the local runners "
+                          "run no unbounded source: the windows are written when the watch stops); on Dataflow or "
+                          "Flink it runs until drained (docs/streaming.md)")
+    if stream.input_subscription:
+        check_subscription(stream.input_subscription)
+    if stream.input_subscription and is_local(options):
+        raise TextdpError("--input-subscription needs a streaming runner with Pub/Sub (--runner DataflowRunner); "
+                          "locally, watch files with --input")
+    if stream.input_subscription:
+        if stop is not None:
+            raise TextdpError("--streaming-stop-after applies to a file watch (--input) only; a Pub/Sub job runs until "
+                              "it is drained (docs/streaming.md)")
+    data_format = opts.format or (infer_format(opts.input) if opts.input else None)
+    if data_format is None:
+        raise TextdpError("give --format text or jsonl: the format cannot be inferred "
+                          + ("from a Pub/Sub subscription" if stream.input_subscription else
+                             f"from the extension of {opts.input!r}"))
+    if data_format == "parquet":
+        raise TextdpError("--streaming reads text or JSONL (one record per line or message); Parquet is batch only")
+    if opts.text_field and data_format == "text":
+        raise TextdpError("--text-field applies to JSONL input only")
+    text_fields = opts.text_fields(data_format)
+    if any(not name.strip() for name in (opts.text_field or [])) or (data_format != "text" and not text_fields):
+        raise TextdpError("--text-field must name a field (it is empty)")
+    amplifier = options.view_as(AmplifierOptions).amplifier_config()
+    if data_format == "text" and amplifier.drop_fields:
+        raise TextdpError("--drop-fields needs JSONL input (plain-text lines have no fields to drop)")
+    if set(amplifier.drop_fields) & set(text_fields):
+        raise TextdpError("a text field cannot also be a dropped field")
+    artifact = options.view_as(ArtifactOptions).artifact
+    if artifact and not artifact.startswith("gs://") and not os.path.isdir(artifact):
+        raise TextdpError(f"--artifact {artifact!r} is not a directory")
+    manifest = verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
+    mech.validate_mechanism((opts.epsilon,), artifact, manifest)
+    check_unk_marker(artifact, options.view_as(OovOptions).oov_policy, options.view_as(OovOptions).unk_token)
+    if opts.input:
+        gcs.preflight([opts.input], writes=False)
+    gcs.preflight([out.output], writes=True)
+    guard = _check_outputs(options, data_format)
+    warnings = []
+    if opts.epsilon > VACUOUS_EPSILON:
+        warnings.append(f"epsilon {opts.epsilon:g} is above {VACUOUS_EPSILON:g}: the bound exp(epsilon * d) exceeds "
+                        f"e^{VACUOUS_EPSILON:g} even for words at distance 1 (GloVe neighbours are 2-5 apart), so it "
+                        "protects nothing, and nearly every word is released unchanged")
+    return {"data_format": data_format, "text_fields": text_fields, "guard": guard, "warnings": warnings,
+            "amplifier": amplifier}
+
+
+def _check_outputs(options: PipelineOptions, data_format: str) -> OutputGuard:
+    """The window files, registered with the batch job's output guard (earlier files refused without
+    --overwrite, locks held while the job runs), and never matched by the watched --input pattern (the job
+    would read its own output back)."""
+    opts, out = options.view_as(PrivatizeOptions), options.view_as(OutputOptions)
+    guard = OutputGuard("privatize", out.overwrite, FileSystems.exists, matched_paths)
+    if opts.input:
+        guard.read("--input", matched_paths(opts.input), pattern=opts.input)
+        for name in sample_pane_names(out.output, data_format):
+            if fnmatch.fnmatchcase(name, opts.input) or fnmatch.fnmatchcase(os.path.abspath(name),
+                                                                            os.path.abspath(opts.input)):
+                raise TextdpError(f"--input {opts.input} would match this job's own output files (such as "
+                                  f"{os.path.basename(name)}): the watch would read them back; write --output "
+                                  "elsewhere or narrow --input")
+    prefix = guard.prefix("--output", out.output)
+    suffix = OUTPUT_SUFFIX[data_format]
+    sample = "-19700101T000000Z-19700101T000100Z-p0"
+    guard.sharded("--output", "the window records", prefix, f"{PANE}-{FIVE}-of-{FIVE}", suffix,
+                  (f"{sample}-00000-of-00001",), label=out.output)
+    for what, part, ext in (("the window error records", "errors", ".jsonl"), ("the window summaries", "summary",
+                                                                                  ".json"),
+                            ("the window amplification reports", "amplification", ".json")):
+        guard.sharded("--output", what, prefix, f"{PANE}-{part}", ext, (f"{sample}-{part}",), label=out.output)
+    guard.sharded("--output", "the late records", prefix, "-late-*-errors", ".jsonl",
+                  ("-late-20260101T000000000000Z-0123abcd-errors",), label=out.output)
+    guard.check()
+    return guard
+
+
+def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
+                   checked: Optional[dict] = None) -> beam.Pipeline:
+    """The streaming privatize pipeline for ``options``, not yet run (tests and the template inspect or run it)."""
+    checked = checked or check(options)
+    opts = options.view_as(PrivatizeOptions)
+    stream = options.view_as(StreamingOptions)
+    mech = options.view_as(MechanismOptions)
+    oov = options.view_as(OovOptions)
+    output = options.view_as(OutputOptions).output
+    data_format, text_fields, amplifier = checked["data_format"], checked["text_fields"], checked["amplifier"]
+    amplify = amplifier.requested()
+    worker = options.view_as(WorkerResourceOptions).worker_config(progress_dir)
+    options.view_as(StandardOptions).streaming = True
+    privatize = Privatize(
+        epsilon=opts.epsilon, mechanism=mech.mechanism, artifact=options.view_as(ArtifactOptions).artifact,
+        text_fields=text_fields, oov_policy=oov.oov_policy, unk_token=oov.unk_token,
+        seed=options.view_as(SeedOptions).seed, batch_tokens=opts.batch_tokens,
+        shape_field=SHAPE_FIELD if amplify else None, keyed=True, worker=worker, **mech.mechanism_kwargs())
+    reader_args = (data_format, text_fields, opts.max_record_bytes, opts.keep_failed_text)
+    pipeline = beam.Pipeline(options=options)
+    if stream.input_subscription:
+        items = read_subscription(pipeline, stream.input_subscription, reader_args)
+        source = stream.input_subscription
+    else:
+        items = watch_files(pipeline, opts.input, stream.poll_interval, stream.streaming_stop_after, reader_args,
+                            local=is_local(options))
+        source = opts.input
+    context = {"input_pattern": source, "data_format": data_format, "text_fields": text_fields,
+               "max_record_bytes": opts.max_record_bytes, "max_failed_fraction": opts.max_failed_fraction,
+               "amplifier_steps": amplifier.steps() if amplify else None, "warnings": checked["warnings"]}
+    _ = items | "PrivatizeWindows" >> PrivatizeWindows(
+        privatize, output, data_format, stream.window_size, stream.allowed_lateness,
+        amplifier=amplifier if amplify else None, shape_field=SHAPE_FIELD if amplify else None, context=context,
+        worker=worker)
+    return pipeline
+
+
+def prepare(options: PipelineOptions) -> Plan:
+    """``run_job``'s entry for ``privatize --streaming``: check everything, then the plan."""
+    checked = check(options)
+    for warning in checked["warnings"]:
+        print(f"textdp privatize: WARNING: {warning}", file=sys.stderr)
+    output = options.view_as(OutputOptions).output
+
+    def report() -> List[str]:
+        summaries = window_summaries(output)
+        late = late_records(output)
+        lines = [f"windows: {output}{PANE}-*  (records, -errors.jsonl, -summary.json per window pane)",
+                 f"late:    {output}-late-*-errors.jsonl  ({late} late record(s))"]
+        if summaries is None:
+            return lines + ["WARNING: the window summaries cannot be read from here"]
+        totals = {key: sum(s["records"][key] for s in summaries) for key in ("in", "out", "failed")}
+        unreconciled = [s["window"] for s in summaries if not s["records"]["reconciled"]]
+        lines.append(f"{len(summaries)} window pane(s); records: {totals['in']} in, {totals['out']} out, "
+                     f"{totals['failed']} failed; {late} late"
+                     + (f"; NOT RECONCILED in {len(unreconciled)} pane(s): see their summaries" if unreconciled else ""))
+        return lines + [f"WARNING: {w}" for w in checked["warnings"]]
+
+    parent = FileSystems.split(output)[0] if "://" in output else os.path.dirname(os.path.abspath(output))
+    return Plan(build=lambda progress_dir: build_pipeline(options, progress_dir, checked), report=report,
+                temp_parents=(parent,), progress=None, guard=checked["guard"])
+
+
+def window_summaries(output: str) -> Optional[list]:
+    """Every window pane summary a run at ``output`` wrote, oldest window first (None: cannot be read)."""
+    try:
+        paths = sorted(matched_paths(f"{output}{PANE}-summary.json"))
+        summaries = []
+        for path in paths:
+            with FileSystems.open(path) as handle:
+                summaries.append(json.loads(handle.read().decode("utf-8")))
+        return summaries
+    except Exception:
+        return None
+
+
+def late_records(output: str) -> int:
+    """How many late error records a run at ``output`` wrote."""
+    total = 0
+    for path in matched_paths(f"{output}-late-*-errors.jsonl"):
+        with FileSystems.open(path) as handle:
+            total += sum(1 for line in handle.read().splitlines() if line.strip())
+    return total
+
+

@@ -1,0 +1,460 @@
+"""``textdp privatize --streaming``: the same ``Privatize`` transform over unbounded sources, window by window.
+
+    sources -> items ("in", count) / ("r", (source, position, payload)) / ("e", error record), timestamped
+            -> CloseLateWindows (keyed by window: a record for a window that has closed is an error record
+               ``late``, written to ``<output>-late-*-errors.jsonl`` and counted, never dropped silently)
+            -> WindowInto(FixedWindows(--window-size), --allowed-lateness)
+            -> Privatize (the batch job's transform, keyed by (source, position))
+            -> one GroupByKey per window pane -> WriteWindowPane: the pane's records, error records, summary
+               (and with --shuffle its amplification report), each in files named after the window and pane.
+
+A window pane is written by one worker, as one shard of the batch shuffle is: its records are permuted
+there (``--shuffle``), and the amplification report is computed from that pane's records only (the
+accounting of textdp/privacy/accounting.py, unchanged: a pane too small for the theorem's condition claims
+nothing). The per-pane summary is ``textdp.privacy.summary.build_summary``, the batch job's, so its counts
+reconcile the same way (in = out + failed) and its privacy statements are the batch job's for the same
+mechanism and settings. A window in which nothing arrived writes nothing (no pane fires for it).
+
+State the job holds (docs/streaming.md, drain and update): ``CloseLateWindows`` keeps one boolean per
+window seen and a timer per open window; the panes' GroupByKey holds a window's items until it closes;
+``MatchContinuously`` keeps the names of the files already read.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import random
+import uuid
+from collections import Counter
+from typing import Optional, Sequence
+
+import apache_beam as beam
+from apache_beam.coders import BooleanCoder
+from apache_beam.metrics import Metrics
+from apache_beam.transforms import trigger, window
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec, TimerSpec, on_timer
+from apache_beam.utils.timestamp import Duration, Timestamp
+
+from textdp.privacy import accounting
+from textdp.privacy.statements import unbounded_epsilon0_reason
+from textdp.privacy.summary import FAILED_PREFIX
+from transforms.io import OUTPUT_SUFFIX, ReadFileRecords, error_record
+from transforms.worker import NAMESPACE
+
+LATE = "late"
+IN, RECORD, ERROR, STATS = "in", "r", "e", "s"
+
+
+def window_name(start: Timestamp, end: Timestamp) -> str:
+    """``20261128T085000Z-20261128T085100Z``: a window as a file name part (UTC, sortable, no colons)."""
+    fmt = "%Y%m%dT%H%M%SZ"
+    return (f"{start.to_utc_datetime().strftime(fmt)}-{end.to_utc_datetime().strftime(fmt)}")
+
+
+def pane_prefix(output: str, win, pane_index: int) -> str:
+    """Where a window pane's files go: ``<output>-<start>-<end>-p<pane>``."""
+    return f"{output}-{window_name(win.start, win.end)}-p{int(pane_index)}"
+
+
+def window_start(timestamp: Timestamp, size: int) -> int:
+    """The start (microseconds) of the fixed window of ``size`` seconds that holds ``timestamp``."""
+    micros = int(timestamp.micros)
+    size_us = int(size) * 1_000_000
+    return micros - micros % size_us
+
+
+class ParseMessages(beam.DoFn):
+    """``(source, position, bytes)`` messages (Pub/Sub, TestStream) -> items, one record each, parsed and checked
+    exactly as a line of a text or JSONL file is (``ReadFileRecords``): a record or an error record, and one
+    ("in", 1) for the count of records in."""
+
+    def __init__(self, data_format: str, text_fields: Sequence[str], max_record_bytes: int, keep_failed_text: bool):
+        super().__init__()
+        if data_format not in ("text", "jsonl"):
+            raise ValueError("--streaming reads text or JSONL records")
+        self.reader = ReadFileRecords(data_format, text_fields, max_record_bytes, keep_failed_text)
+
+    def process(self, message):
+        source, position, data = message
+        if isinstance(data, str):
+            data = data.encode("utf-8", "surrogatepass")
+        parsed = self.reader._line_record(source, position, data.rstrip(b"\r\n"))  # one message, one line
+        yield IN, 1
+        if isinstance(parsed, beam.pvalue.TaggedOutput):
+            yield ERROR, parsed.value
+        else:
+            yield RECORD, parsed
+
+
+class ReadFiles(beam.PTransform):
+    """Files matched by a watch (``fileio.MatchContinuously``) -> items. Each file is read by ``ReadFileRecords``,
+    the batch job's reader, so a file's records, error records and count are the batch job's."""
+
+    def __init__(self, data_format: str, text_fields: Sequence[str], max_record_bytes: int, keep_failed_text: bool):
+        super().__init__()
+        self.reader = ReadFileRecords(data_format, text_fields, max_record_bytes, keep_failed_text)
+
+    def expand(self, matches):
+        from apache_beam.io import fileio
+
+        read = (matches
+                | "Open" >> fileio.ReadMatches()
+                | "Parse" >> beam.ParDo(self.reader).with_outputs(ReadFileRecords.ERRORS, ReadFileRecords.COUNTS,
+                                                                    main="records"))
+        return ((read.records | "Records" >> beam.Map(lambda record: (RECORD, record)),
+                 read[ReadFileRecords.ERRORS] | "Errors" >> beam.Map(lambda error: (ERROR, error)),
+                 read[ReadFileRecords.COUNTS] | "Counts" >> beam.Map(lambda counted: (IN, counted[1])))
+                | "Items" >> beam.Flatten())
+
+
+def _late_error(item, window_text: str):
+    """The error record of an item that arrived after its window closed (a count item: None, nothing to write)."""
+    kind, value = item
+    if kind == RECORD:
+        return error_record(value[0], value[1], LATE, f"arrived after its window {window_text} had closed")
+    if kind == ERROR:
+        return dict(value, reason=LATE, detail=f"arrived after its window {window_text} had closed "
+                                               f"(it had failed: {value.get('reason')})")
+    return None
+
+
+_CLOSED = ReadModifyWriteStateSpec("closed", BooleanCoder())  # module-level: DoFn parameters by default value
+_CLOSE = TimerSpec("close", beam.TimeDomain.WATERMARK)
+_CLOSED_PARAM = beam.DoFn.StateParam(_CLOSED)
+_CLOSE_PARAM = beam.DoFn.TimerParam(_CLOSE)
+
+
+class CloseLateWindows(beam.DoFn):
+    """Keyed by window start: passes an item through while its window is open (the watermark has not passed
+    the window's end + the allowed lateness), else sends it to the ``late`` output as an error record.
+
+    This is the rule by which Beam's GroupByKey drops late data, applied one step earlier, so that a late
+    record is counted and written instead of disappearing. A timer at end + lateness marks the window
+    closed. An item passed through is moved forward in time by the lateness, and the windows downstream are
+    offset by it, so each window has exactly one pane, fired when the watermark passes its end + the
+    lateness: every piece of every record taken in (its count, its release or error, its token counts) is in
+    that pane, whose counts therefore reconcile. State: one boolean per window seen.
+    """
+
+    CLOSED = _CLOSED
+    CLOSE = _CLOSE
+    LATE = LATE
+
+    def __init__(self, window_size: int, allowed_lateness: int):
+        super().__init__()
+        self.window_size = int(window_size)
+        self.allowed_lateness = int(allowed_lateness)
+        self._late = Metrics.counter(NAMESPACE, "late_records")
+
+    def process(self, keyed, timestamp=beam.DoFn.TimestampParam, closed=_CLOSED_PARAM, close=_CLOSE_PARAM):
+        start, item = keyed
+        if closed.read():
+            begin = Timestamp(micros=start)
+            late = _late_error(item, window_name(begin, begin + Duration(self.window_size)))
+            if late is not None:
+                self._late.inc()
+                yield beam.pvalue.TaggedOutput(self.LATE, late)
+            return
+        close.set(Timestamp(micros=start) + Duration(self.window_size + self.allowed_lateness))
+        # moved forward by the lateness: the window's one pane fires when the watermark passes end + lateness, as
+        # this window closes here, so every record taken in is in that pane with its count (never a pane per piece)
+        yield window.TimestampedValue(item, timestamp + Duration(self.allowed_lateness))
+
+    @on_timer(_CLOSE)
+    def on_close(self, closed=_CLOSED_PARAM):
+        closed.write(True)
+
+
+class WriteLate(beam.DoFn):
+    """A batch of late error records -> ``<output>-late-<UTC time>-<random>-errors.jsonl`` (never overwritten)."""
+
+    def __init__(self, output: str):
+        super().__init__()
+        self.output = output
+
+    def process(self, keyed):
+        from apache_beam.io.filesystems import FileSystems
+
+        records = list(keyed[1])
+        if not records:
+            return
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        path = f"{self.output}-late-{now}-{uuid.uuid4().hex[:8]}-errors.jsonl"
+        with FileSystems.create(path) as handle:
+            for record in records:
+                handle.write((json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8"))
+        yield path
+
+
+def pane_shape_stats(records: Sequence[dict], shape_field: str, removed: frozenset, text_fields: Sequence[str]):
+    """The accounting's stats for one pane's released records (every record its own author): the batch
+    Amplifier's shapes (``transforms.shuffle``), computed from this pane's records only."""
+    from transforms.shuffle import record_shape_value, released_fingerprint
+
+    shapes, fields = Counter(), set()
+    for record in records:
+        fingerprint = released_fingerprint(record, removed, text_fields)
+        value = record_shape_value(record, shape_field)
+        layout = hashlib.sha256(f"{fingerprint}/{value['layout']}".encode("utf-8")).hexdigest()[:16]
+        shapes[((int(value["words"]), layout),)] += 1
+        fields |= set(record) - removed
+    stats = accounting.amplifier_stats(len(records), len(records), list(shapes.items()), sorted(fields), 0, 0,
+                                       sorted(removed), False, list(text_fields), shape_field)
+    stats["word_types"] = 0
+    return stats
+
+
+def pane_scope_statement(records: int) -> str:
+    """What the amplification report of a window pane covers (derived from the pane's record count)."""
+    return (f"This report covers one window pane: its {records} record(s) were permuted among themselves and "
+            "released in this pane's files, and every figure and claim here is computed from those records only. "
+            "Records of other windows and panes are released in their own files and are not part of this claim.")
+
+
+class WriteWindowPane(beam.DoFn):
+    """One window pane's items (after one GroupByKey) -> its files; yields the pane's summary.
+
+    Files (``pane_prefix``): records ``-SSSSS-of-NNNNN<ext>`` (only if any was released), error records
+    ``-errors.jsonl`` (only if any failed), the operator summary ``-summary.json`` (always), and with the
+    Amplifier ``-amplification.json``.
+    """
+
+    def __init__(self, shared_handle, perturb_config, output: str, data_format: str, amplifier, shape_field,
+                 context: dict, worker=None):
+        super().__init__()
+        from transforms.perturb import holder_state
+
+        self.config = perturb_config
+        self.output = output
+        self.data_format = data_format
+        self.amplifier = amplifier
+        self.shape_field = shape_field
+        self.context = context
+        self._state = holder_state(shared_handle, perturb_config, worker)
+        self._random = None
+        self._epsilon0 = None
+
+    def setup(self):
+        self._state.setup()
+        self._random = random.SystemRandom()
+
+    def process(self, keyed, win=beam.DoFn.WindowParam, pane=beam.DoFn.PaneInfoParam):
+        from textdp.mechanisms import statement_of
+        from textdp.privacy.summary import build_summary
+        from transforms.io import write_json
+
+        counts, records, errors = {}, [], []
+        for kind, value in keyed[1]:
+            if kind == RECORD:
+                records.append(value)
+            elif kind == ERROR:
+                errors.append(value)
+                counts["records_failed"] = counts.get("records_failed", 0) + 1
+                key = FAILED_PREFIX + value["reason"]
+                counts[key] = counts.get(key, 0) + 1
+            elif kind == IN:
+                counts["records_in"] = counts.get("records_in", 0) + int(value)
+            else:  # STATS: a batch's token counts
+                for name in ("tokens", "changed_tokens", "unknown_tokens"):
+                    counts[name] = counts.get(name, 0) + int(value.get(name, 0))
+        counts["records_out"] = len(records)
+        lateness = Duration(self.context["allowed_lateness"])
+        win = window.IntervalWindow(win.start - lateness, win.end - lateness)  # the records' own window
+        prefix = pane_prefix(self.output, win, pane.index)
+        holder = self._state.value
+        section = None
+        if self.amplifier is not None:
+            section, records = self._amplify(holder, records, prefix)
+        suffix = OUTPUT_SUFFIX[self.data_format]
+        per_shard = self.amplifier.records_per_shard if self.amplifier is not None else 20_000
+        shards = max(1, -(-len(records) // per_shard)) if records else 0
+        for index in range(shards):
+            self._write_lines(f"{prefix}-{index:05d}-of-{shards:05d}{suffix}",
+                              records[index * per_shard:(index + 1) * per_shard])
+        if errors:
+            errors.sort(key=lambda e: (str(e.get("source")), str(e.get("position"))))
+            self._write_lines(f"{prefix}-errors.jsonl", errors, sort_keys=True)
+        mechanism = holder.mechanism
+        context = dict(self.context)
+        warnings = list(context.pop("warnings", None) or []) + (section or {}).get("warnings", [])
+        window_info = {"start": win.start.to_utc_datetime().isoformat() + "Z",
+                       "end": win.end.to_utc_datetime().isoformat() + "Z",
+                       "pane": int(pane.index), "timing": _timing(pane),
+                       "allowed_lateness_seconds": context.pop("allowed_lateness"),
+                       "empty_windows": "a window in which nothing arrived writes no file"}
+        summary = build_summary(
+            counts, mechanism_parameters=mechanism.parameters(), mechanism_statement=statement_of(mechanism),
+            artifact=holder.artifact.describe(), oov_policy=self.config.oov_policy, unk_token=self.config.unk_token,
+            seed=self.config.seed, warnings=warnings, output=f"{prefix}-*-of-*{suffix}",
+            errors_output=f"{prefix}-errors.jsonl",
+            amplification_report=f"{prefix}-amplification.json" if section is not None else None,
+            extra={"window": window_info, "streaming": True}, **context)
+        write_json(f"{prefix}-summary.json", summary)
+        yield summary
+
+    def _amplify(self, holder, records, prefix):
+        """--shuffle / --drop-fields within the pane: the accounting from this pane's records, fields removed,
+        then (with --shuffle) a uniform permutation (OS CSPRNG)."""
+        from transforms.io import write_json
+
+        amp, shape_field = self.amplifier, self.shape_field
+        text_fields = ("text",) if self.data_format == "text" else tuple(self.config.text_fields)
+        removed = frozenset(amp.drop_fields + (shape_field,))
+        stats = pane_shape_stats(records, shape_field, removed, text_fields)
+        if self._epsilon0 is None:
+            self._epsilon0 = accounting.mechanism_token_epsilon0(holder.mechanism, holder.artifact.vectors,
+                                                                 self.config.oov_policy)
+        token_eps0, diameter = self._epsilon0
+        section = accounting.amplification_section(
+            stats, token_eps0, shuffled=amp.shuffle, delta=amp.delta, subsample_rate=None, k_threshold=None,
+            seed_used=self.config.seed is not None, diameter=diameter.to_dict(), epsilon0_reason=unbounded_epsilon0_reason(
+                self.config.oov_policy, holder.mechanism.privacy_statement().get("coverage")))
+        section["scope"] = pane_scope_statement(len(records))
+        write_json(f"{prefix}-amplification.json", section)
+        released = [{key: value for key, value in record.items() if key not in removed} for record in records]
+        if self.data_format == "text":
+            released = [record["text"] for record in released]
+        if amp.shuffle:
+            self._random.shuffle(released)
+        return section, released
+
+    def _write_lines(self, path: str, rows, sort_keys: bool = False) -> None:
+        from apache_beam.io.filesystems import FileSystems
+
+        with FileSystems.create(path) as handle:
+            for row in rows:
+                line = row if isinstance(row, str) else json.dumps(row, ensure_ascii=False, sort_keys=sort_keys)
+                handle.write((line + "\n").encode("utf-8"))
+
+
+def _timing(pane) -> str:
+    from apache_beam.utils.windowed_value import PaneInfoTiming
+
+    return {PaneInfoTiming.EARLY: "early", PaneInfoTiming.ON_TIME: "on_time", PaneInfoTiming.LATE: "late"}.get(
+        pane.timing, "unknown")
+
+
+class PrivatizeWindows(beam.PTransform):
+    """Items (see the module docstring), timestamped -> per-window-pane files; returns {'summaries', 'late'}."""
+
+    def __init__(self, privatize, output: str, data_format: str, window_size: int, allowed_lateness: int,
+                 amplifier=None, shape_field: Optional[str] = None, context: Optional[dict] = None, worker=None):
+        super().__init__()
+        if int(window_size) < 1 or int(allowed_lateness) < 0:
+            raise ValueError("--window-size must be >= 1 second and --allowed-lateness >= 0")
+        self.privatize = privatize
+        self.output = output
+        self.data_format = data_format
+        self.window_size = int(window_size)
+        self.allowed_lateness = int(allowed_lateness)
+        self.amplifier = amplifier
+        self.shape_field = shape_field
+        self.context = dict(context or {}, allowed_lateness=self.allowed_lateness)
+        self.worker = worker
+
+    def expand(self, items):
+        size = self.window_size
+        gated = (items
+                 | "ByWindow" >> beam.Map(lambda item, ts=beam.DoFn.TimestampParam: (window_start(ts, size), item))
+                 | "CloseLateWindows" >> beam.ParDo(CloseLateWindows(size, self.allowed_lateness)).with_input_types(
+                     beam.typehints.Tuple[int, beam.typehints.Any]).with_outputs(
+                     LATE, main="items"))
+        late = (gated[LATE]
+                | "LateGlobal" >> beam.WindowInto(window.GlobalWindows(), trigger=trigger.Repeatedly(
+                    trigger.AfterCount(1)), accumulation_mode=trigger.AccumulationMode.DISCARDING)
+                | "LateKey" >> beam.Map(lambda record: (None, record))
+                | "LateGroup" >> beam.GroupByKey()
+                | "WriteLate" >> beam.ParDo(WriteLate(self.output)))
+        windowed = gated["items"] | "Window" >> beam.WindowInto(  # offset: see CloseLateWindows
+            window.FixedWindows(size, offset=self.allowed_lateness % size), trigger=trigger.AfterWatermark(),
+            allowed_lateness=Duration(0), accumulation_mode=trigger.AccumulationMode.DISCARDING)
+        kinds = windowed | "Kinds" >> beam.Partition(lambda item, _: 0 if item[0] == RECORD else 1, 2)
+        privatized = (kinds[0]
+                      | "Keyed" >> beam.Map(lambda item: ((item[1][0], item[1][1]), item[1][2]))
+                      | "Privatize" >> self.privatize)
+        pane_items = ((kinds[1],
+                       privatized.released | "Released" >> beam.Map(lambda record: (RECORD, record)),
+                       privatized.errors | "Failed" >> beam.Map(lambda error: (ERROR, error)),
+                       privatized.batch_stats | "Stats" >> beam.Map(lambda stats: (STATS, stats)))
+                      | "PaneItems" >> beam.Flatten()
+                      | "OneKey" >> beam.Map(lambda item: (None, item))
+                      | "GroupPane" >> beam.GroupByKey())
+        summaries = pane_items | "WritePane" >> beam.ParDo(WriteWindowPane(
+            self.privatize.shared_handle, self.privatize.config, self.output, self.data_format, self.amplifier,
+            self.shape_field, self.context, self.worker))
+        return {"summaries": summaries, "late": late}
+
+
+def stop_timestamp(seconds: Optional[float]) -> Timestamp:
+    """When a file watch stops: ``seconds`` from now, or never (None)."""
+    from apache_beam.utils.timestamp import MAX_TIMESTAMP
+
+    return MAX_TIMESTAMP if seconds is None else Timestamp.now() + Duration(float(seconds))
+
+
+class PollFiles(beam.DoFn):
+    """The file watch of the local runner: from one impulse, match ``pattern`` every ``interval`` seconds until
+    ``stop_after`` seconds have passed, emitting each new file once, timestamped with the time it was found
+    (as ``MatchContinuously`` does). The local runners run no unbounded source, so there the watch is bounded
+    and the windows are written when it stops (docs/streaming.md)."""
+
+    def __init__(self, pattern: str, interval: float, stop_after: float):
+        super().__init__()
+        self.pattern, self.interval, self.stop_after = pattern, float(interval), float(stop_after)
+
+    def process(self, _):
+        import time
+
+        from apache_beam.io.filesystems import FileSystems
+
+        seen, deadline = set(), time.monotonic() + self.stop_after
+        while True:
+            found = Timestamp.now()
+            for meta in sorted(FileSystems.match([self.pattern])[0].metadata_list, key=lambda m: m.path):
+                if meta.path not in seen:
+                    seen.add(meta.path)
+                    yield window.TimestampedValue(meta, found)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(self.interval, left))
+
+
+def watch_files(pipeline, pattern: str, poll_interval: float, stop_after: Optional[float], reader_args: tuple,
+                local: bool = False):
+    """The file-watch source: new files matching ``pattern`` every ``poll_interval`` seconds, each read once.
+    ``local``: the bounded watch of the local runner (``PollFiles``); else Beam's ``MatchContinuously``."""
+    from apache_beam.io import fileio
+
+    if local:
+        matches = (pipeline | "Start" >> beam.Impulse()
+                   | "Watch" >> beam.ParDo(PollFiles(pattern, poll_interval, stop_after)))
+    else:
+        matches = pipeline | "Watch" >> fileio.MatchContinuously(
+            pattern, interval=float(poll_interval), has_deduplication=True, start_timestamp=Timestamp.now(),
+            stop_timestamp=stop_timestamp(stop_after))
+    return matches | "ReadFiles" >> ReadFiles(*reader_args)
+
+
+def read_subscription(pipeline, subscription: str, reader_args: tuple):
+    """The Pub/Sub source (Dataflow): one record per message; its position is the message id."""
+    from apache_beam.io.gcp.pubsub import ReadFromPubSub
+
+    return (pipeline
+            | "ReadPubSub" >> ReadFromPubSub(subscription=subscription, with_attributes=True)
+            | "Messages" >> beam.Map(lambda message: (subscription, message.message_id, message.data))
+            | "Parse" >> beam.ParDo(ParseMessages(*reader_args)))
+
+
+def sample_pane_names(output: str, data_format: str) -> list:
+    """Example file names of a pane (for checking that --input would not match the outputs)."""
+    start = Timestamp(0)
+    prefix = pane_prefix(output, window.IntervalWindow(start, start + Duration(60)), 0)
+    return [f"{prefix}-00000-of-00001{OUTPUT_SUFFIX[data_format]}", f"{prefix}-errors.jsonl",
+            f"{prefix}-summary.json", f"{prefix}-amplification.json",
+            f"{output}-late-20260101T000000000000Z-0123abcd-errors.jsonl"]
+
+
+
