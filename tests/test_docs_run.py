@@ -379,3 +379,33 @@ def test_no_job_help_has_a_backtick():
         assert result.returncode == 0, result.stderr
         assert "`" not in result.stdout, f"textdp {' '.join(argv)}: " + next(
             line for line in result.stdout.splitlines() if "`" in line)
+
+
+def test_summaries_show_an_artifact_under_home_as_tilde(monkeypatch, tmp_path):
+    """An artifact path under the home directory is written ``~/...`` in summaries and reports (``describe()``), as
+    docs/privatize.md's example public summary shows it; other paths, gs:// URLs and a look-alike prefix unchanged."""
+    from textdp.artifact.store import display_path
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    home = str(tmp_path / "home")
+    assert display_path(home + "/.cache/textdp/artifacts/a") == "~/.cache/textdp/artifacts/a"
+    assert display_path(home) == "~"
+    assert display_path(home + "-other/a") == home + "-other/a"
+    assert display_path("/var/tmp/a") == "/var/tmp/a"
+    assert display_path("gs://bucket" + home + "/a") == "gs://bucket" + home + "/a"
+
+
+def test_the_documented_public_summary_shows_the_default_artifact_as_its_summary_does(docs_cache):
+    """docs/privatize.md's example public summary names the default artifact as a run in the default cache writes it."""
+    import json
+
+    from textdp.artifact.locate import open_artifact
+    from textdp.artifact.store import ensure_default_artifact
+
+    with open(os.path.join(REPO, "docs", "privatize.md"), encoding="utf-8") as handle:
+        text = handle.read()
+    example = json.loads(text.split("<!-- example-public-summary -->\n```json\n", 1)[1].split("```", 1)[0])
+    described = open_artifact(ensure_default_artifact()).describe()["path"]
+    if os.path.realpath(docs_cache) == os.path.realpath(os.path.expanduser("~/.cache/textdp")):
+        assert described == example["artifact"]["path"]
+    assert described.startswith("~/") or not os.path.abspath(described).startswith(os.path.expanduser("~") + os.sep)
