@@ -409,3 +409,15 @@ def test_the_documented_public_summary_shows_the_default_artifact_as_its_summary
     if os.path.realpath(docs_cache) == os.path.realpath(os.path.expanduser("~/.cache/textdp")):
         assert described == example["artifact"]["path"]
     assert described.startswith("~/") or not os.path.abspath(described).startswith(os.path.expanduser("~") + os.sep)
+
+
+def test_the_mechanism_rows_name_every_registered_mechanism():
+    """docs/privatize.md's and docs/calibration.md's ``--mechanism`` rows list the registry's mechanisms (no more "Madlib or
+    TEM"): every built-in name, in backticks, so a mechanism added to the registry fails here until the rows name it."""
+    from textdp.mechanisms import BUILT_IN
+
+    for page in ("privatize.md", "calibration.md"):
+        with open(os.path.join(REPO, "docs", page), encoding="utf-8") as handle:
+            row = next(line for line in handle if line.startswith("| `--mechanism` |") or line.startswith("| `--mechanism NAME` |"))
+        missing = [name for name in BUILT_IN if f"`{name}`" not in row]
+        assert not missing, f"docs/{page}'s --mechanism row does not name {missing}"
