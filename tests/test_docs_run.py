@@ -271,7 +271,7 @@ def page_dir(tmp_path_factory, path) -> str:
     return str(directory)
 
 
-def environment(docs_cache, docs_bin, home):
+def environment(docs_cache, docs_bin):
     env = dict(os.environ)
     env.update(TEXTDP_CACHE_DIR=docs_cache, PYTHONPATH=REPO, PATH=docs_bin + os.pathsep + env.get("PATH", ""),
                MPLBACKEND="Agg", OPENBLAS_NUM_THREADS=env.get("OPENBLAS_NUM_THREADS", "1"))
@@ -306,7 +306,7 @@ def test_every_block_of_the_page_runs_or_is_parsed(page, docs_cache, docs_bin, t
     stray = [block.where for block in blocks if block.marker and block.lang not in SHELL | PYTHON]
     assert not stray, f"docs-test markers on blocks that are not executable: {stray}"
     cwd = page_dir(tmp_path_factory, path)
-    env = environment(docs_cache, docs_bin, cwd)
+    env = environment(docs_cache, docs_bin)
     counts = {"run": 0, "parse-only": 0, "commands parsed": 0}
     python_parts = []
     for block in blocks:
