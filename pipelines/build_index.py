@@ -15,7 +15,7 @@ from textdp.errors import TextdpError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="textdp build-index", description=__doc__.splitlines()[0].strip("`"))
+    parser = argparse.ArgumentParser(prog="textdp build-index", description=__doc__.splitlines()[0].replace("`", ""))
     parser.add_argument("--embeddings", default=BUNDLED_GLOVE,
                         help=f"embedding source: {BUNDLED_GLOVE!r} (bundled GloVe 6B 50d, the default), a GloVe "
                              "text file (word v1 ... vn), a word2vec/fastText text file (with its 'count dim' "

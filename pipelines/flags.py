@@ -97,7 +97,7 @@ class MechanismOptions(PipelineOptions):
         parser.add_argument(
             "--mechanism", dest="mechanism", choices=MechanismChoices(registered()), default=DEFAULT_MECHANISM,
             help=f"privacy mechanism (docs/mechanisms.md; default {DEFAULT_MECHANISM}): " + ", ".join(
-                cls.summary_line() if cls else f"{name} (not available in this installation)"
+                cls.summary_line().replace("`", "") if cls else f"{name} (not available in this installation)"
                 for name, cls in ((name, available_class(name)) for name in registered()))
             + "; on the command line also the import path package.module:Class of your own Mechanism subclass "
               "(docs/mechanisms.md, 'Bring your own mechanism'; not in a Flex Template, whose image holds textdp's "

@@ -59,11 +59,19 @@ class Job:
     instead: Dict[str, str] = field(default_factory=dict)
 
 
+def _mechanisms() -> str:
+    """The registered mechanisms, from the registry (textdp/mechanisms/__init__.py), for the job descriptions."""
+    from textdp.mechanisms import registered
+
+    names = list(registered())
+    return f"any of the {len(names)} registered mechanisms ({', '.join(names)}) or your own Mechanism class"
+
+
 JOBS: Dict[str, Job] = {job.name: job for job in (
     Job("build-index", "pipelines.build_index",
         "Build a vocabulary artifact (vectors + Annoy index) from embeddings.", beam=False),
     Job("privatize", "pipelines.privatize",
-        "Privatize a text corpus word by word with metric differential privacy (Madlib or TEM).",
+        f"Privatize a text corpus word by word with metric differential privacy: {_mechanisms()}.",
         groups=("PrivatizeOptions", "OovOptions", "OutputOptions", "ArtifactOptions", "MechanismOptions", "SeedOptions",
                 "AmplifierOptions", "WorkerResourceOptions", "StreamingOptions"),
         required=("input", "output", "epsilon"), instead={"input": "input_subscription"},

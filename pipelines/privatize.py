@@ -1,4 +1,5 @@
-"""``textdp privatize``: privatize a corpus word by word with Madlib (or TEM), as a Beam pipeline.
+"""``textdp privatize``: privatize a corpus word by word with a registered mechanism or your own (``--mechanism``,
+madlib by default), as a Beam pipeline.
 
 Read (text / JSONL / Parquet, local or gs://) -> ``Privatize`` (transforms/privatize.py) -> the LAC
 Amplifier if asked (transforms/amplifier.py) -> write in the input's format; failed records go to

@@ -202,7 +202,7 @@ def calibration(args, mechanism: str, epsilons: List[float], sample: str = "voca
 def evaluate(args, checkpoint=None) -> dict:
     input_path = os.path.join(args.workdir, "reviews.jsonl")
     if not (args.resume and os.path.exists(input_path)):
-        data.prepare(args.train, args.test, args.data_seed, input_path)
+        data.prepare(args.train, args.test, args.data_seed, input_path, source=args.data)
     original = data.read_jsonl([input_path])
     order = {split: [r["id"] for r in original if r["split"] == split] for split in ("train", "test")}
     plain = split_records(original, order)
@@ -274,7 +274,7 @@ def config_of(args) -> dict:
             "seeded": not args.fresh_entropy, "base_seed": None if args.fresh_entropy else args.seed,
             "oov_policy": "random (the pipeline default)", "runner": "FnApiRunner (local)",
             "classifier": classify.describe(),
-            "data": "IMDb (Maas et al. 2011), ../shared/data/imdb_50k.csv.gz; balanced subsets of the train and test "
+            "data": f"IMDb (Maas et al. 2011), {os.path.relpath(args.data, data.REPO)}; balanced subsets of the train and test "
                     "splits; <br /> turned into newlines", "command": " ".join(["python -m benchmarks.utility.run", *sys.argv[1:]])}
 
 
@@ -303,6 +303,9 @@ def main(argv=None) -> None:
     add("--workers", type=int, default=2, help="local Beam worker processes per privatize run; default 2")
     add("--seed", type=int, default=8, help="base seed of the privatize runs and the bootstrap; default 8")
     add("--fresh-entropy", action="store_true", help="privatize with OS entropy instead of seeds (not reproducible)")
+    add("--data", default=data.IMDB,
+        help="the IMDb reviews, imdb_50k.csv.gz (columns review, sentiment, split; docs/evaluation.md); default "
+             "../shared/data/imdb_50k.csv.gz beside the repository")
     add("--data-seed", type=int, default=8, help="seed of the review subset draw; default 8")
     add("--workdir", default="/tmp/textdp-utility", help="scratch directory for data, runs and calibration")
     add("--resume", action="store_true", help="reuse the data file, runs and calibrations already in --workdir")

@@ -350,13 +350,24 @@ class Artifact:
     def describe(self) -> dict:
         """Facts about the artifact for summaries and reports."""
         return {
-            "path": self.path,
+            "path": display_path(self.path),
             "source": self.manifest.get("source"),
             "vocab_size": self.vocab_size,
             "dimension": self.dimension,
             "metric": self.manifest.get("metric", "euclidean"),
             "annoy": self.manifest.get("annoy"),
         }
+
+
+def display_path(path: str) -> str:
+    """``path`` with the home directory written ``~`` (``~/.cache/textdp/...``), as summaries and reports show an
+    artifact: the same text as the docs, and without the operator's home directory. Other paths as they are."""
+    home = os.path.expanduser("~").rstrip(os.sep)
+    if not home or not isinstance(path, str) or "://" in path:
+        return path
+    if path == home or path.startswith(home + os.sep):
+        return "~" + path[len(home):]
+    return path
 
 
 def _row_sqnorms(vectors: np.ndarray, block: int = 65536) -> np.ndarray:
