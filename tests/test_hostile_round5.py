@@ -218,3 +218,49 @@ def test_integer_author_ids_above_2_53_are_compared_exactly(tiny_artifact_dir, t
     assert author_identity(BIG_ID) != author_identity(BIG_ID - 1) and author_identity(1.0) == author_identity(1)
     assert [unsafe_author_id(v) for v in (float(BIG_ID), 1.5, float("nan"), float("inf"), 2.0**53, 2.0**53 - 1,
                                           BIG_ID, "1.5", True)] == [True] * 5 + [False] * 4
+
+
+# --- R5-6: audit --conformance tries every listed mechanism before any output is touched ---------------------------
+
+BROKEN = "tests.broken_custom_mechanisms"
+CONFORMANCE = ["--conformance", "--epsilons=5", "--conformance-draws=100", "--conformance-words=1",
+               "--power-repeats=1"]
+
+
+def test_conformance_mechanisms_are_tried_before_an_earlier_audit_is_overwritten(tiny_artifact_dir, tmp_path, capsys):
+    """A listed mechanism whose constructor raises, or whose privatize_ids returns ids outside the vocabulary, failed
+    in the worker after --overwrite had emptied the earlier audit. Now each is built and run on a few ids first
+    (textdp.mechanisms.trial_build): exit 2, one line naming it, the earlier audit intact. One that returns bad ids
+    only beyond the ids tried fails the run (exit 1) with released_ids' message, never a report of bad ids."""
+    argv = ["audit", f"--artifact={tiny_artifact_dir}", f"--output={tmp_path}/a"] + CONFORMANCE + RUNNER
+    assert cli_main(argv + ["--conformance-mechanisms=madlib"]) == 0
+    earlier = {name: (tmp_path / "a" / name).read_bytes() for name in os.listdir(tmp_path / "a")}
+    capsys.readouterr()
+    for cls, phrase in (("InitBoom", "could not be built: RuntimeError: boom in init"),
+                        ("BadIds", "privatize_ids returned the id -1")):
+        assert cli_main(argv + [f"--conformance-mechanisms=madlib,{BROKEN}:{cls}", "--overwrite"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and err.startswith("textdp audit: error: mechanism 'rt-") and phrase in err, err
+        assert {name: (tmp_path / "a" / name).read_bytes() for name in os.listdir(tmp_path / "a")} == earlier
+    assert cli_main(argv + [f"--conformance-mechanisms={BROKEN}:LateBadIds", "--overwrite"]) == 1
+    err = capsys.readouterr().err
+    assert "privatize_ids returned the id -1, outside the vocabulary" in err and "Traceback" not in err
+
+
+def test_the_conformance_release_path_checks_released_ids(tiny_artifact_dir):
+    """textdp.audit.conformance.release goes through textdp.text.privatizer.released_ids, the one place released ids
+    are checked: float ids, short arrays and out-of-vocabulary ids are refused, not tested as releases."""
+    import numpy as np
+
+    import tests.broken_custom_mechanisms as broken
+    from textdp.artifact.store import Artifact
+    from textdp.audit.conformance import release
+
+    artifact = Artifact(tiny_artifact_dir)
+    ids = np.arange(100, dtype=np.int64)
+    for cls, phrase in ((broken.LateBadIds, "the id -1"), (broken.FloatIds, "not of integers"),
+                        (broken.ShortIds, "shape"), (broken.TooLargeIds, "the id 300")):
+        with pytest.raises(textdp.TextdpError, match=phrase):
+            release(cls(artifact, 5.0), ids, np.random.default_rng(0), artifact.vocab_size)
+    good = release(CappedExponential(artifact, 5.0), ids, np.random.default_rng(0), artifact.vocab_size)
+    assert good.dtype == np.int64 and good.shape == ids.shape and 0 <= good.min() and good.max() < 300
