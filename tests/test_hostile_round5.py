@@ -264,3 +264,47 @@ def test_the_conformance_release_path_checks_released_ids(tiny_artifact_dir):
             release(cls(artifact, 5.0), ids, np.random.default_rng(0), artifact.vocab_size)
     good = release(CappedExponential(artifact, 5.0), ids, np.random.default_rng(0), artifact.vocab_size)
     assert good.dtype == np.int64 and good.shape == ids.shape and 0 <= good.min() and good.max() < 300
+
+
+# --- R5-3/4/5: the notebook API refuses what it does not take, naming its kind, never its content -----------------
+
+
+def _odd_values():
+    from decimal import Decimal
+
+    import pandas as pd
+
+    return [
+        (b"SECRETCANARY", "not a bytes"), (bytearray(b"SECRETCANARY"), "not a bytearray"),
+        ({"SECRETCANARY": "the movie"}, "not a dict"), ({"SECRETCANARY"}, "not a set"),
+        (pd.DataFrame({"SECRETCANARY": ["the movie"]}), "not a pandas.DataFrame"), (Decimal("1.5"), "not a decimal.Decimal"),
+        (7, "not a int"), ([b"SECRETCANARY"], "holds a bytes at position 0"),
+        (["the movie", Decimal("1.5")], "holds a decimal.Decimal at position 1"), ([{"SECRETCANARY": 1}], "holds a dict"),
+    ]
+
+
+def test_notebook_audit_and_calibrate_refuse_odd_inputs_naming_their_kind(tiny_artifact_dir):
+    """calibrate(word_list=b"...") calibrated the byte values as words; audit(corpus=dict) audited the keys; a
+    DataFrame, bytes or Decimal raised raw AttributeError/TypeError. Each is now TextdpTypeError (a TextdpError)
+    naming the kind received, before any job runs, and never quoting it."""
+    from pipelines.notebook import audit, calibrate
+
+    for value, phrase in _odd_values():
+        for call in (lambda v: audit([5], artifact=tiny_artifact_dir, corpus=v, checks="inversion"),
+                     lambda v: audit([5], artifact=tiny_artifact_dir, prior_corpus=v, checks="inversion"),
+                     lambda v: calibrate([5], artifact=tiny_artifact_dir, word_list=v, samples=10)):
+            with pytest.raises(textdp.TextdpError, match=phrase) as caught:
+                call(value)
+            assert isinstance(caught.value, TypeError) and "SECRETCANARY" not in str(caught.value)
+            assert "movie" not in str(caught.value)
+
+
+def test_notebook_calibrate_takes_a_tuple_or_series_of_words(tiny_artifact_dir):
+    """What the docstring promises still runs: a tuple, and a pandas Series with a missing value (left out)."""
+    import pandas as pd
+
+    from pipelines.notebook import calibrate
+
+    for words in (("good", "the"), pd.Series(["good", None, "the"])):
+        result = calibrate([8], artifact=tiny_artifact_dir, word_list=words, samples=10, seed=1)
+        assert sorted(set(result.table["word"])) == ["good", "the"]
