@@ -152,8 +152,8 @@ def _strings(values, name: str, what: str) -> list:
         raise TextdpTypeError(f"{name}= is a path here, not {_kind(values)}")
     series = type(values).__module__.startswith("pandas") and type(values).__name__ == "Series"
     if not (isinstance(values, (list, tuple)) or series):
-        raise TextdpTypeError(f"{name}= takes a path (str or os.PathLike) or a list, tuple or pandas Series of {what}, "
-                              f"not a {_kind(values)}")
+        raise TextdpTypeError(f"{name}= takes a path or a list of {what} (a str or os.PathLike path; a list, tuple or "
+                              f"pandas Series of str), not a {_kind(values)}")
     out = []
     for position, item in enumerate(values.tolist() if series else values):
         if item is None or (isinstance(item, float) and item != item) or _is_pandas_missing(item):

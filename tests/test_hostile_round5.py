@@ -308,3 +308,20 @@ def test_notebook_calibrate_takes_a_tuple_or_series_of_words(tiny_artifact_dir):
     for words in (("good", "the"), pd.Series(["good", None, "the"])):
         result = calibrate([8], artifact=tiny_artifact_dir, word_list=words, samples=10, seed=1)
         assert sorted(set(result.table["word"])) == ["good", "the"]
+
+
+# --- minor: an output prefix named like textdp's own directory lock ----------------------------------------------
+
+
+def test_an_output_prefix_named_like_the_directory_lock_is_refused_for_what_it_is(tiny_artifact_dir, tmp_path, capsys):
+    """--output o2/.textdp: its lock file o2/.textdp.lock is the lock textdp keeps for the directory, so the run was
+    refused as 'being written by another textdp run'. Now the one line says the prefix is textdp's own name;
+    nothing is written, and a prefix that only starts so (.textdpx) runs."""
+    source = tmp_path / "in.txt"
+    source.write_text("the movie was good\n", encoding="utf-8")
+    argv = ["privatize", f"--input={source}", "--epsilon=5", f"--artifact={tiny_artifact_dir}"] + RUNNER
+    assert cli_main(argv + [f"--output={tmp_path}/o2/.textdp"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "the file-name prefix .textdp is textdp's own name" in err, err
+    assert "another textdp run" not in err and not (tmp_path / "o2").exists()
+    assert cli_main(argv + [f"--output={tmp_path}/o3/.textdpx"]) == 0
