@@ -111,8 +111,8 @@ def _beam_flag_problem(param) -> Optional[str]:
         return None
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    import pipelines.flags  # noqa: F401  (the jobs' option classes are declared)
-
+    # the jobs' option classes are there once pipelines.flags (which imports this module) is; their dests are also
+    # textdp.mechanisms.RESERVED_PARAMETER_NAMES, checked without Beam
     strings, dests = _job_option_strings(tuple(PipelineOptions.__subclasses__()))
     kebab = f"--{param.name.replace('_', '-')}"
     for flag in param.flags:
