@@ -279,10 +279,19 @@ def _conformance_checks(opts: AuditOptions) -> tuple:
 
 def conformance_units(opts: AuditOptions, spec, location, manifest: dict) -> tuple:
     """The conformance plan: every (mechanism, epsilon) unit with its parameters and Bonferroni level. Refuses, before
-    any worker starts, a mechanism that does not resolve, an artifact that lacks a part one of them reads, and a
-    parameter or epsilon (or 1.25 x epsilon, the power check's) a mechanism cannot use."""
+    any worker starts, a mechanism that does not resolve, an artifact that lacks a part one of them reads, a
+    parameter or epsilon (or 1.25 x epsilon, the power check's) a mechanism cannot use, and a mechanism that is not
+    built in whose constructor raises or whose ``privatize_ids`` returns bad ids there (``trial_build`` at each of
+    those epsilons: one construction and one call on 64 ids each, on the launcher)."""
     from textdp.audit.conformance import POWER_FACTOR, law_kind, planned_units
-    from textdp.mechanisms import REGISTRY, artifact_for_checks, check_mechanism, mechanism_class, mechanism_reference
+    from textdp.mechanisms import (
+        REGISTRY,
+        artifact_for_checks,
+        check_mechanism,
+        mechanism_class,
+        mechanism_reference,
+        trial_build,
+    )
 
     asked = str(opts.conformance_mechanisms or "all").strip()
     names = list(REGISTRY) if asked == "all" else [part.strip() for part in asked.split(",") if part.strip()]
@@ -299,6 +308,8 @@ def conformance_units(opts: AuditOptions, spec, location, manifest: dict) -> tup
             for eps in spec.epsilons:
                 for value in (eps, POWER_FACTOR * eps):
                     check_mechanism(reference, value, facts, **own)
+                    if hasattr(facts, "vectors"):  # one not built in: built and run on a few ids before any output
+                        trial_build(reference, facts, value, **own)  # is touched (a worker would fail after --overwrite)
         references.append(reference)
         params[reference] = own
     level = opts.false_alarm_rate / planned_units(references, spec.epsilons)

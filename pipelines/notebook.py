@@ -136,15 +136,46 @@ def _figures(images: Dict[str, bytes]) -> dict:
     return figures
 
 
+def _kind(value) -> str:
+    """The kind of ``value`` in a message: its type's name (pandas.DataFrame, bytes, dict, ...), never its content."""
+    cls = type(value)
+    module = cls.__module__.split(".")[0]
+    return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
+
+
+def _strings(values, name: str, what: str) -> list:
+    """The items of ``values`` (a list or tuple, or a pandas Series: what the docstrings promise) as a list of str,
+    missing values (None, NaN, pandas' NA) left out. TextdpTypeError naming the kind of a container or item that is
+    neither (a DataFrame, a dict, a set, bytes, a number, a Decimal), never its content: a dict would have given its
+    keys, bytes their byte values, a DataFrame its column names."""
+    if isinstance(values, (str, os.PathLike)):  # (the callers took these as a path already)
+        raise TextdpTypeError(f"{name}= is a path here, not {_kind(values)}")
+    series = type(values).__module__.startswith("pandas") and type(values).__name__ == "Series"
+    if not (isinstance(values, (list, tuple)) or series):
+        raise TextdpTypeError(f"{name}= takes a path or a list of {what} (a str or os.PathLike path; a list, tuple or "
+                              f"pandas Series of str), not a {_kind(values)}")
+    out = []
+    for position, item in enumerate(values.tolist() if series else values):
+        if item is None or (isinstance(item, float) and item != item) or _is_pandas_missing(item):
+            continue
+        if not isinstance(item, str):
+            raise TextdpTypeError(f"{name}= holds a {_kind(item)} at position {position:,}; each item is a str "
+                                  f"({what[:-1]})")
+        out.append(item)
+    return out
+
+
+def _is_pandas_missing(item) -> bool:
+    cls = type(item)
+    return cls.__module__.startswith("pandas") and cls.__name__ in ("NAType", "NaTType")
+
+
 def _texts_file(texts, directory: str, name: str) -> str:
-    """A list or Series of texts -> a JSONL file of ``{"text": ...}`` records (missing values left out)."""
-    if hasattr(texts, "dropna"):
-        texts = texts.dropna().tolist()
-    if isinstance(texts, (str, bytes)) or not hasattr(texts, "__iter__"):
-        raise TextdpTypeError(f"{name} takes a path or a list of texts, not {type(texts).__name__}")
+    """A list, tuple or pandas Series of texts -> a JSONL file of ``{"text": ...}`` records (missing values left
+    out); anything else refused (``_strings``)."""
     path = os.path.join(directory, f"{name}.jsonl")
     with open(path, "w", encoding="utf-8") as handle:
-        for text in texts:
+        for text in _strings(texts, name, "texts"):
             handle.write(json.dumps({"text": text}) + "\n")
     return path
 
@@ -201,16 +232,18 @@ class AuditResult:
 def calibrate(epsilons, mechanism: str = "madlib", artifact: Optional[str] = None, *, words: Optional[int] = None,
               word_list=None, samples: Optional[int] = None, seed: Optional[int] = None,
               output: Optional[str] = None, overwrite: bool = False, **flags) -> CalibrationResult:
-    """``textdp calibrate`` from Python. ``word_list``: a path, or a list of words (written to a temporary file,
-    one per line). Any other keyword is the job's flag of the same name (``max_nw``, ``min_sw``, ``coverage``,
-    ``nn``, ``no_prune``, the mechanism's parameters, ``runner``, ...)."""
+    """``textdp calibrate`` from Python. ``word_list``: a path (str or os.PathLike), or a list, tuple or pandas
+    Series of words (str; written to a temporary file, one per line; missing values left out); anything else
+    (bytes, a dict, a DataFrame, a number) is refused with TextdpTypeError naming its kind. Any other keyword is
+    the job's flag of the same name (``max_nw``, ``min_sw``, ``coverage``, ``nn``, ``no_prune``, the mechanism's
+    parameters, ``runner``, ...)."""
     import pandas as pd
 
     with tempfile.TemporaryDirectory(prefix="textdp-calibrate-words-") as scratch:
         if word_list is not None and not isinstance(word_list, (str, os.PathLike)):
             words_path = os.path.join(scratch, "words.txt")
             with open(words_path, "w", encoding="utf-8") as handle:
-                handle.write("\n".join(str(w) for w in word_list) + "\n")
+                handle.write("\n".join(_strings(word_list, "word_list", "words")) + "\n")
             word_list = words_path
         arguments = dict(epsilons=epsilons, mechanism=mechanism, artifact=artifact, words=words,
                          word_list=word_list and os.fspath(word_list), samples=samples, seed=seed, overwrite=overwrite,
@@ -227,9 +260,10 @@ def calibrate(epsilons, mechanism: str = "madlib", artifact: Optional[str] = Non
 
 def audit(epsilons, mechanism: str = "madlib", artifact: Optional[str] = None, *, corpus=None, prior_corpus=None,
           seed: Optional[int] = None, output: Optional[str] = None, overwrite: bool = False, **flags) -> AuditResult:
-    """``textdp audit`` from Python. ``corpus`` / ``prior_corpus``: a path (any format the job reads) or a list
-    or pandas Series of texts (written to a temporary JSONL file; missing values left out). Any other keyword is
-    the job's flag of the same name (``checks``, ``pairs``, ``draws``, ``records``, ``inversion_tokens``,
+    """``textdp audit`` from Python. ``corpus`` / ``prior_corpus``: a path (str or os.PathLike; any format the job
+    reads) or a list, tuple or pandas Series of texts (str; written to a temporary JSONL file; missing values left
+    out); anything else (a dict, a DataFrame, bytes, a Decimal) is refused with TextdpTypeError naming its kind.
+    Any other keyword is the job's flag of the same name (``checks``, ``pairs``, ``draws``, ``records``, ``inversion_tokens``,
     ``mc_draws``, ``prior_words``, ``linkage_sizes``, ``oov_policy``, the mechanism's parameters, ...)."""
     import pandas as pd
 

@@ -281,6 +281,10 @@ class OutputGuard:
             raise TextdpError(f"{flag} {prefix} is a directory: it is a file-name prefix (e.g. {prefix}/run writes "
                               "run-00000-of-00001... inside it)")
         resolved = _real_pattern(prefix)
+        if resolved + LOCK_SUFFIX == os.path.join(os.path.dirname(resolved), DIRECTORY_LOCK):  # a prefix '.textdp'
+            raise TextdpError(f"{flag} {prefix}: the file-name prefix {DIRECTORY_LOCK[:-len(LOCK_SUFFIX)]} is textdp's "
+                              f"own name (its lock file would be {DIRECTORY_LOCK}, the lock textdp keeps for the "
+                              "whole directory); choose another prefix")
         if resolved in self._prefixes:
             raise TextdpError(f"{flag} {prefix} is also {self._prefixes[resolved]}: give each output its own prefix")
         self._prefixes[resolved] = f"{flag} {prefix}"

@@ -78,16 +78,19 @@ def stratified_words(vocab_size: int, per_band: int, rng: np.random.Generator) -
     return out
 
 
-def release(mechanism, ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def release(mechanism, ids: np.ndarray, rng: np.random.Generator, vocab_size: int) -> np.ndarray:
     """Releases for ``ids`` as privatize produces them: ``privatize_ids`` on shuffled batches of the class's
-    ``BATCH_TOKENS`` words (so that words mix in a batch as in text)."""
+    ``BATCH_TOKENS`` words (so that words mix in a batch as in text), each batch checked as every release path checks
+    it (``textdp.text.privatizer.released_ids``: integer vocabulary ids, one per input id; else TextdpError)."""
+    from textdp.text.privatizer import released_ids
+
     ids = np.asarray(ids, dtype=np.int64)
     order = rng.permutation(len(ids))
     out = np.empty(len(ids), dtype=np.int64)
     batch = max(int(getattr(type(mechanism), "BATCH_TOKENS", 4096)), 1)
     for start in range(0, len(ids), batch):
         where = order[start:start + batch]
-        out[where] = mechanism.privatize_ids(ids[where], rng)
+        out[where] = released_ids(mechanism, ids[where], rng, vocab_size)
     return out
 
 
@@ -252,12 +255,12 @@ def run_unit(reference, artifact, epsilon: float, params: dict | None = None, wo
             result["rejected"] = bool(result["p_value"] < level)
             return result
 
-    main = test(mechanism, release(mechanism, ids, rng))
+    main = test(mechanism, release(mechanism, ids, rng, vocab_size))
     power_hits = 0
     power_epsilon = POWER_FACTOR * float(epsilon)
     louder = make_mechanism(reference, artifact, power_epsilon, **params)
     for _ in range(int(power_repeats)):
-        power_hits += int(test(louder, release(louder, ids, rng))["rejected"])
+        power_hits += int(test(louder, release(louder, ids, rng, vocab_size))["rejected"])
     power = power_hits / power_repeats if power_repeats else float("nan")
     if main["rejected"]:
         status = "FLAG"

@@ -170,6 +170,18 @@ RESERVED_PARAMETER_NAMES = frozenset("""
     """.split())
 PARAMETER_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
+# Checks a front end adds on the flags a parameter becomes, which this package cannot see: pipelines/custom_flags.py
+# adds one against every option string of Apache Beam's and the jobs' parsers (Beam is not imported here). Each takes
+# a Parameter and returns why its flags cannot be (a sentence part), or None; ``_check_interface`` runs them for
+# every mechanism that is not built in (import path, class object, entry point).
+FLAG_CHECKS: list = []
+
+
+def add_flag_check(check) -> None:
+    """Run ``check(parameter) -> Optional[str]`` on every flag parameter of a mechanism that is not built in."""
+    if check not in FLAG_CHECKS:
+        FLAG_CHECKS.append(check)
+
 
 def _normal(name: str) -> str:
     return name.replace("-", "_").lower()
@@ -258,6 +270,10 @@ def _check_interface(cls, what: str) -> None:
         if clash:
             raise ParameterError(f"{what} declares a parameter {clash[0]!r}, which is textdp's own flag and keyword "
                                  f"--{_normal(clash[0]).replace('_', '-')} (a run could not tell them apart): rename it")
+        for check in FLAG_CHECKS if param.cli else ():
+            problem = check(param)
+            if problem:
+                raise ParameterError(f"{what} declares a parameter {param.name!r}, {problem}: rename it")
 
 
 def _custom(cls, what: str) -> type:

@@ -13,6 +13,8 @@ puts the released texts (and, for the shuffle accounting, the record's shape) ba
 from __future__ import annotations
 
 import hashlib
+import math
+import numbers
 from typing import List, Optional, Sequence, Tuple
 
 # reason codes of error records (the same as the readers': transforms/io.py)
@@ -24,6 +26,8 @@ TOO_LARGE = "too_large"
 NOT_A_TEXT = "not_a_text"
 NOT_A_PAIR = "not_a_pair"  # transforms.Privatize(keyed=True): an element that is not a (key, record) pair
 MISSING_AUTHOR = "missing_author"  # --user-field set: the record has no such field, or it is null
+UNSAFE_AUTHOR_ID = "unsafe_author_id"  # --user-field set: the author is a number that is not an exact integer
+MAX_SAFE_FLOAT_ID = 2**53 - 1  # every integer up to here is one float and back; above it two ids can be one float
 
 
 class NotAPair:
@@ -110,7 +114,8 @@ def check_record(record, text_fields: Sequence[str], max_text_bytes: Optional[in
 
 def check_author(record, user_field: Optional[str]) -> Optional[Tuple[str, str]]:
     """None if ``record`` names its author in ``user_field`` (or no author field is asked for), else
-    (MISSING_AUTHOR, detail): the field is absent or null. Never quotes a value."""
+    (MISSING_AUTHOR, detail): the field is absent or null, or (UNSAFE_AUTHOR_ID, detail): it is a float that is no
+    safe identity (``unsafe_author_id``). Never quotes a value."""
     if not user_field:
         return None
     fields = row_fields(record)
@@ -119,19 +124,36 @@ def check_author(record, user_field: Optional[str]) -> Optional[Tuple[str, str]]
     if fields.get(user_field) is None:
         what = "null" if user_field in fields else "absent"
         return MISSING_AUTHOR, f"the author field {user_field!r} is {what}; every record needs an author under --user-field"
-    return None
+    if not unsafe_author_id(fields[user_field]):
+        return None
+    return UNSAFE_AUTHOR_ID, (f"the author field {user_field!r} is a floating-point number that is not an exact "
+                              f"integer of magnitude below 2**53 (it cannot be told apart from other authors' ids); "
+                              "write author ids as integers or strings (docs/lac.md)")
+
+
+def unsafe_author_id(value) -> bool:
+    """Whether author id ``value`` is a floating-point number that is no safe identity: not an integer (1.5, NaN,
+    inf) or of magnitude above 2**53 - 1, where a float stands for several integers (an exporter writes the 64-bit
+    id 1234567890123456789 of a column with nulls as 1.2345678901234568e18, which is 1234567890123456768, and
+    1234567890123456700 gives the same float): one person could count as two authors, or two as one. Integers
+    (any size) and strings are compared exactly; integral floats below 2**53 equal their integer (docs/lac.md)."""
+    if isinstance(value, bool) or isinstance(value, numbers.Integral) or not isinstance(value, numbers.Real):
+        return False
+    value = float(value)
+    return not (math.isfinite(value) and value.is_integer() and abs(value) <= MAX_SAFE_FLOAT_ID)
 
 
 def author_identity(value):
     """The key an author id is compared by (the k-threshold and the per-author bound count authors by it):
     JSON numbers that are equal are one author (1, 1.0 and 1e0: an exporter writes 1.0 for an integer column
-    that has a null), a string is not a number ("1" is another author than 1), a boolean is neither; a list or
+    that has a null; a float that is no exact integer below 2**53 is refused by ``check_author``), a string is
+    not a number ("1" is another author than 1), a boolean is neither; a list or
     object by its canonical JSON (keys sorted). Hashable; never None (a null author is MISSING_AUTHOR)."""
     if isinstance(value, bool):
         return ("bool", value)
-    if isinstance(value, int):
-        return ("number", value)
-    if isinstance(value, float):
+    if isinstance(value, numbers.Integral):  # numpy's integers too (a Parquet column)
+        return ("number", int(value))
+    if isinstance(value, float):  # one that is not a safe identity is an error record first (check_author)
         return ("number", int(value) if value.is_integer() else value)
     if isinstance(value, (str, bytes)):
         return (type(value).__name__, value)
