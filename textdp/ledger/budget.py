@@ -1,10 +1,10 @@
 """Epsilon-mass and the admission rule, in exact arithmetic (docs/ledger.md, "Epsilon-mass").
 
 An author's epsilon-mass in a run is epsilon times the number of word tokens released in their records (every
-word the privatizer released, unknown words under --oov-policy random or unk included). Masses are sums of
-epsilon x an integer; epsilon is a float, i.e. an exact binary fraction, so ``Fraction`` makes every sum and every
-comparison with the budget exact: "withheld exactly when the cap would be exceeded" holds to the last bit, and two
-workers (or a retry) decide the same.
+word the privatizer released, unknown words under --oov-policy random or unk included). Epsilon and the budget are
+taken as the decimals they print as (``repr``: 0.1 is 1/10, not the binary float just above it), and masses are
+summed and compared as exact fractions: "withheld exactly when the cap would be exceeded" holds with no rounding
+(ten tokens at epsilon 0.1 fit a budget of 1), and two workers (or a retry) decide the same.
 """
 
 from __future__ import annotations
@@ -15,8 +15,13 @@ from typing import Dict, Iterable, List, Sequence, Tuple
 Mass = Fraction
 
 
+def exact(value: float) -> Fraction:
+    """A float as the decimal it prints as (its shortest round-trip repr), exactly."""
+    return Fraction(repr(float(value)))
+
+
 def mass_of(epsilon: float, tokens: int) -> Fraction:
-    return Fraction(float(epsilon)) * int(tokens)
+    return exact(epsilon) * int(tokens)
 
 
 def as_pair(mass: Fraction) -> Tuple[int, int]:
@@ -32,7 +37,7 @@ def admit(spent: Fraction, budget, masses: Sequence[Fraction]) -> List[bool]:
     """Which of an author's records (``masses`` in the run's deterministic order) are released: each record in
     turn while spent + its mass stays <= ``budget`` (None: no cap). A record that does not fit is withheld and
     the next, smaller one may still fit (first-fit in order). Pure: the same inputs decide the same."""
-    cap = None if budget is None else Fraction(float(budget))
+    cap = None if budget is None else exact(budget)
     decided, total = [], Fraction(spent)
     for mass in masses:
         fits = cap is None or total + mass <= cap
@@ -68,6 +73,6 @@ def mass_distribution(cumulative: Iterable[Fraction], budget=None) -> dict:
     out = {"authors": len(values), "min": values[0], "median": _quantile(values, 0.5), "p95": _quantile(values, 0.95),
            "max": values[-1]}
     if budget is not None:
-        cap = Fraction(float(budget))
+        cap = exact(budget)
         out["at_cap"] = sum(1 for m in masses if m >= cap)
     return out
