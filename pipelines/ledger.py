@@ -222,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+help_parser = build_parser  # the job's --help (templates/jobs.py derives its parameters from it)
+
+
 def status(ledger: Ledger) -> dict:
     runs = ledger.runs_list()
     spent = ledger.spent()
