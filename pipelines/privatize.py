@@ -141,7 +141,6 @@ def check(options: PipelineOptions) -> Checked:
     check_unk_marker(artifact, options.view_as(OovOptions).oov_policy, options.view_as(OovOptions).unk_token)
     gcs.preflight([opts.input], writes=False)  # gs:// refused in seconds, not after minutes of retries
     gcs.preflight([out.output, opts.public_summary or "", opts.diagnostics_output or ""], writes=True)
-    ledger = LedgerRun.from_options(options, options.view_as(OovOptions).oov_policy, data_format)  # key, ledger: now
     inputs = _matches(opts.input)
     if not inputs:
         raise TextdpError(f"no file matches --input {opts.input!r}")
@@ -155,6 +154,8 @@ def check(options: PipelineOptions) -> Checked:
         warnings.append(f"epsilon {opts.epsilon:g} is above {VACUOUS_EPSILON:g}: the bound exp(epsilon * d) exceeds "
                         f"e^{VACUOUS_EPSILON:g} even for words at distance 1 (GloVe neighbours are 2-5 apart), so it "
                         "protects nothing, and nearly every word is released unchanged")
+    # last: the key and the ledger (opening a new SQLite ledger creates it, so only once everything else passed)
+    ledger = LedgerRun.from_options(options, options.view_as(OovOptions).oov_policy, data_format)
     return Checked(data_format, text_fields, schema, paths, inputs, guard.earlier, warnings, guard, ledger)
 
 

@@ -192,6 +192,9 @@ def test_corrupt_foreign_and_other_key_ledgers_are_refused_in_one_line(tmp_path)
         conn.execute("CREATE TABLE invoices (id INTEGER)")
     with pytest.raises(LedgerError, match="holds other tables and no textdp ledger"):
         Ledger(foreign, FP)
+    with pytest.raises(LedgerError, match="does not exist"):
+        Ledger(str(tmp_path / "missing.sqlite"), FP, create=False)
+    assert not os.path.exists(tmp_path / "missing.sqlite")  # textdp ledger status never creates a ledger
     with sqlite3.connect(good) as conn:
         conn.execute("DROP TABLE textdp_ledger_releases")
     with pytest.raises(LedgerError, match="is damaged"):

@@ -88,6 +88,8 @@ class Ledger:
             folder = os.path.dirname(url[len("sqlite:///"):])
             if not os.path.isdir(folder):
                 raise LedgerError(f"--ledger {self.shown!r}: the folder {folder!r} does not exist")
+            if not create and not os.path.exists(url[len("sqlite:///"):]):  # connecting would create an empty file
+                raise LedgerError(f"--ledger {self.shown!r} does not exist")
         try:
             kwargs = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {"pool_pre_ping": True}
             self.engine = create_engine(url, **kwargs)
