@@ -110,6 +110,20 @@ def _add_to_summary(path: Optional[str], section: dict, public: bool) -> None:
     _write_json(path, summary)
 
 
+def report_line(summary: dict) -> Optional[str]:
+    """The console line of a committed run, from its operator summary's ledger section."""
+    section = summary.get("ledger")
+    if not section:
+        return None
+    dist = section["cumulative_mass"]
+    spread = (f"; this run's {dist['authors']} author(s) now at cumulative epsilon-mass median {dist['median']:g}, max "
+              f"{dist['max']:g}" if dist.get("authors") else "")
+    if section.get("author_budget") is None:
+        return f"ledger: run {section['run_id']} recorded (no --author-budget){spread}"
+    return (f"ledger: {section['records_withheld']} record(s) withheld by --author-budget {section['author_budget']:g} "
+            f"(error output, budget_exhausted){spread}, {dist.get('at_cap', 0)} at the budget")
+
+
 class LedgerRun:
     """The ledger of one privatize run (``--ledger``); ``None`` from ``LedgerRun.from_options`` without it."""
 

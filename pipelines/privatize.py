@@ -36,7 +36,7 @@ from pipelines.flags import (
     WorkerResourceOptions,
 )
 from pipelines.jobs import Plan, is_dry_run, run_job
-from pipelines.ledger import LedgerRun, release_path
+from pipelines.ledger import LedgerRun, release_path, report_line
 from textdp.artifact import gcs
 from textdp.artifact.locate import check_unk_marker, verify_artifact
 from textdp.errors import TextdpError
@@ -380,7 +380,8 @@ def prepare(options: PipelineOptions) -> Plan:
         _refuse_empty_release(summary["records"], paths)
         _refuse_failed_share(summary, paths)
         found = [w for w in summary.get("warnings", []) if w not in checked.warnings]  # found while running
-        return lines + [_headline(summary)] + [f"WARNING: {w}" for w in checked.warnings + found]
+        ledger_line = [report_line(summary)] if checked.ledger is not None and summary.get("ledger") else []
+        return lines + [_headline(summary)] + ledger_line + [f"WARNING: {w}" for w in checked.warnings + found]
 
     parents = tuple(dict.fromkeys(FileSystems.split(path)[0] if "://" in path
                                   else os.path.dirname(os.path.abspath(path))
