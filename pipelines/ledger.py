@@ -35,6 +35,11 @@ FIVE_DIGITS = "[0-9]" * 5
 KILL_ENV, HOLD_ENV = "TEXTDP_TEST_LEDGER_KILL", "TEXTDP_TEST_LEDGER_HOLD"
 
 
+# the ledger section's figures computed from the raw input (listed in the operator summary's raw_data_figures)
+LEDGER_RAW_FIGURES = ("authors", "authors_withheld", "records_released", "records_withheld", "tokens_released",
+                      "cumulative_mass")
+
+
 def release_path(output: str) -> str:
     return f"{output}-ledger.json"
 
@@ -102,11 +107,13 @@ def _add_to_summary(path: Optional[str], section: dict, public: bool) -> None:
     summary = _read_json(path)
     if summary is None:
         return
-    if public:
-        summary["ledger"] = {"author_budget": section["author_budget"], "records_withheld": section["records_withheld"],
-                             "statement": ledger_statement(section, public=True)}
+    if public:  # the budget and the statement: no figure of the raw input (textdp/privacy/summary.py)
+        summary["ledger"] = {"author_budget": section["author_budget"], "statement": ledger_statement(section, public=True)}
     else:
         summary["ledger"] = dict(section, state=COMMITTED, statement=ledger_statement(section))
+        figures = summary.get("raw_data_figures", {}).get("figures")
+        if isinstance(figures, list):  # the ledger's counts come from how much each author wrote
+            figures += [f"ledger.{key}" for key in LEDGER_RAW_FIGURES if f"ledger.{key}" not in figures]
     _write_json(path, summary)
 
 

@@ -13,7 +13,8 @@ from typing import Optional
 
 def ledger_statement(section: dict, public: bool = False) -> str:
     """One paragraph for the summaries from ``transforms.ledger.WriteLedgerRelease``'s section. The public
-    variant names only the budget and the run's aggregate counts."""
+    variant names the budget and no figure of the raw input (how many records were withheld depends on how much
+    each author wrote, which the output does not show: like the other raw-data figures, operator summary only)."""
     budget: Optional[float] = section.get("author_budget")
     covered = (section.get("coverage") or {}).get("covered", "all")
     withheld = int(section.get("records_withheld", 0))
@@ -22,9 +23,11 @@ def ledger_statement(section: dict, public: bool = False) -> str:
         bound = (f"no --author-budget was given: this run's releases were recorded per author {where}, "
                  "and no record was withheld")
     else:
+        withheld_text = ("any record whose release would have exceeded it was withheld" if public else
+                         f"{withheld} record(s) of this run were withheld (error output, budget_exhausted) because "
+                         "releasing them would have exceeded it")
         bound = (f"every author's cumulative epsilon-mass (the sum, over the runs committed {where}, of epsilon times "
-                 f"the word tokens released from their records) is at most {budget:g}; {withheld} record(s) of this "
-                 "run were withheld (error output, budget_exhausted) because releasing them would have exceeded it")
+                 f"the word tokens released from their records) is at most {budget:g}; {withheld_text}")
     if covered == "none":
         return (bound + f". The mechanism ({section.get('mechanism')}) claims no per-word guarantee, so this bounds "
                 "how much of each author was released, not a privacy loss")
