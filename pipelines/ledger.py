@@ -209,6 +209,7 @@ class LedgerRun:
                             "run `textdp ledger reconcile` when the ledger is reachable")
         finally:
             self.ledger.close()
+            self.reserved = False  # settled once
         return [self.outcome] if self.outcome else []
 
     def committed(self) -> bool:

@@ -24,7 +24,8 @@ from fractions import Fraction
 
 import pytest
 
-from tests.test_ledger import ART300, KEY, read_jsonl, write_corpus
+from pipelines.ledger import LedgerRun
+from tests.test_ledger import ART300, KEY, ledger_location, postgres_server, read_jsonl, write_corpus  # noqa: F401
 from textdp.ledger import Ledger, author_hash, key_fingerprint
 from textdp.text.records import author_identity
 
@@ -55,16 +56,18 @@ def cli(args, env_extra=None, background=False):
     return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
-def ledger_cli(tmp_path, *args):
-    return cli(["ledger", *args, "--ledger", str(tmp_path / "l.sqlite"), "--ledger-key-file", str(tmp_path / "ledger.key")])
+def ledger_cli(tmp_path, *args, ledger=None):
+    return cli(["ledger", *args, "--ledger", ledger or str(tmp_path / "l.sqlite"),
+                "--ledger-key-file", str(tmp_path / "ledger.key")])
 
 
 def a_hash():
     return author_hash(KEY, author_identity("a"))
 
 
-def test_a_run_killed_before_its_commit_stays_pending_and_reconcile_commits_it_once(tmp_path):
-    ledger = str(tmp_path / "l.sqlite")
+def test_a_run_killed_before_its_commit_stays_pending_and_reconcile_commits_it_once(tmp_path, ledger_location):
+    """On SQLite and on the PostgreSQL the tests start (tests/test_ledger.py)."""
+    ledger = ledger_location
     write_corpus(tmp_path / "first.jsonl", [("a", 4), ("a", 5), ("a", 3)])  # 0.4 + 0.5 released, 0.3 withheld
     code, _, err = cli(argv(tmp_path, "first", ledger, run_id="killed-run"), {"TEXTDP_TEST_LEDGER_KILL": "1"})
     assert code == -9, err  # SIGKILL between writing the outputs and the ledger commit
@@ -73,7 +76,7 @@ def test_a_run_killed_before_its_commit_stays_pending_and_reconcile_commits_it_o
     assert [r["run_id"] for r in store.pending()] == ["killed-run"] and store.spent() == {}
     store.close()
 
-    code, out, _ = ledger_cli(tmp_path, "status")
+    code, out, _ = ledger_cli(tmp_path, "status", ledger=ledger)
     assert code == 0 and "pending: killed-run" in out and "1 pending" in out
 
     write_corpus(tmp_path / "second.jsonl", [("a", 1)])
@@ -81,11 +84,11 @@ def test_a_run_killed_before_its_commit_stays_pending_and_reconcile_commits_it_o
     assert code == 2 and "the ledger is held by run 'killed-run'" in err and err.count("error:") == 1, err
     assert not glob.glob(str(tmp_path / "second-*"))
 
-    code, out, err = ledger_cli(tmp_path, "reconcile", "--discard", "killed-run")
+    code, out, err = ledger_cli(tmp_path, "reconcile", "--discard", "killed-run", ledger=ledger)
     assert code == 2 and "has files" in err  # its records are out: it cannot be discarded
-    code, out, _ = ledger_cli(tmp_path, "reconcile")
+    code, out, _ = ledger_cli(tmp_path, "reconcile", ledger=ledger)
     assert code == 0 and "run killed-run committed: 2 record(s) of 1 author(s) released, 1 withheld" in out, out
-    code, out, _ = ledger_cli(tmp_path, "reconcile")
+    code, out, _ = ledger_cli(tmp_path, "reconcile", ledger=ledger)
     assert code == 0 and "no run is pending" in out
     assert json.load(open(tmp_path / "first-summary.json"))["ledger"]["state"] == "committed"
     store = Ledger(ledger, FP)
@@ -127,6 +130,24 @@ def test_a_reservation_whose_run_wrote_nothing_is_discarded_by_reconcile(tmp_pat
     assert code == 0 and "run ghost wrote no records; its reservation was discarded" in out
     store = Ledger(str(tmp_path / "l.sqlite"), FP)
     assert store.spent() == {} and not store.pending()
+    store.close()
+
+
+def test_the_launcher_settles_a_failed_run_that_wrote_nothing_by_discarding_it(tmp_path):
+    """The in-process settlement after a failure (Plan.settle): no file of the run exists, so its reservation is
+    discarded and the ledger is as before; a second settle changes nothing."""
+    store = Ledger(str(tmp_path / "l.sqlite"), FP)
+    store.reserve("before", 0.5, "madlib", 1.0, str(tmp_path / "x"), "jsonl")
+    store.commit("before", 0.5, "madlib", [(a_hash(), 1, 1, 0)])
+    store.close()
+    run = LedgerRun(str(tmp_path / "l.sqlite"), KEY, 1.0, "failed-run", "author")
+    run.reserve(0.5, "madlib", str(tmp_path / "failed"), "jsonl", None)
+    assert run.settle("run") == ["ledger: run failed-run wrote no records; its reservation was discarded (the ledger is "
+                                 "unchanged)"]
+    assert run.settle("run") == []  # settled once
+    store = Ledger(str(tmp_path / "l.sqlite"), FP)
+    assert store.spent() == {a_hash(): Fraction("0.5")} and store.run("failed-run")["state"] == "discarded"
+    assert not store.pending()
     store.close()
 
 
