@@ -33,6 +33,7 @@ setup(
     # The base install runs locally without the GCP stack; [gcp]: gs:// and Dataflow; [pandas]: pandas Beam supports;
     # [test]: everything the test suite needs, both extras included (requirements-test.txt includes their files).
     extras_require={"gcp": _requirements("requirements-gcp.txt"), "pandas": _requirements("requirements-pandas.txt"),
+                    "ledger-postgres": _requirements("requirements-ledger-postgres.txt"),
                     "test": _requirements("requirements-test.txt")},
     entry_points={"console_scripts": ["textdp = textdp.pipelines.cli:main"]},
     # The int8-prefiltered exact nearest-word search (textdp/search/int8_search.py). Optional: without a C

@@ -369,6 +369,31 @@ class AmplifierOptions(PipelineOptions):
         return config
 
 
+class LedgerOptions(PipelineOptions):
+    """The exposure ledger of ``textdp privatize`` (batch runs; docs/ledger.md)."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument(
+            "--ledger", dest="ledger", default=None, metavar="PATH_OR_URL",
+            help="record per author (by a keyed hash of the --user-field value, never the value) what this run "
+                 "released: a file path (an embedded SQLite ledger, created if missing) or an SQLAlchemy URL of a "
+                 "shared database (postgresql+psycopg://user@host/db; pip install textdp[ledger-postgres]). "
+                 "Committed only after the run's outputs are written; needs --user-field")
+        parser.add_argument(
+            "--ledger-key-file", "--ledger_key_file", dest="ledger_key_file", default=None, metavar="PATH",
+            help="the operator's secret key for the author hash (at least 16 bytes; default: $TEXTDP_LEDGER_KEY). "
+                 "The ledger keeps only its fingerprint and refuses another key")
+        parser.add_argument(
+            "--author-budget", "--author_budget", dest="author_budget", type=float, default=None, metavar="B",
+            help="cap on each author's cumulative epsilon-mass across every run committed to --ledger (epsilon x the "
+                 "word tokens released from their records): records that would exceed it go to the error output as "
+                 "budget_exhausted, each author's records taken in input order (file, then line or row)")
+        parser.add_argument(
+            "--ledger-run-id", "--ledger_run_id", dest="ledger_run_id", default=None, metavar="ID",
+            help="this run's id in the ledger (default: a new random one); a run id is used once")
+
+
 class EpsilonGridOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):

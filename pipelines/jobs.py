@@ -73,11 +73,14 @@ JOBS: Dict[str, Job] = {job.name: job for job in (
     Job("privatize", "pipelines.privatize",
         f"Privatize a text corpus word by word with metric differential privacy: {_mechanisms()}.",
         groups=("PrivatizeOptions", "OovOptions", "OutputOptions", "ArtifactOptions", "MechanismOptions", "SeedOptions",
-                "AmplifierOptions", "WorkerResourceOptions", "StreamingOptions"),
+                "AmplifierOptions", "LedgerOptions", "WorkerResourceOptions", "StreamingOptions"),
         required=("input", "output", "epsilon"), instead={"input": "input_subscription"},
         help_overrides={"output": "output prefix, local or gs://: writes <output>-SSSSS-of-NNNNN.<ext>, "
                                   "<output>-errors-SSSSS.jsonl, <output>-summary.json (and with the Amplifier "
                                   "<output>-amplification.json)"}),
+    Job("ledger", "pipelines.ledger",
+        "Show or settle an exposure ledger: its runs and each author's cumulative epsilon-mass (aggregated).",
+        beam=False),
     Job("neighbours", "pipelines.neighbours",
         "Pre-compute every vocabulary word's nearest neighbours (the TEM table) into an artifact.",
         groups=("ArtifactOptions", "NeighbourOptions", "WorkerResourceOptions"),
@@ -141,17 +144,18 @@ INPUT_OUTPUT, MECHANISM, AMPLIFIER, RUNNER = ("input and output", "mechanism and
                                               "LAC Amplifier: de-linking, shuffle, sub-sampling (docs/lac.md)",
                                               "runner and workers")
 STREAMING = "streaming (--streaming: unbounded sources, windows; docs/streaming.md)"
+LEDGER = "exposure ledger and author budget (docs/ledger.md)"
 HELP_SECTIONS = {"PrivatizeOptions": INPUT_OUTPUT, "OutputOptions": INPUT_OUTPUT, "ArtifactOptions": MECHANISM,
                  "MechanismOptions": MECHANISM, "SeedOptions": MECHANISM, "OovOptions": MECHANISM,
                  "EpsilonGridOptions": MECHANISM, "CalibrateOptions": "calibration",
                  "NeighbourOptions": "neighbour table",
                  "AuditOptions": "audit checks and attacks", "AmplifierOptions": AMPLIFIER,
-                 "WorkerResourceOptions": RUNNER, "StreamingOptions": STREAMING}
+                 "WorkerResourceOptions": RUNNER, "StreamingOptions": STREAMING, "LedgerOptions": LEDGER}
 HELP_SECTION_OF_FLAG = {"epsilon": MECHANISM, "batch_tokens": RUNNER, "diagnostics_output": RUNNER}
 FIRST_IN_SECTION = ("input", "format", "text_field", "output", "overwrite", "mechanism", "epsilon", "epsilons",
                     "artifact")
 HELP_SECTION_ORDER = (INPUT_OUTPUT, MECHANISM, "calibration", "neighbour table", "audit checks and attacks", AMPLIFIER,
-                      STREAMING, RUNNER)
+                      LEDGER, STREAMING, RUNNER)
 RUNNER_NOTE = ("Beam's own flags (--runner, --direct_num_workers, --direct_running_mode, --project, --region, "
                "--temp_location, ...) are accepted too")
 
@@ -373,6 +377,7 @@ class Plan:
     temp_parents: Tuple[str, ...] = ()
     progress: Optional[Tuple[str, Optional[int], str]] = None
     guard: object = None
+    settle: object = None  # settle(stage): after the run however it ended (the exposure ledger: pipelines/ledger.py)
 
 
 def _temp_folders(parents: Sequence[str]) -> set:
@@ -578,6 +583,10 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
         if plan.guard is not None:  # the run record (the files this run wrote: --overwrite's list), then the locks
             if stage != "build":  # a refusal while building wrote nothing: the earlier record stays as it was
                 plan.guard.write_records()
+        if plan.settle is not None:  # commits what the run wrote, or frees what it reserved; never raises
+            for note in plan.settle(stage):
+                print(f"textdp {name}: {note}", file=sys.stderr)
+        if plan.guard is not None:
             plan.guard.release()
     if is_dry_run(options):  # Beam built and validated the job graph and returned: nothing ran or was written
         from apache_beam.options.pipeline_options import StandardOptions

@@ -28,6 +28,7 @@ from pipelines.flags import (
     VACUOUS_EPSILON,
     AmplifierOptions,
     ArtifactOptions,
+    LedgerOptions,
     MechanismOptions,
     OovOptions,
     OutputOptions,
@@ -36,6 +37,7 @@ from pipelines.flags import (
     WorkerResourceOptions,
 )
 from pipelines.jobs import Plan, is_dry_run, run_job
+from pipelines.ledger import LedgerRun, release_path, report_line
 from textdp.artifact import gcs
 from textdp.artifact.locate import check_unk_marker, verify_artifact
 from textdp.errors import TextdpError
@@ -56,6 +58,7 @@ from transforms.io import (
     parquet_schema,
     refuse_wide_text,
 )
+from transforms.ledger import BoundContributions, TagPositions, WriteLedgerRelease
 from transforms.perturb import WriteSummary
 from transforms.privatize import Privatize, SumCounts
 from transforms.shard_writer import WriteShuffledShards, temporary_name_part
@@ -90,6 +93,7 @@ class Checked:
     earlier_files: List[str]
     warnings: List[str]
     guard: Optional[OutputGuard] = None  # run_job locks the outputs with it for the run
+    ledger: Optional[LedgerRun] = None  # --ledger (docs/ledger.md)
 
 
 def _matches(pattern: str) -> List[str]:
@@ -151,7 +155,9 @@ def check(options: PipelineOptions) -> Checked:
         warnings.append(f"epsilon {opts.epsilon:g} is above {VACUOUS_EPSILON:g}: the bound exp(epsilon * d) exceeds "
                         f"e^{VACUOUS_EPSILON:g} even for words at distance 1 (GloVe neighbours are 2-5 apart), so it "
                         "protects nothing, and nearly every word is released unchanged")
-    return Checked(data_format, text_fields, schema, paths, inputs, guard.earlier, warnings, guard)
+    # last: the key and the ledger (opening a new SQLite ledger creates it, so only once everything else passed)
+    ledger = LedgerRun.from_options(options, options.view_as(OovOptions).oov_policy, data_format)
+    return Checked(data_format, text_fields, schema, paths, inputs, guard.earlier, warnings, guard, ledger)
 
 
 SHARD_SAMPLES = ("-00000-of-00001", "-00003-of-00012")  # example shard parts, to compare outputs with each other
@@ -181,6 +187,8 @@ def _check_outputs(options: PipelineOptions, paths: dict, data_format: str, inpu
                   (f"{prefix}-errors-*.jsonl",), label=out.output)
     guard.file("--output", "the operator summary", paths["summary"], label=out.output)
     guard.file("--output", "the amplification report", paths["amplification"], label=out.output)
+    if options.view_as(LedgerOptions).ledger:
+        guard.file("--output", "the ledger release", release_path(out.output), label=out.output)
     if opts.public_summary:
         from textdp.privacy.summary import is_public_summary
 
@@ -253,8 +261,9 @@ def _count_records(inputs: List[str], data_format: str) -> Optional[int]:
 
 
 def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
-                   checked: Optional[Checked] = None) -> beam.Pipeline:
-    """The privatize pipeline for ``options``, not yet run (tests and templates inspect or run it)."""
+                   checked: Optional[Checked] = None, spent: Optional[list] = None) -> beam.Pipeline:
+    """The privatize pipeline for ``options``, not yet run (tests and templates inspect or run it). With
+    ``--ledger``: ``spent``, the committed masses the launcher reserved (default: read now, not reserved)."""
     from pipelines import streaming
 
     if streaming.is_streaming(options):  # --streaming: windows over unbounded sources (pipelines/streaming.py)
@@ -286,6 +295,9 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
     read = pipeline | "Read" >> ReadRecords(opts.input, data_format, text_fields, opts.max_record_bytes,
                                             opts.keep_failed_text)
     records, authorless = read["records"], []
+    ledger = checked.ledger
+    if ledger is not None:  # each released record must still say where it came from (docs/ledger.md)
+        records = records | "Positions" >> TagPositions()
     if amplify and amplifier.user_field:  # a record without its author is an error record, not a failed job
         split = records | "Authors" >> SplitAuthorless(amplifier.user_field, opts.keep_failed_text)
         records, authorless = split["records"], [split["errors"]]
@@ -293,6 +305,18 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
                   | "Keyed" >> beam.Map(lambda item: ((item[0], item[1]), item[2]))
                   | "Privatize" >> privatize)  # batches, then spreads the batches over the workers
     released, dropped, shards, section = privatized.released, None, None, None
+    bounded = []
+    if ledger is not None:  # contribution bounding per author, before anything is de-linked or written
+        spent = ledger.spent_pairs() if spent is None else spent
+        bound = released | "Budget" >> BoundContributions(
+            ledger.key, ledger.user_field, SHAPE_FIELD, ledger.budget,
+            pipeline | "Spent" >> beam.Create(spent, reshuffle=False), privatize.shared_handle, privatize.config)
+        released, bounded = bound["records"], [bound["errors"]]
+        (bound["authors"]
+         | "LedgerEntries" >> beam.combiners.ToList()
+         | "WriteLedger" >> beam.ParDo(WriteLedgerRelease(
+             privatize.shared_handle, privatize.config, release_path(output), ledger.run_id, ledger.fingerprint,
+             ledger.budget, ledger.shown)))
     if amplify:  # LAC Amplifier (docs/lac.md)
         amplified = released | "Amplifier" >> Amplify(amplifier, privatize.config, privatize.shared_handle,
                                                        data_format, text_fields, paths["amplification"])
@@ -305,7 +329,7 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
     else:
         released | "Write" >> WriteRecords(output, data_format, checked.schema)
         records_out = released | "CountOut" >> beam.combiners.Count.Globally()
-    errors = (read["errors"], privatized.errors, *authorless) | "AllErrors" >> beam.Flatten()
+    errors = (read["errors"], privatized.errors, *authorless, *bounded) | "AllErrors" >> beam.Flatten()
     errors | "WriteErrors" >> WriteErrors(paths["errors_prefix"])
     parts = (
         read["counts"] | "RecordsIn" >> beam.Map(lambda path_count: {"records_in": path_count[1]}),
@@ -354,6 +378,9 @@ def prepare(options: PipelineOptions) -> Plan:
             lines.append(f"public summary: {opts.public_summary}")
         if amplify:
             lines.append(f"amplification: {paths['amplification']}")
+        if checked.ledger is not None:
+            if not checked.ledger.committed():  # the records are out but the ledger does not count them yet
+                raise TextdpError(checked.ledger.outcome or f"ledger: run {checked.ledger.run_id} was not settled")
         summary = _read_summary(paths["summary"])
         if summary is None:  # a summary this machine cannot read (remote, no access): nothing to judge or show
             return lines + [f"WARNING: {w}" for w in checked.warnings] + [
@@ -362,13 +389,22 @@ def prepare(options: PipelineOptions) -> Plan:
         _refuse_empty_release(summary["records"], paths)
         _refuse_failed_share(summary, paths)
         found = [w for w in summary.get("warnings", []) if w not in checked.warnings]  # found while running
-        return lines + [_headline(summary)] + [f"WARNING: {w}" for w in checked.warnings + found]
+        ledger_line = [report_line(summary)] if checked.ledger is not None and summary.get("ledger") else []
+        return lines + [_headline(summary)] + ledger_line + [f"WARNING: {w}" for w in checked.warnings + found]
 
     parents = tuple(dict.fromkeys(FileSystems.split(path)[0] if "://" in path
                                   else os.path.dirname(os.path.abspath(path))
                                   for path in (output, opts.diagnostics_output) if path))
-    return Plan(build=lambda progress_dir: build_pipeline(options, progress_dir, checked), report=report,
-                temp_parents=parents, progress=("records", total, "tokens"), guard=checked.guard)
+    def build(progress_dir):
+        spent = None
+        if checked.ledger is not None:  # the reservation: from here on the run is pending in the ledger
+            mech = options.view_as(MechanismOptions)
+            spent = checked.ledger.reserve(opts.epsilon, str(mech.mechanism), output, checked.data_format,
+                                           opts.public_summary)
+        return build_pipeline(options, progress_dir, checked, spent)
+
+    return Plan(build=build, report=report, temp_parents=parents, progress=("records", total, "tokens"),
+                guard=checked.guard, settle=checked.ledger.settle if checked.ledger is not None else None)
 
 
 def _read_summary(summary_path: str) -> Optional[dict]:

@@ -24,6 +24,7 @@ textdp's wings, lowest first (a module may import its own wing and the ones belo
 * ``privacy``: accounting, the privacy statements and the summaries;
 * ``calibration``: N_w / S_w statistics and calibrate's report;
 * ``audit``: pairs, self-check, attacks, statistics, corpus audit, its report;
+* ``ledger``: the exposure ledger (keyed author hashes, epsilon-mass, the SQLAlchemy store, its statements);
 * the top: ``api`` (textdp.Privatizer), ``spec`` (the validated run specification), ``outputs`` (the jobs'
   output guard: it knows where the artifact cache is) and the package's ``__init__``.
 """
@@ -56,7 +57,7 @@ def _folder(module: str) -> str:
     return "adapter" if any(module == a or module.startswith(a + ".") for a in ADAPTERS) else module.split(".")[0]
 FLOOR = {"textdp.errors", "textdp.version", "textdp.progress", "textdp.allocator", "textdp._top2",
          "textdp._alias"}  # _alias: the adapter packages' module aliases (no Beam)
-WINGS = ["text", "search", "artifact", "mechanisms", "privacy", "calibration", "audit"]
+WINGS = ["text", "search", "artifact", "mechanisms", "privacy", "calibration", "audit", "ledger"]
 TOP = {"textdp", "textdp.api", "textdp.spec", "textdp.outputs"}
 
 

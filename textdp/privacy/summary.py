@@ -83,6 +83,9 @@ def privacy_section(mechanism_statement: dict, oov_policy: str, unk_token: str, 
 # format or encoding), and an output missing a tenth of the corpus should not pass for a finished run.
 DEFAULT_MAX_FAILED_FRACTION = 0.1
 TOP_REASONS = 3  # reasons named in the failure line
+# error reasons that are no failure of the input: records withheld on purpose by the exposure ledger's author budget
+# (docs/ledger.md) are left out of the failed share like blank records
+WITHHELD_REASONS = ("budget_exhausted",)
 
 
 def failed_fraction(records: dict) -> float:
@@ -90,7 +93,7 @@ def failed_fraction(records: dict) -> float:
     empty text) left out of both: they hold nothing to privatize and are counted in the error output as ever. A
     file-level error record (an unreadable file) may stand for records that were never counted in, so the
     denominator is at least out + failed + dropped; 0.0 for an input of blank records only."""
-    blank = records.get("failed_by_reason", {}).get("empty", 0)
+    blank = sum(records.get("failed_by_reason", {}).get(reason, 0) for reason in ("empty",) + WITHHELD_REASONS)
     total = max(records["in"], records["out"] + records["failed"] + records.get("dropped", 0)) - blank
     return (records["failed"] - blank) / total if total > 0 else 0.0
 
@@ -100,7 +103,8 @@ def failure_check(records: dict, max_failed_fraction: float) -> dict:
     success, whatever the threshold); with the top reasons (codes and counts: never text)."""
     fraction = failed_fraction(records)
     nothing = records["out"] == 0 and records["failed"] > 0
-    counted = {reason: count for reason, count in records["failed_by_reason"].items() if reason != "empty"}
+    counted = {reason: count for reason, count in records["failed_by_reason"].items()
+               if reason != "empty" and reason not in WITHHELD_REASONS}
     reasons = sorted(counted.items(), key=lambda item: (-item[1], item[0]))[:TOP_REASONS]  # blanks: not counted
     return {"max_failed_fraction": max_failed_fraction, "failed_fraction": fraction,
             "exceeded": fraction > max_failed_fraction or nothing,

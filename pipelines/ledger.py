@@ -1,0 +1,316 @@
+"""The exposure ledger around a privatize run, and the ``textdp ledger`` command (docs/ledger.md).
+
+``LedgerRun`` is the launcher's side of a run with ``--ledger``: it checks the flags, the key and the ledger before
+anything starts (one-line refusals, exit 2), reserves the ledger when the job is built (the committed mass of every
+author becomes the pipeline's side input), and settles the run when it ends however it ended (``settle``):
+
+* the run wrote ``<output>-ledger.json`` (its per-author releases): committed in one transaction, keyed by run id,
+  so a second commit of the same run changes nothing; the ledger section is added to the summaries;
+* it wrote no record file: the reservation is discarded (a failed run changes nothing);
+* it wrote records but no ledger file (stopped between the two): the run stays pending, the ledger refuses new
+  runs, and ``textdp ledger reconcile`` settles it.
+
+``textdp ledger status`` shows the ledger's runs and the distribution over authors of their cumulative mass
+(never an author); ``textdp ledger reconcile [--discard RUN_ID]`` settles pending runs as above.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from typing import List, Optional
+
+from textdp.errors import TextdpError
+from textdp.ledger import Ledger, LedgerError, key_fingerprint, load_key, mass_distribution
+from textdp.ledger.statements import ledger_statement
+from textdp.ledger.store import COMMITTED, DISCARDED, PENDING, shown_url
+
+FIVE_DIGITS = "[0-9]" * 5
+# test-only hooks (tests/test_ledger_faults.py): stop the launcher between writing the outputs and the commit
+KILL_ENV, HOLD_ENV = "TEXTDP_TEST_LEDGER_KILL", "TEXTDP_TEST_LEDGER_HOLD"
+
+
+# the ledger section's figures computed from the raw input (listed in the operator summary's raw_data_figures)
+LEDGER_RAW_FIGURES = ("authors", "authors_withheld", "records_released", "records_withheld", "tokens_released",
+                      "cumulative_mass")
+
+
+def release_path(output: str) -> str:
+    return f"{output}-ledger.json"
+
+
+def _records_pattern(output: str, data_format: str) -> str:
+    from transforms.io import OUTPUT_SUFFIX
+
+    return f"{output}-{FIVE_DIGITS}-of-{FIVE_DIGITS}{OUTPUT_SUFFIX[data_format]}"
+
+
+def _exists(path: str) -> bool:
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems.exists(path)
+
+
+def _any_match(pattern: str) -> bool:
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        return any(m.metadata_list for m in FileSystems.match([pattern]))
+    except Exception:
+        return False
+
+
+def _read_json(path: str) -> Optional[dict]:
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        with FileSystems.open(path) as handle:
+            return json.loads(handle.read().decode("utf-8"))
+    except Exception:
+        return None
+
+
+def _write_json(path: str, document: dict) -> None:
+    from transforms.io import write_json
+
+    write_json(path, document)
+
+
+def settle_run(ledger: Ledger, run: dict) -> str:
+    """Settle one pending run from what it wrote (see the module docstring); returns what happened, one line."""
+    run_id, output = run["run_id"], run["output"]
+    release = _read_json(release_path(output))
+    if release is not None and release.get("run_id") == run_id and release.get("key_fingerprint") == ledger.fingerprint:
+        section = release["section"]
+        new = ledger.commit(run_id, section["epsilon"], str(section["mechanism"]), release["entries"])
+        _add_to_summary(f"{output}-summary.json", section, public=False)
+        return (f"ledger: run {run_id} {'committed' if new else 'was already committed'}: "
+                f"{section['records_released']} record(s) of {section['authors']} author(s) released, "
+                f"{section['records_withheld']} withheld (budget_exhausted)")
+    if not _any_match(_records_pattern(output, run["data_format"])):
+        ledger.discard(run_id)
+        return f"ledger: run {run_id} wrote no records; its reservation was discarded (the ledger is unchanged)"
+    return (f"ledger: run {run_id} wrote records at {output} but not its ledger file {release_path(output)}: it stays "
+            "pending and the ledger takes no new run until it is settled; remove its record files and run "
+            f"`textdp ledger reconcile --discard {run_id}`, or restore the ledger file and run `textdp ledger reconcile`")
+
+
+def _add_to_summary(path: Optional[str], section: dict, public: bool) -> None:
+    """The run's ledger section (public: the budget, the statement and the run's aggregate counts) into a summary."""
+    if not path:
+        return
+    summary = _read_json(path)
+    if summary is None:
+        return
+    if public:  # the budget and the statement: no figure of the raw input (textdp/privacy/summary.py)
+        summary["ledger"] = {"author_budget": section["author_budget"], "statement": ledger_statement(section, public=True)}
+    else:
+        summary["ledger"] = dict(section, state=COMMITTED, statement=ledger_statement(section))
+        figures = summary.get("raw_data_figures", {}).get("figures")
+        if isinstance(figures, list):  # the ledger's counts come from how much each author wrote
+            figures += [f"ledger.{key}" for key in LEDGER_RAW_FIGURES if f"ledger.{key}" not in figures]
+    _write_json(path, summary)
+
+
+def report_line(summary: dict) -> Optional[str]:
+    """The console line of a committed run, from its operator summary's ledger section."""
+    section = summary.get("ledger")
+    if not section:
+        return None
+    dist = section["cumulative_mass"]
+    spread = (f"; this run's {dist['authors']} author(s) now at cumulative epsilon-mass median {dist['median']:g}, max "
+              f"{dist['max']:g}" if dist.get("authors") else "")
+    if section.get("author_budget") is None:
+        return f"ledger: run {section['run_id']} recorded (no --author-budget){spread}"
+    return (f"ledger: {section['records_withheld']} record(s) withheld by --author-budget {section['author_budget']:g} "
+            f"(error output, budget_exhausted){spread}, {dist.get('at_cap', 0)} at the budget")
+
+
+class LedgerRun:
+    """The ledger of one privatize run (``--ledger``); ``None`` from ``LedgerRun.from_options`` without it."""
+
+    def __init__(self, location: str, key: bytes, budget: Optional[float], run_id: str, user_field: str):
+        self.location, self.key, self.budget, self.run_id = location, key, budget, run_id
+        self.user_field = user_field
+        self.fingerprint = key_fingerprint(key)
+        self.shown = shown_url(location)
+        self.ledger = Ledger(location, self.fingerprint)  # refuses a corrupt ledger, another schema or key, now
+        self.reserved = False
+        self.outcome: Optional[str] = None
+        self.output = self.data_format = self.public_summary = None
+
+    @classmethod
+    def from_options(cls, options, oov_policy: str, data_format: str) -> Optional["LedgerRun"]:
+        from pipelines.flags import AmplifierOptions, LedgerOptions
+
+        opts = options.view_as(LedgerOptions)
+        user_field = options.view_as(AmplifierOptions).user_field
+        if not opts.ledger:
+            for flag, value in (("--author-budget", opts.author_budget), ("--ledger-key-file", opts.ledger_key_file),
+                                ("--ledger-run-id", opts.ledger_run_id)):
+                if value is not None:
+                    raise TextdpError(f"{flag} needs --ledger (the database that records each author's releases)")
+            return None
+        if not user_field:
+            raise TextdpError("--ledger needs --user-field: the ledger records releases per author")
+        if data_format == "text":
+            raise TextdpError("--ledger needs JSONL or Parquet input (plain-text lines have no author field)")
+        if oov_policy == "keep":
+            raise TextdpError("--ledger with --oov-policy keep is refused: unknown words released unchanged have no "
+                              "epsilon, so no epsilon-mass could bound them; use --oov-policy random or unk")
+        budget = opts.author_budget
+        if budget is not None and not (budget > 0 and budget < float("inf")):
+            raise TextdpError(f"--author-budget must be a finite number > 0, got {budget:g}")
+        run_id = opts.ledger_run_id or f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:12]}"
+        if not 1 <= len(run_id) <= 128 or not all(c.isalnum() or c in "-_.:" for c in run_id):
+            raise TextdpError("--ledger-run-id must be 1 to 128 letters, digits or -_.:")
+        key = load_key(opts.ledger_key_file)
+        run = cls(opts.ledger, key, budget, run_id, user_field)
+        if run.ledger.run(run_id) is not None:
+            raise LedgerError(f"run id {run_id!r} is already in the ledger; each release needs a new run id")
+        return run
+
+    def reserve(self, epsilon: float, mechanism: str, output: str, data_format: str, public_summary: Optional[str]):
+        """Take the ledger for this run; returns [(author hash, (numerator, denominator))] of committed masses."""
+        from textdp.ledger.budget import as_pair
+
+        self.output, self.data_format, self.public_summary = output, data_format, public_summary
+        spent = self.ledger.reserve(self.run_id, epsilon, mechanism, self.budget, output, data_format)
+        self.reserved = True
+        return sorted((author, as_pair(mass)) for author, mass in spent.items())
+
+    def spent_pairs(self):
+        from textdp.ledger.budget import as_pair
+
+        return sorted((author, as_pair(mass)) for author, mass in self.ledger.spent().items())
+
+    def settle(self, stage: str) -> List[str]:
+        """``Plan.settle``: after the run however it ended. Never raises; returns the lines to print."""
+        if not self.reserved:
+            return []
+        if os.environ.get(HOLD_ENV):  # test-only: wait here, between the outputs and the commit
+            _hold(os.environ[HOLD_ENV])
+        if os.environ.get(KILL_ENV) and _exists(release_path(self.output)):  # test-only: killed right here
+            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            run = self.ledger.run(self.run_id)
+            self.outcome = settle_run(self.ledger, run) if run and run["state"] == PENDING else None
+            if self.outcome and "committed" in self.outcome:
+                section = (_read_json(release_path(self.output)) or {}).get("section")
+                if section:
+                    _add_to_summary(self.public_summary, section, public=True)
+        except Exception as exc:  # the database went away after the run: the run stays pending, said in one line
+            self.outcome = (f"ledger: run {self.run_id} could not be settled ({type(exc).__name__}); it stays pending: "
+                            "run `textdp ledger reconcile` when the ledger is reachable")
+        finally:
+            self.ledger.close()
+            self.reserved = False  # settled once
+        return [self.outcome] if self.outcome else []
+
+    def committed(self) -> bool:
+        return bool(self.outcome) and " committed" in self.outcome
+
+
+def _hold(path: str) -> None:
+    with open(path + ".ready", "w"):
+        pass
+    deadline = time.time() + 300
+    while not os.path.exists(path) and time.time() < deadline:
+        time.sleep(0.1)
+
+
+# --- textdp ledger ----------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="textdp ledger", description="Show or settle an exposure ledger (docs/ledger.md). Exit codes: 0 done, "
+                                          "1 a run stays pending, 2 refused.")
+    parser.add_argument("action", choices=("status", "reconcile"),
+                        help="status: the ledger's runs and the distribution over authors of their cumulative "
+                             "epsilon-mass; reconcile: settle pending runs from what they wrote")
+    parser.add_argument("--ledger", required=True, metavar="PATH_OR_URL", help="the ledger, as given to privatize")
+    parser.add_argument("--ledger-key-file", "--ledger_key_file", dest="ledger_key_file", default=None,
+                        metavar="PATH", help="the ledger's key (default: $TEXTDP_LEDGER_KEY)")
+    parser.add_argument("--discard", default=None, metavar="RUN_ID",
+                        help="reconcile: discard this pending run's reservation; refused while any of its record "
+                             "files exists")
+    parser.add_argument("--json", action="store_true", default=False, help="status as one JSON document")
+    return parser
+
+
+help_parser = build_parser  # the job's --help (templates/jobs.py derives its parameters from it)
+
+
+def status(ledger: Ledger) -> dict:
+    runs = ledger.runs_list()
+    spent = ledger.spent()
+    budgets = {run["budget"] for run in runs if run["state"] == COMMITTED and run["budget"] is not None}
+    budget = min(budgets) if budgets else None
+    return {"ledger": ledger.shown, "runs": {state: sum(1 for r in runs if r["state"] == state)
+                                             for state in (COMMITTED, PENDING, DISCARDED)},
+            "pending": [r["run_id"] for r in runs if r["state"] == PENDING],
+            "cumulative_mass": mass_distribution(spent.values(), budget), "smallest_budget": budget,
+            "recent": [{k: r[k] for k in ("run_id", "state", "reserved_at", "epsilon", "mechanism", "budget", "authors",
+                                          "records", "withheld")} for r in runs[-10:]]}
+
+
+def run(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    say = lambda message: print(f"textdp ledger: error: {message}", file=sys.stderr)  # noqa: E731
+    try:
+        ledger = Ledger(args.ledger, key_fingerprint(load_key(args.ledger_key_file)), create=False)
+    except TextdpError as exc:
+        say(str(exc))
+        return 2
+    try:
+        if args.action == "status":
+            found = status(ledger)
+            if args.json:
+                print(json.dumps(found, indent=2))
+            else:
+                dist = found["cumulative_mass"]
+                print(f"ledger: {found['ledger']}")
+                print("runs: " + ", ".join(f"{n} {state}" for state, n in found["runs"].items()))
+                for run_id in found["pending"]:
+                    print(f"pending: {run_id} (settle with `textdp ledger reconcile`)")
+                print(f"authors: {dist['authors']}" + ("" if not dist["authors"] else
+                      f"; cumulative epsilon-mass min {dist['min']:g}, median {dist['median']:g}, p95 {dist['p95']:g}, "
+                      f"max {dist['max']:g}" + (f"; {dist['at_cap']} at the budget {found['smallest_budget']:g}"
+                                                 if "at_cap" in dist else "")))
+            return 0
+        if args.discard:
+            run_ = ledger.run(args.discard)
+            if not run_ or run_["state"] != PENDING:
+                say(f"run {args.discard!r} is not pending in the ledger ({run_['state'] if run_ else 'unknown'})")
+                return 2
+            if _any_match(_records_pattern(run_["output"], run_["data_format"])) or _exists(release_path(run_["output"])):
+                say(f"run {args.discard!r} has files at {run_['output']} (records or its ledger file): remove them "
+                    "first, or settle it with `textdp ledger reconcile`")
+                return 2
+            ledger.discard(args.discard)
+            print(f"ledger: run {args.discard} discarded (the ledger is unchanged)")
+            return 0
+        still = 0
+        for run_ in ledger.pending():
+            line = settle_run(ledger, run_)
+            print(line)
+            still += "stays pending" in line
+        if not ledger.pending():
+            print("ledger: no run is pending")
+        return 1 if still else 0
+    except TextdpError as exc:
+        say(str(exc))
+        return 2
+    finally:
+        ledger.close()
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -1,0 +1,41 @@
+"""The ledger's privacy sentences, derived from what the run did (its ledger section) and nothing else.
+
+Composition (docs/ledger.md): a word w released with epsilon e satisfies P[M(w) in S] <= exp(e d(w, w')) P[M(w') in S]
+for every w' (the mechanism's per-word guarantee). The words an author released over runs r = 1..R, n_r words at
+epsilon e_r, are independent releases, so for any other words of the same number the ratio is at most
+exp(sum_i e_i d(w_i, w_i')) <= exp(m * max_i d(w_i, w_i')), m = sum_r e_r n_r: the author's epsilon-mass.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+def ledger_statement(section: dict, public: bool = False) -> str:
+    """One paragraph for the summaries from ``transforms.ledger.WriteLedgerRelease``'s section. The public
+    variant names the budget and no figure of the raw input (how many records were withheld depends on how much
+    each author wrote, which the output does not show: like the other raw-data figures, operator summary only)."""
+    budget: Optional[float] = section.get("author_budget")
+    covered = (section.get("coverage") or {}).get("covered", "all")
+    withheld = int(section.get("records_withheld", 0))
+    where = "in this ledger" if public else f"in the ledger {section.get('ledger')}"
+    if budget is None:
+        bound = (f"no --author-budget was given: this run's releases were recorded per author {where}, "
+                 "and no record was withheld")
+    else:
+        withheld_text = ("any record whose release would have exceeded it was withheld" if public else
+                         f"{withheld} record(s) of this run were withheld (error output, budget_exhausted) because "
+                         "releasing them would have exceeded it")
+        bound = (f"every author's cumulative epsilon-mass (the sum, over the runs committed {where}, of epsilon times "
+                 f"the word tokens released from their records) is at most {budget:g}; {withheld_text}")
+    if covered == "none":
+        return (bound + f". The mechanism ({section.get('mechanism')}) claims no per-word guarantee, so this bounds "
+                "how much of each author was released, not a privacy loss")
+    subset = " for the words the mechanism's guarantee covers (see the privacy statement)" if covered == "subset" else ""
+    if budget is None:
+        return bound + "."
+    return (bound + f". By sequential composition of the per-word guarantee{subset}, an author's words released "
+            f"across those runs, w_1..w_n, versus any other words w_1'..w_n', are protected as one release with "
+            f"loss at most {budget:g} x max_i d(w_i, w_i') (the embedding distance of the most different pair); "
+            "this holds per author id as given by --user-field, not for a person who writes under several ids, and "
+            "not for records released outside this ledger")

@@ -1,0 +1,237 @@
+"""The ledger database: one SQLAlchemy code path for an embedded SQLite file and a shared server (PostgreSQL).
+
+Tables: ``meta`` (schema version, key fingerprint), ``runs`` (one row per run: pending, committed or discarded),
+``releases`` (per committed run and author hash: epsilon, released tokens, records released and withheld) and
+``active`` (one slot: the run that holds the ledger between its reservation and its settlement).
+
+Protocol (docs/ledger.md, "Faults"): ``reserve`` takes the slot in one transaction (a second run is refused while
+one is pending: the slot's primary key serialises them on every backend) and returns every author's committed mass;
+``commit`` writes a run's per-author releases, marks it committed and frees the slot in one transaction, and does
+nothing for a run that is already committed (idempotent); ``discard`` frees the slot of a run that released nothing.
+Workers never touch the database.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from fractions import Fraction
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from textdp.errors import TextdpError
+from textdp.ledger.budget import spent_by_author
+
+SCHEMA_VERSION = "1"
+PENDING, COMMITTED, DISCARDED = "pending", "committed", "discarded"
+
+
+class LedgerError(TextdpError):
+    """A ledger that cannot be used (corrupt, another schema or key, busy): one line, nothing ran."""
+
+
+def ledger_url(location: str) -> str:
+    """An SQLAlchemy URL as given (``postgresql+psycopg://...``), or a plain path: an embedded SQLite file."""
+    if "://" in location:
+        return location
+    return "sqlite:///" + os.path.abspath(os.path.expanduser(location))
+
+
+def shown_url(location: str) -> str:
+    """The location without a password, for messages."""
+    if "://" not in location:
+        return location
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(location).render_as_string(hide_password=True)
+    except Exception:
+        return location.split("://", 1)[0] + "://..."
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _tables():
+    from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text
+
+    metadata = MetaData()
+    meta = Table("textdp_ledger_meta", metadata, Column("name", String(64), primary_key=True),
+                 Column("value", Text, nullable=False))
+    runs = Table("textdp_ledger_runs", metadata, Column("run_id", String(128), primary_key=True),
+                 Column("state", String(16), nullable=False), Column("reserved_at", String(40), nullable=False),
+                 Column("settled_at", String(40)), Column("epsilon", Float), Column("mechanism", String(200)),
+                 Column("budget", Float), Column("output", Text), Column("data_format", String(16)),
+                 Column("authors", Integer), Column("tokens", Integer), Column("records", Integer),
+                 Column("withheld", Integer))
+    releases = Table("textdp_ledger_releases", metadata,
+                     Column("run_id", String(128), primary_key=True), Column("author", String(64), primary_key=True),
+                     Column("epsilon", Float, nullable=False), Column("tokens", Integer, nullable=False),
+                     Column("records", Integer, nullable=False), Column("withheld", Integer, nullable=False))
+    active = Table("textdp_ledger_active", metadata, Column("slot", Integer, primary_key=True, autoincrement=False),
+                   Column("run_id", String(128), nullable=False), Column("since", String(40), nullable=False))
+    return metadata, meta, runs, releases, active
+
+
+class Ledger:
+    """An opened, checked ledger. ``Ledger(location, fingerprint)`` refuses in one line (LedgerError): a file or
+    database that is not a textdp ledger, another schema version, another key. A missing SQLite file (or an empty
+    database) becomes a new ledger with this key."""
+
+    def __init__(self, location: str, fingerprint: str, create: bool = True):
+        from sqlalchemy import create_engine, inspect, select
+        from sqlalchemy.exc import SQLAlchemyError
+
+        self.location, self.shown = location, shown_url(location)
+        url = ledger_url(location)
+        if url.startswith("sqlite:///"):
+            folder = os.path.dirname(url[len("sqlite:///"):])
+            if not os.path.isdir(folder):
+                raise LedgerError(f"--ledger {self.shown!r}: the folder {folder!r} does not exist")
+            if not create and not os.path.exists(url[len("sqlite:///"):]):  # connecting would create an empty file
+                raise LedgerError(f"--ledger {self.shown!r} does not exist")
+        try:
+            kwargs = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+            self.engine = create_engine(url, **kwargs)
+        except Exception as exc:  # no driver, a malformed URL
+            raise LedgerError(f"--ledger {self.shown!r} cannot be opened: {type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0][:200] if str(exc) else ''}") from None
+        self.metadata, self.meta, self.runs, self.releases, self.active = _tables()
+        try:
+            names = set(inspect(self.engine).get_table_names())
+            ours = {table.name for table in self.metadata.sorted_tables}
+            if not names & ours:
+                if names and create:
+                    raise LedgerError(f"--ledger {self.shown!r} holds other tables and no textdp ledger; give an empty "
+                                      "database or a new file")
+                if not create:
+                    raise LedgerError(f"--ledger {self.shown!r} holds no textdp ledger")
+                with self.engine.begin() as conn:
+                    self.metadata.create_all(conn)
+                    conn.execute(self.meta.insert(), [{"name": "schema_version", "value": SCHEMA_VERSION},
+                                                      {"name": "key_fingerprint", "value": fingerprint},
+                                                      {"name": "created", "value": _now()}])
+            elif not ours <= names:
+                raise LedgerError(f"--ledger {self.shown!r} is damaged: tables {sorted(ours - names)} are missing "
+                                  "(restore it from a backup; nothing ran)")
+            with self.engine.connect() as conn:
+                values = dict(conn.execute(select(self.meta.c.name, self.meta.c.value)).all())
+        except LedgerError:
+            raise
+        except SQLAlchemyError as exc:
+            raise LedgerError(f"--ledger {self.shown!r} cannot be read as a textdp ledger ({_reason(exc)}); nothing "
+                              "ran: restore it from a backup or point --ledger elsewhere") from None
+        if values.get("schema_version") != SCHEMA_VERSION:
+            raise LedgerError(f"--ledger {self.shown!r} has schema version {str(values.get('schema_version'))[:20]!r}; "
+                              f"this textdp reads version {SCHEMA_VERSION} (nothing ran)")
+        if values.get("key_fingerprint") != fingerprint:
+            raise LedgerError(f"--ledger {self.shown!r} was made with another key (fingerprint "
+                              f"{str(values.get('key_fingerprint'))[:12]}..., this key's {fingerprint[:12]}...): with it "
+                              "no author would be recognised; give the ledger's key (nothing ran)")
+        self.fingerprint = fingerprint
+
+    # --- the protocol -------------------------------------------------------------------------------
+
+    def reserve(self, run_id: str, epsilon: float, mechanism: str, budget: Optional[float], output: str,
+                data_format: str) -> Dict[str, Fraction]:
+        """Take the ledger for ``run_id`` and return every author's committed mass (exact). LedgerError if the run
+        id was used before, or another run holds the ledger (pending: running, or killed before settling)."""
+        from sqlalchemy import select
+        from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+
+        try:
+            with self.engine.begin() as conn:
+                earlier = conn.execute(select(self.runs.c.state).where(self.runs.c.run_id == run_id)).scalar()
+                if earlier is not None:
+                    raise LedgerError(f"run id {run_id!r} is already in the ledger ({earlier}); each release needs a new "
+                                      "run id" + (": settle it first with `textdp ledger reconcile`" if earlier == PENDING
+                                                  else ""))
+                try:
+                    with conn.begin_nested():
+                        conn.execute(self.active.insert().values(slot=1, run_id=run_id, since=_now()))
+                except IntegrityError:
+                    holder = conn.execute(select(self.active.c.run_id, self.active.c.since)).first()
+                    raise LedgerError(f"the ledger is held by run {holder[0] if holder else '?'!r} (pending since "
+                                      f"{holder[1] if holder else '?'}): it is running, or was stopped before it settled; "
+                                      "wait for it, or run `textdp ledger reconcile` (nothing ran)") from None
+                conn.execute(self.runs.insert().values(
+                    run_id=run_id, state=PENDING, reserved_at=_now(), epsilon=float(epsilon), mechanism=str(mechanism),
+                    budget=None if budget is None else float(budget), output=output, data_format=data_format))
+                return self._spent(conn)
+        except LedgerError:
+            raise
+        except SQLAlchemyError as exc:
+            raise LedgerError(f"the ledger {self.shown!r} could not reserve run {run_id!r} ({_reason(exc)}); nothing ran") from None
+
+    def spent(self) -> Dict[str, Fraction]:
+        """Every author's committed mass (a read, no reservation: for inspecting a pipeline's graph)."""
+        with self.engine.connect() as conn:
+            return self._spent(conn)
+
+    def _spent(self, conn) -> Dict[str, Fraction]:
+        from sqlalchemy import select
+
+        r, runs = self.releases, self.runs
+        rows = conn.execute(select(r.c.author, r.c.epsilon, r.c.tokens).join(runs, runs.c.run_id == r.c.run_id)
+                            .where(runs.c.state == COMMITTED)).all()
+        return spent_by_author(rows)
+
+    def commit(self, run_id: str, epsilon: float, mechanism: str,
+               entries: Iterable[Tuple[str, int, int, int]]) -> bool:
+        """Record a run's releases, (author hash, tokens, records, withheld) each, in one transaction; True if it
+        was recorded now, False if it already was (committing a run twice changes nothing)."""
+        from sqlalchemy import select
+
+        entries = list(entries)
+        with self.engine.begin() as conn:
+            state = conn.execute(select(self.runs.c.state).where(self.runs.c.run_id == run_id)
+                                 .with_for_update()).scalar()
+            if state == COMMITTED:
+                return False
+            if state != PENDING:
+                raise LedgerError(f"run {run_id!r} is not pending in the ledger ({state or 'unknown'}); nothing to commit")
+            if entries:
+                conn.execute(self.releases.insert(), [
+                    {"run_id": run_id, "author": author, "epsilon": float(epsilon), "tokens": int(tokens),
+                     "records": int(records), "withheld": int(withheld)}
+                    for author, tokens, records, withheld in entries])
+            conn.execute(self.runs.update().where(self.runs.c.run_id == run_id).values(
+                state=COMMITTED, settled_at=_now(), epsilon=float(epsilon), mechanism=str(mechanism),
+                authors=len(entries), tokens=sum(int(e[1]) for e in entries), records=sum(int(e[2]) for e in entries),
+                withheld=sum(int(e[3]) for e in entries)))
+            conn.execute(self.active.delete().where(self.active.c.run_id == run_id))
+        return True
+
+    def discard(self, run_id: str) -> bool:
+        """Free the ledger from a pending run that released nothing; True if it was pending."""
+        with self.engine.begin() as conn:
+            done = conn.execute(self.runs.update().where(self.runs.c.run_id == run_id, self.runs.c.state == PENDING)
+                                .values(state=DISCARDED, settled_at=_now())).rowcount
+            conn.execute(self.active.delete().where(self.active.c.run_id == run_id))
+        return bool(done)
+
+    def run(self, run_id: str) -> Optional[dict]:
+        from sqlalchemy import select
+
+        with self.engine.connect() as conn:
+            row = conn.execute(select(self.runs).where(self.runs.c.run_id == run_id)).mappings().first()
+        return dict(row) if row else None
+
+    def runs_list(self) -> List[dict]:
+        from sqlalchemy import select
+
+        with self.engine.connect() as conn:
+            return [dict(row) for row in conn.execute(select(self.runs).order_by(self.runs.c.reserved_at)).mappings()]
+
+    def pending(self) -> List[dict]:
+        return [run for run in self.runs_list() if run["state"] == PENDING]
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _reason(exc: BaseException) -> str:
+    """The driver's first line (e.g. 'file is not a database'), without SQL or bound values."""
+    inner = getattr(exc, "orig", None) or exc
+    text = str(inner).strip().splitlines()
+    return f"{type(inner).__name__}: {text[0][:160]}" if text else type(inner).__name__

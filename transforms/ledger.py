@@ -1,0 +1,149 @@
+"""The exposure ledger inside the privatize pipeline (docs/ledger.md): contribution bounding per author.
+
+``TagPositions`` puts each read record's (source, position) into a hidden field, so that after ``Privatize`` the
+released record still says where it came from. ``BoundContributions`` then groups the released records by the
+keyed hash of their author (``textdp.ledger.keys.author_hash``; workers never see the ledger, only a side input
+of each author's committed epsilon-mass read by the launcher), orders each author's records by (source, position)
+and releases them while the author's mass stays within the budget (``textdp.ledger.budget.admit``): the rest go to
+the error output as ``budget_exhausted``. Its ``authors`` output, one (author hash, tokens, records, withheld) per
+author, is written with the run's ledger section to ``<output>-ledger.json`` by ``WriteLedgerRelease``; the
+launcher commits that file to the ledger after the run (pipelines/ledger.py).
+
+Epsilon comes from the mechanism object the privatize workers built (the same ``Shared`` holder), a record's
+tokens from the privatizer's shape of it (the words it released): nothing here knows a mechanism by name.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import apache_beam as beam
+
+from textdp.ledger import budget as ledger_budget
+from textdp.ledger.keys import author_hash
+from textdp.text.records import author_identity
+
+# the hidden field that carries a record's (source, position) through Privatize; an input field of that name is
+# overwritten, and the field never reaches the output
+POSITION_FIELD = "__textdp_position__"
+BUDGET_EXHAUSTED = "budget_exhausted"
+RELEASE_FORMAT = "textdp-ledger-release/1"
+
+
+class TagPositions(beam.PTransform):
+    """Read records (source, position, payload) -> the same, the payload (a dict) carrying its position."""
+
+    def expand(self, records):
+        def tag(item):
+            source, position, payload = item
+            if isinstance(payload, dict):
+                payload = dict(payload)
+                payload[POSITION_FIELD] = [source, position]
+            return source, position, payload
+
+        return records | "TagPositions" >> beam.Map(tag)
+
+
+class _Admit(beam.DoFn):
+    """(author hash, [records]) -> released records; ``errors`` (budget_exhausted); ``authors`` (one tuple)."""
+
+    def __init__(self, shared_handle, perturb_config, budget: Optional[float], shape_field: str):
+        from transforms.perturb import holder_state
+
+        self.budget = budget
+        self.shape_field = shape_field
+        self._state = holder_state(shared_handle, perturb_config)
+
+    def setup(self):
+        self._state.setup()
+
+    def process(self, element, spent):
+        from transforms.io import error_record
+
+        author, records = element
+        epsilon = float(self._state.value.mechanism.parameters()["epsilon"])  # the mechanism object's, as it ran
+        ordered = sorted(records, key=lambda record: (str(record[POSITION_FIELD][0]), record[POSITION_FIELD][1]))
+        words = [int(record[self.shape_field]["words"]) for record in ordered]
+        before = ledger_budget.from_pair(spent[author]) if author in spent else ledger_budget.Mass(0)
+        decided = ledger_budget.admit(before, self.budget, [ledger_budget.mass_of(epsilon, n) for n in words])
+        released_tokens = released = withheld = 0
+        for record, count, fits in zip(ordered, words, decided):
+            source, position = record.pop(POSITION_FIELD)
+            if fits:
+                released_tokens, released = released_tokens + count, released + 1
+                yield record
+            else:
+                withheld += 1
+                yield beam.pvalue.TaggedOutput("errors", error_record(
+                    source, position, BUDGET_EXHAUSTED,
+                    f"releasing its {count} word(s) at epsilon {epsilon:g} would take the author's cumulative "
+                    f"epsilon-mass above --author-budget {self.budget:g} (docs/ledger.md); the record was not released"))
+        after = before + ledger_budget.mass_of(epsilon, released_tokens)
+        yield beam.pvalue.TaggedOutput("authors", (author, released_tokens, released, withheld,
+                                                   ledger_budget.as_pair(after)))
+
+
+class BoundContributions(beam.PTransform):
+    """Privatized payloads (dicts with the author field, the shape field and ``POSITION_FIELD``) ->
+    {'records', 'errors', 'authors'} (see the module docstring). ``spent``: a PCollection of (author hash,
+    (numerator, denominator)) committed masses."""
+
+    def __init__(self, key: bytes, user_field: str, shape_field: str, budget: Optional[float], spent,
+                 shared_handle, perturb_config, label: Optional[str] = None):
+        super().__init__(label)
+        self.key, self.user_field, self.shape_field = bytes(key), user_field, shape_field
+        self.budget = None if budget is None else float(budget)
+        self.spent = spent
+        self.shared_handle, self.perturb_config = shared_handle, perturb_config
+
+    def expand(self, released):
+        key, user_field = self.key, self.user_field
+
+        def by_author(record):
+            return author_hash(key, author_identity(record[user_field])), record
+
+        outputs = (released
+                   | "ByAuthor" >> beam.Map(by_author)
+                   | "GroupByAuthor" >> beam.GroupByKey()
+                   | "Admit" >> beam.ParDo(_Admit(self.shared_handle, self.perturb_config, self.budget,
+                                                  self.shape_field),
+                                           spent=beam.pvalue.AsDict(self.spent)).with_outputs(
+                       "errors", "authors", main="records"))
+        return {"records": outputs.records, "errors": outputs.errors, "authors": outputs.authors}
+
+
+class WriteLedgerRelease(beam.DoFn):
+    """All (author hash, tokens, records, withheld, cumulative mass) of the run -> ``<output>-ledger.json``: what
+    the launcher commits to the ledger, with the run's ledger section (the distribution over this run's authors
+    of their cumulative mass; nothing per author) for the summaries. Emits the section."""
+
+    def __init__(self, shared_handle, perturb_config, path: str, run_id: str, fingerprint: str,
+                 budget: Optional[float], ledger_shown: str):
+        from transforms.perturb import holder_state
+
+        self.path, self.run_id, self.fingerprint = path, run_id, fingerprint
+        self.budget, self.ledger_shown = budget, ledger_shown
+        self._state = holder_state(shared_handle, perturb_config)
+
+    def setup(self):
+        self._state.setup()
+
+    def process(self, entries):
+        from transforms.io import write_json
+
+        mechanism = self._state.value.mechanism
+        parameters = mechanism.parameters()
+        entries = sorted(entries)
+        section = {
+            "ledger": self.ledger_shown, "run_id": self.run_id, "author_budget": self.budget,
+            "epsilon": float(parameters["epsilon"]), "mechanism": parameters.get("mechanism"),
+            "coverage": mechanism.privacy_statement().get("coverage"),
+            "authors": len(entries), "authors_withheld": sum(1 for e in entries if e[3]),
+            "records_released": sum(e[2] for e in entries), "records_withheld": sum(e[3] for e in entries),
+            "tokens_released": sum(e[1] for e in entries),
+            "cumulative_mass": ledger_budget.mass_distribution(
+                [ledger_budget.from_pair(e[4]) for e in entries], self.budget)}
+        write_json(self.path, {"format": RELEASE_FORMAT, "run_id": self.run_id, "key_fingerprint": self.fingerprint,
+                               "section": section,
+                               "entries": [[a, tokens, records, withheld] for a, tokens, records, withheld, _ in entries]})
+        yield section
