@@ -40,9 +40,9 @@ def _msg(position, payload, at):
     return TimestampedValue(("sub", position, data), at)
 
 
-def run_stream(tmp_path, stream, window=10, lateness=0, amplifier=None, epsilon=1e6):
+def run_stream(tmp_path, stream, window=10, lateness=0, amplifier=None, epsilon=1e6, public=None):
     """Runs ``stream`` (a TestStream of messages) through ParseMessages + PrivatizeWindows on the
-    BundleBasedDirectRunner in streaming mode; returns the output prefix."""
+    BundleBasedDirectRunner in streaming mode; returns the output prefix. ``public``: the public summary prefix."""
     options = PipelineOptions(["--runner=BundleBasedDirectRunner"])
     options.view_as(StandardOptions).streaming = True
     out = str(tmp_path / "out" / "r")
@@ -56,7 +56,7 @@ def run_stream(tmp_path, stream, window=10, lateness=0, amplifier=None, epsilon=
              | beam.ParDo(ParseMessages("jsonl", ("text",), 10_000, False))
              | PrivatizeWindows(privatize, out, "jsonl", window, lateness,
                                 amplifier=amplifier,
-                                shape_field=shape, context=context))
+                                shape_field=shape, context=context, public_prefix=public))
     return out
 
 
@@ -168,6 +168,113 @@ def test_shuffle_accounts_each_pane_from_its_own_records(tmp_path):
     assert summary["amplification_report"] == report_path and summary["records"]["reconciled"]
 
 
+def test_user_field_and_k_threshold_apply_per_window_as_the_batch_job_does(tmp_path):
+    """--user-field with --k-threshold in streaming: each window's k-threshold counts the distinct authors of that
+    window only and its accounting is per author within the window, with the batch code, so a window's release,
+    amplification figures and statements are the batch job's on that window's records: the first window is
+    compared with `textdp privatize` (batch) on the same records and flags. A record without its author is an
+    error record missing_author; the author field never reaches the output; every summary reconciles. The
+    publishable summary of each window is the batch job's public summary for that release (plus the window).
+    Deterministic: --oov-policy keep at epsilon 1e6 releases the input words, and no flag here is random."""
+    from textdp.privacy.statements import records_statement
+    from transforms.amplifier import AmplifierConfig
+
+    first = [{"u": "a", "text": "the cat sat"}, {"u": "b", "text": "the cat ran"}, {"u": "a", "text": "the dog"},
+             {"u": "c", "text": "a dog ran"}]
+    second = [{"u": "a", "text": "the cat sat"}, {"u": "d", "text": "the bird sang"}]  # "cat": one author here
+    stream = (Events().advance_watermark_to(0)
+              .add_elements([_msg(i, record, 1 + i) for i, record in enumerate(first)] + [_msg(9, {"text": "no one"}, 8)])
+              .add_elements([_msg(20 + i, record, 11 + i) for i, record in enumerate(second)])
+              .advance_watermark_to_infinity())
+    amplifier = AmplifierConfig(user_field="u", k_threshold=2)
+    out = run_stream(tmp_path, stream, amplifier=amplifier, epsilon=1e6, public=str(tmp_path / "out" / "pub"))
+    found = summaries(out)
+    names = sorted(found)
+    assert len(names) == 2 and all(found[n]["records"]["reconciled"] for n in names)
+    one, two = (found[n] for n in names)
+    assert (one["records"]["in"], one["records"]["out"], one["records"]["failed"]) == (5, 4, 1)
+    assert one["records"]["failed_by_reason"] == {"missing_author": 1} and one["records"]["dropped"] == 0
+    assert [e["reason"] for e in lines(out + "-" + names[0] + "-errors.jsonl")] == ["missing_author"]
+    released_two = sorted(r["text"] for r in lines(out + "-" + names[1] + "-*-of-*.jsonl"))
+    assert released_two == ["the <rare> <rare>"] * 2  # only "the" has 2 authors in window 2 ("cat" had 2 in window 1)
+    released_one = lines(out + "-" + names[0] + "-*-of-*.jsonl")
+    assert all(set(r) == {"text"} for r in released_one)
+    assert sorted(r["text"] for r in released_one) == ["<rare> dog ran", "the cat <rare>", "the cat ran", "the dog"]
+    with open(one["amplification_report"], encoding="utf-8") as handle:
+        report = json.load(handle)
+    assert report["scope"] == pane_scope_statement(4, False, True, 2, None)
+    assert one["privacy"]["records"] == records_statement(amplifier.steps(), one["amplification_report"])
+
+    corpus = tmp_path / "batch.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in first), encoding="utf-8")
+    result = run_cli("--input", str(corpus), "--output", str(tmp_path / "batch"), "--artifact", ART, "--epsilon", "1e6",
+                     "--oov-policy", "keep", "--user-field", "u", "--k-threshold", "2",
+                     "--public-summary", str(tmp_path / "batch-public.json"))
+    assert result.returncode == 0, result.stderr
+    batch_released = lines(str(tmp_path / "batch") + "-*-of-*.jsonl")
+    assert sorted(r["text"] for r in released_one) == sorted(r["text"] for r in batch_released)
+    with open(tmp_path / "batch-amplification.json", encoding="utf-8") as handle:
+        batch_report = json.load(handle)
+    for key in ("local", "k_threshold", "fields", "order", "seed"):
+        assert report[key] == batch_report[key], key
+    with open(tmp_path / "batch-summary.json", encoding="utf-8") as handle:
+        batch = json.load(handle)
+    assert {k: v for k, v in one["privacy"].items() if k != "records"} == {
+        k: v for k, v in batch["privacy"].items() if k != "records"}
+    with open(tmp_path / "batch-public.json", encoding="utf-8") as handle:
+        batch_public = json.load(handle)
+    (public_path,) = glob.glob(str(tmp_path / "out" / "pub") + "-" + names[0] + ".json")
+    assert one["public_summary"] == public_path
+    with open(public_path, encoding="utf-8") as handle:
+        public = json.load(handle)
+    assert public["publishable"] is True and public["records_released"] == 4
+    assert public["window"]["start"] == one["window"]["start"] and public["window"]["end"] == one["window"]["end"]
+    assert public["amplification"] == batch_public["amplification"]
+    assert {k: v for k, v in public["privacy"].items() if k != "records"} == {
+        k: v for k, v in batch_public["privacy"].items() if k != "records"}
+    assert "records" not in public and "tokens" not in public  # no raw-input figure
+    assert len(glob.glob(str(tmp_path / "out" / "pub") + "-*.json")) == 2
+
+
+def test_subsample_applies_per_window_and_the_counts_reconcile(tmp_path):
+    """--subsample in streaming: each record of a window is kept independently (OS CSPRNG) and the window's
+    summary counts the dropped ones (in = out + failed + dropped); its report carries the batch job's
+    sub-sampling section (never claimed) and a scope that names the rate. Rate 1e-12 on 3 records: a record is
+    kept with probability at most 3e-12 (the test's false-failure rate)."""
+    from transforms.amplifier import AmplifierConfig
+
+    stream = (Events().advance_watermark_to(0)
+              .add_elements([_msg(1, {"text": "the cat sat"}, 1), _msg(2, {"text": "a dog"}, 2), _msg(3, b"", 3),
+                             _msg(4, {"text": "hello"}, 4)])
+              .advance_watermark_to_infinity())
+    out = run_stream(tmp_path, stream, amplifier=AmplifierConfig(subsample=1e-12))
+    (summary,) = summaries(out).values()
+    records = summary["records"]
+    assert (records["in"], records["out"], records["failed"], records["dropped"]) == (4, 0, 1, 3)
+    assert records["reconciled"] and not glob.glob(out + "-*-of-*.jsonl")
+    with open(summary["amplification_report"], encoding="utf-8") as handle:
+        report = json.load(handle)
+    assert report["subsample"]["rate"] == 1e-12 and report["subsample"]["claimed"] is False
+    assert report["records"] == {"in": 3, "out": 0, "dropped_by_subsampling": 3}
+    assert report["scope"] == pane_scope_statement(0, False, False, None, 1e-12)
+
+
+def test_the_window_state_key_has_a_deterministic_coder(caplog):
+    """The late-window step (CloseLateWindows, stateful) is keyed by the window start with a typed int key, so
+    Beam finds a deterministic key coder and logs no warning about it."""
+    import logging
+
+    options = PipelineOptions(["--runner=BundleBasedDirectRunner"])
+    options.view_as(StandardOptions).streaming = True
+    pipeline = beam.Pipeline(options=options)
+    privatize = Privatize(epsilon=5, artifact=ART, text_fields=["text"], oov_policy="keep", keyed=True)
+    with caplog.at_level(logging.WARNING):
+        _ = (pipeline | Events().advance_watermark_to_infinity()
+             | beam.ParDo(ParseMessages("jsonl", ("text",), 10_000, False))
+             | PrivatizeWindows(privatize, "/nonexistent/r", "jsonl", 10, 0, context=CONTEXT))
+    assert not [r for r in caplog.records if "deterministic" in r.getMessage()]
+
+
 def run_cli(*args, timeout=240):
     return subprocess.run([sys.executable, "-m", "pipelines.cli", "privatize", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=timeout)
@@ -217,9 +324,20 @@ def test_file_watch_end_to_end_reads_files_that_appear_while_it_runs(tmp_path):
     (["--input", "{dir}/*.txt", "--streaming-stop-after", "1", "--allowed-lateness", "-1"], "--allowed-lateness"),
     (["--input", "{dir}/*.txt", "--streaming-stop-after", "1", "--poll-interval", "nan"], "--poll-interval"),
     (["--input", "{dir}/*.parquet", "--streaming-stop-after", "1"], "Parquet is batch only"),
-    (["--input", "{dir}/*.txt", "--streaming-stop-after", "1", "--public-summary", "{dir}/p.json"],
-     "--public-summary is not supported with --streaming"),
-    (["--input", "{dir}/*.jsonl", "--streaming-stop-after", "1", "--user-field", "u"], "--user-field is not supported"),
+    (["--input", "{dir}/in/*.txt", "--streaming-stop-after", "1", "--diagnostics-output", "{dir}/d"],
+     "--diagnostics-output is not supported with --streaming"),
+    (["--input", "{dir}/in/*.txt", "--streaming-stop-after", "1", "--user-field", "u"],
+     "--user-field needs JSONL input"),
+    (["--input", "{dir}/in/*.jsonl", "--streaming-stop-after", "1", "--user-field", "text"],
+     "a text field cannot also be the author field"),
+    (["--input", "{dir}/p*", "--format", "jsonl", "--streaming-stop-after", "1", "--public-summary", "{dir}/pub"],
+     "would match this job's own output files (such as pub-"),
+    (["--input", "{dir}/in/*.txt", "--streaming-stop-after", "1", "--public-summary", "{dir}/r"],
+     "give each output its own prefix"),
+    (["--input", "{dir}/in/*.txt", "--streaming-stop-after", "1", "--k-threshold", "2", "--oov-policy", "unk",
+      "--unk-token", "<rare>"], "is the --k-threshold marker"),
+    (["--input-subscription", "projects/my-project/subscriptions/sub", "--format", "jsonl", "--streaming-stop-after",
+      "5", "--runner", "PortableRunner"], "applies to a file watch"),
     (["--input", "{dir}/*", "--format", "text", "--streaming-stop-after", "1"], "would match this job's own output files"),
 ])
 def test_streaming_refusals_are_one_line_before_anything_runs(tmp_path, args, message):
