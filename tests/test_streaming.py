@@ -300,7 +300,7 @@ def test_file_watch_end_to_end_reads_files_that_appear_while_it_runs(tmp_path):
     thread.start()
     result = run_cli("--streaming", "--input", str(watched / "*.txt"), "--output", str(out / "r"), "--artifact", ART,
                      "--epsilon", "1e6", "--oov-policy", "keep", "--window-size", "2", "--poll-interval", "0.5",
-                     "--streaming-stop-after", "14")
+                     "--streaming-stop-after", "14", "--public-summary", str(out / "public"))
     thread.join()
     assert result.returncode == 0, result.stderr
     found = summaries(str(out / "r"))
@@ -312,6 +312,9 @@ def test_file_watch_end_to_end_reads_files_that_appear_while_it_runs(tmp_path):
         released += open(path, encoding="utf-8").read().splitlines()
     assert sorted(released) == sorted(line for batch in batches for line in batch if line)
     assert "6 in, 5 out, 1 failed; 0 late" in result.stdout
+    public = sorted(glob.glob(str(out / "public") + "-*.json"))  # one publishable summary per window pane
+    assert [os.path.basename(p)[len("public-"):-len(".json")] for p in public] == sorted(found)
+    assert sum(json.load(open(p, encoding="utf-8"))["records_released"] for p in public) == 5
 
 
 @pytest.mark.parametrize("args, message", [
@@ -348,12 +351,18 @@ def test_streaming_refusals_are_one_line_before_anything_runs(tmp_path, args, me
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
-def test_earlier_window_files_refused_without_overwrite(tmp_path):
+@pytest.mark.parametrize("earlier, flag", [("r-20260101T000000Z-20260101T000100Z-p0-summary.json", "--output"),
+                                           ("pub-20260101T000000Z-20260101T000100Z-p0.json", "--public-summary")])
+def test_earlier_window_files_refused_without_overwrite(tmp_path, earlier, flag):
+    """An earlier run's window files (records' summaries, or public summaries at --public-summary's prefix) are
+    refused without --overwrite, in one line naming the flag, before anything runs."""
     (tmp_path / "in").mkdir()
-    (tmp_path / "r-20260101T000000Z-20260101T000100Z-p0-summary.json").write_text("{}", encoding="utf-8")
+    (tmp_path / earlier).write_text("{}", encoding="utf-8")
     result = run_cli("--streaming", "--input", str(tmp_path / "in" / "*.txt"), "--output", str(tmp_path / "r"),
+                     "--public-summary", str(tmp_path / "pub"),
                      "--artifact", ART, "--epsilon", "5", "--streaming-stop-after", "0", timeout=120)
-    assert result.returncode == 2 and "--overwrite" in result.stderr, result.stderr
+    assert result.returncode == 2 and "--overwrite" in result.stderr and flag in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_pubsub_path_builds_into_a_graph_without_network(tmp_path):
@@ -388,3 +397,18 @@ def test_streaming_flex_template_beside_the_batch_one(tmp_path):
                                                                               jobs.JOBS["privatize"].required)
     job_argv, other = template_main.to_job_argv("privatize-streaming", ["--window_size=30", "--project=p"])
     assert job_argv == ["--window_size=30"] and other == ["--project=p"]
+
+
+def test_the_template_build_loop_and_readme_include_the_streaming_template():
+    """docs/scale.md's build loop builds every template templates/jobs.py defines, the streaming one included,
+    generating its metadata before building its spec; templates/README.md names it."""
+    from templates import jobs
+
+    scale = open(os.path.join(REPO, "docs", "scale.md"), encoding="utf-8").read()
+    start = scale.index("for JOB in ")
+    loop = scale[start:scale.index("done", start)]
+    assert set(loop.splitlines()[0][len("for JOB in "):].split(";")[0].split()) == set(jobs.JOBS)
+    assert "privatize-streaming" in jobs.STREAMING_TEMPLATES
+    assert loop.index("python templates/generate_metadata.py $JOB") < loop.index("gcloud dataflow flex-template build")
+    readme = open(os.path.join(REPO, "templates", "README.md"), encoding="utf-8").read()
+    assert all(name in readme for name in jobs.JOBS)
