@@ -4,7 +4,8 @@ Sources: new files matching ``--input`` (watched with Beam's ``fileio.MatchConti
 ``--poll-interval``, bounded by ``--streaming-stop-after``) or a Pub/Sub subscription
 (``--input-subscription``, Dataflow). The records go through the batch job's ``Privatize`` transform in fixed
 windows (``--window-size``, ``--allowed-lateness``) and each window pane is written to its own files with its
-own summary (``transforms/streaming.py``). ``pipelines/privatize.py`` hands over to this module when Beam's
+own summary (``transforms/streaming.py``); the Amplifier flags and ``--public-summary`` (a prefix here: one
+publishable summary per window pane) apply per window. ``pipelines/privatize.py`` hands over to this module when Beam's
 ``--streaming`` flag is given; the checks before the run are the batch job's where they apply, plus the
 streaming ones here, each a one-line refusal (exit 2).
 """

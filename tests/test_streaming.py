@@ -412,3 +412,20 @@ def test_the_template_build_loop_and_readme_include_the_streaming_template():
     assert loop.index("python templates/generate_metadata.py $JOB") < loop.index("gcloud dataflow flex-template build")
     readme = open(os.path.join(REPO, "templates", "README.md"), encoding="utf-8").read()
     assert all(name in readme for name in jobs.JOBS)
+
+
+def test_the_local_streaming_runner_cannot_run_the_file_watch(tmp_path):
+    """docs/streaming.md says why a local file watch writes its windows only when it stops: Beam's
+    BundleBasedDirectRunner (the local runner that fires windows as the watermark passes) refuses the graph of
+    fileio.MatchContinuously before running it. If a Beam upgrade lifts this, this test fails: then the local
+    watch can use MatchContinuously on that runner and write windows as time passes (docs/streaming.md)."""
+    from apache_beam.io import fileio
+    from apache_beam.utils.timestamp import Duration, Timestamp
+
+    options = PipelineOptions(["--runner=BundleBasedDirectRunner"])
+    options.view_as(StandardOptions).streaming = True
+    pipeline = beam.Pipeline(options=options)
+    _ = pipeline | fileio.MatchContinuously(str(tmp_path / "*.txt"), interval=0.5, start_timestamp=Timestamp.now(),
+                                            stop_timestamp=Timestamp.now() + Duration(1))
+    with pytest.raises(RuntimeError, match="was not replaced as expected"):
+        pipeline.run()

@@ -6,13 +6,17 @@
             -> WindowInto(FixedWindows(--window-size), --allowed-lateness)
             -> Privatize (the batch job's transform, keyed by (source, position))
             -> one GroupByKey per window pane -> WriteWindowPane: the pane's records, error records, summary
-               (and with --shuffle its amplification report), each in files named after the window and pane.
+               (with an Amplifier flag its amplification report, with --public-summary its publishable
+               summary), each in files named after the window and pane.
 
-A window pane is written by one worker, as one shard of the batch shuffle is: its records are permuted
-there (``--shuffle``), and the amplification report is computed from that pane's records only (the
-accounting of textdp/privacy/accounting.py, unchanged: a pane too small for the theorem's condition claims
-nothing). The per-pane summary is ``textdp.privacy.summary.build_summary``, the batch job's, so its counts
-reconcile the same way (in = out + failed) and its privacy statements are the batch job's for the same
+A window pane is written by one worker, as one shard of the batch shuffle is. The Amplifier's steps run
+there on the pane's records (``pane_amplifier``: --subsample, --user-field, --k-threshold, --drop-fields,
+with the batch stage's helpers, then --shuffle), and the amplification report is computed from that pane's
+records only (the accounting of textdp/privacy/accounting.py, unchanged: a pane too small for the theorem's
+condition claims nothing; authors and the k-threshold count within the pane). With --user-field a record
+without its author becomes an error record ``missing_author`` before it is privatized. The per-pane
+summary is ``textdp.privacy.summary.build_summary``, the batch job's, so its counts reconcile the same way
+(in = out + failed + dropped) and its privacy statements are the batch job's for the same
 mechanism and settings. A window in which nothing arrived writes nothing (no pane fires for it).
 
 State the job holds (docs/streaming.md, drain and update): ``CloseLateWindows`` keeps one boolean per
