@@ -259,10 +259,11 @@ def prepare(options: PipelineOptions) -> Plan:
             lines.append(f"public summaries: {public}{PANE}.json  (one per window pane, publishable)")
         if summaries is None:
             return lines + ["WARNING: the window summaries cannot be read from here"]
-        totals = {key: sum(s["records"][key] for s in summaries) for key in ("in", "out", "failed")}
+        totals = {key: sum(s["records"].get(key, 0) for s in summaries) for key in ("in", "out", "failed", "dropped")}
         unreconciled = [s["window"] for s in summaries if not s["records"]["reconciled"]]
+        dropped = f", {totals['dropped']} dropped by --subsample" if totals["dropped"] else ""
         lines.append(f"{len(summaries)} window pane(s); records: {totals['in']} in, {totals['out']} out, "
-                     f"{totals['failed']} failed; {late} late"
+                     f"{totals['failed']} failed{dropped}; {late} late"
                      + (f"; NOT RECONCILED in {len(unreconciled)} pane(s): see their summaries" if unreconciled else ""))
         return lines + [f"WARNING: {w}" for w in checked["warnings"]]
 
