@@ -4,7 +4,8 @@ Sources: new files matching ``--input`` (watched with Beam's ``fileio.MatchConti
 ``--poll-interval``, bounded by ``--streaming-stop-after``) or a Pub/Sub subscription
 (``--input-subscription``, Dataflow). The records go through the batch job's ``Privatize`` transform in fixed
 windows (``--window-size``, ``--allowed-lateness``) and each window pane is written to its own files with its
-own summary (``transforms/streaming.py``). ``pipelines/privatize.py`` hands over to this module when Beam's
+own summary (``transforms/streaming.py``); the Amplifier flags and ``--public-summary`` (a prefix here: one
+publishable summary per window pane) apply per window. ``pipelines/privatize.py`` hands over to this module when Beam's
 ``--streaming`` flag is given; the checks before the run are the batch job's where they apply, plus the
 streaming ones here, each a one-line refusal (exit 2).
 """
@@ -57,10 +58,7 @@ def is_streaming(options: PipelineOptions) -> bool:
 def _refuse_batch_only(options: PipelineOptions) -> None:
     """Flags the streaming job does not support (yet): refused in one line, never ignored."""
     opts = options.view_as(PrivatizeOptions)
-    amplifier = options.view_as(AmplifierOptions).amplifier_config()
-    unsupported = [("--public-summary", opts.public_summary), ("--diagnostics-output", opts.diagnostics_output),
-                   ("--user-field", amplifier.user_field), ("--subsample", amplifier.subsample),
-                   ("--k-threshold", amplifier.k_threshold),
+    unsupported = [("--diagnostics-output", opts.diagnostics_output),
                    ("--ledger", options.get_all_options(retain_unknown_options=True).get("ledger"))]
     for flag, value in unsupported:
         if value not in (None, "", False):
@@ -138,10 +136,12 @@ def check(options: PipelineOptions) -> dict:
     if any(not name.strip() for name in (opts.text_field or [])) or (data_format != "text" and not text_fields):
         raise TextdpError("--text-field must name a field (it is empty)")
     amplifier = options.view_as(AmplifierOptions).amplifier_config()
+    if data_format == "text" and amplifier.user_field:
+        raise TextdpError("--user-field needs JSONL input (plain-text lines have no author field)")
     if data_format == "text" and amplifier.drop_fields:
         raise TextdpError("--drop-fields needs JSONL input (plain-text lines have no fields to drop)")
-    if set(amplifier.drop_fields) & set(text_fields):
-        raise TextdpError("a text field cannot also be a dropped field")
+    if set(amplifier.drop_fields) & set(text_fields) or amplifier.user_field in text_fields:
+        raise TextdpError("a text field cannot also be the author field or a dropped field")
     artifact = options.view_as(ArtifactOptions).artifact
     if artifact and not artifact.startswith("gs://") and not os.path.isdir(artifact):
         raise TextdpError(f"--artifact {artifact!r} is not a directory")
@@ -150,7 +150,7 @@ def check(options: PipelineOptions) -> dict:
     check_unk_marker(artifact, options.view_as(OovOptions).oov_policy, options.view_as(OovOptions).unk_token)
     if opts.input:
         gcs.preflight([opts.input], writes=False)
-    gcs.preflight([out.output], writes=True)
+    gcs.preflight([out.output, opts.public_summary or ""], writes=True)
     guard = _check_outputs(options, data_format)
     warnings = []
     if opts.epsilon > VACUOUS_EPSILON:
@@ -169,12 +169,12 @@ def _check_outputs(options: PipelineOptions, data_format: str) -> OutputGuard:
     guard = OutputGuard("privatize", out.overwrite, FileSystems.exists, matched_paths)
     if opts.input:
         guard.read("--input", matched_paths(opts.input), pattern=opts.input)
-        for name in sample_pane_names(out.output, data_format):
-            if fnmatch.fnmatchcase(name, opts.input) or fnmatch.fnmatchcase(os.path.abspath(name),
-                                                                            os.path.abspath(opts.input)):
-                raise TextdpError(f"--input {opts.input} would match this job's own output files (such as "
-                                  f"{os.path.basename(name)}): the watch would read them back; write --output "
-                                  "elsewhere or narrow --input")
+        _refuse_watched("--output", opts.input, sample_pane_names(out.output, data_format))
+    artifact = options.view_as(ArtifactOptions).artifact
+    if not gcs.is_gcs_url(artifact):  # its files are inputs too: no output may be one of them
+        from textdp.artifact.locate import resolve_artifact
+
+        guard.read_directory("--artifact", resolve_artifact(artifact))
     prefix = guard.prefix("--output", out.output)
     suffix = OUTPUT_SUFFIX[data_format]
     sample = "-19700101T000000Z-19700101T000100Z-p0"
@@ -186,8 +186,23 @@ def _check_outputs(options: PipelineOptions, data_format: str) -> OutputGuard:
         guard.sharded("--output", what, prefix, f"{PANE}-{part}", ext, (f"{sample}-{part}",), label=out.output)
     guard.sharded("--output", "the late records", prefix, "-late-*-errors", ".jsonl",
                   ("-late-20260101T000000000000Z-0123abcd-errors",), label=out.output)
+    if opts.public_summary:  # with --streaming a prefix: one publishable summary per window pane
+        public = guard.prefix("--public-summary", opts.public_summary)
+        guard.sharded("--public-summary", "the window public summaries", public, PANE, ".json", (sample,),
+                      label=opts.public_summary)
+        if opts.input:
+            _refuse_watched("--public-summary", opts.input, [f"{opts.public_summary}{sample}.json"])
     guard.check()
     return guard
+
+
+def _refuse_watched(flag: str, pattern: str, names) -> None:
+    """A watched --input pattern must match none of the job's own files (the watch would read them back)."""
+    for name in names:
+        if fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(os.path.abspath(name), os.path.abspath(pattern)):
+            raise TextdpError(f"--input {pattern} would match this job's own output files (such as "
+                              f"{os.path.basename(name)}): the watch would read them back; write {flag} "
+                              "elsewhere or narrow --input")
 
 
 def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
@@ -223,7 +238,7 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
     _ = items | "PrivatizeWindows" >> PrivatizeWindows(
         privatize, output, data_format, stream.window_size, stream.allowed_lateness,
         amplifier=amplifier if amplify else None, shape_field=SHAPE_FIELD if amplify else None, context=context,
-        worker=worker)
+        worker=worker, public_prefix=opts.public_summary, keep_failed_text=opts.keep_failed_text)
     return pipeline
 
 
@@ -233,18 +248,22 @@ def prepare(options: PipelineOptions) -> Plan:
     for warning in checked["warnings"]:
         print(f"textdp privatize: WARNING: {warning}", file=sys.stderr)
     output = options.view_as(OutputOptions).output
+    public = options.view_as(PrivatizeOptions).public_summary
 
     def report() -> List[str]:
         summaries = window_summaries(output)
         late = late_records(output)
         lines = [f"windows: {output}{PANE}-*  (records, -errors.jsonl, -summary.json per window pane)",
                  f"late:    {output}-late-*-errors.jsonl  ({late} late record(s))"]
+        if public:
+            lines.append(f"public summaries: {public}{PANE}.json  (one per window pane, publishable)")
         if summaries is None:
             return lines + ["WARNING: the window summaries cannot be read from here"]
-        totals = {key: sum(s["records"][key] for s in summaries) for key in ("in", "out", "failed")}
+        totals = {key: sum(s["records"].get(key, 0) for s in summaries) for key in ("in", "out", "failed", "dropped")}
         unreconciled = [s["window"] for s in summaries if not s["records"]["reconciled"]]
+        dropped = f", {totals['dropped']} dropped by --subsample" if totals["dropped"] else ""
         lines.append(f"{len(summaries)} window pane(s); records: {totals['in']} in, {totals['out']} out, "
-                     f"{totals['failed']} failed; {late} late"
+                     f"{totals['failed']} failed{dropped}; {late} late"
                      + (f"; NOT RECONCILED in {len(unreconciled)} pane(s): see their summaries" if unreconciled else ""))
         return lines + [f"WARNING: {w}" for w in checked["warnings"]]
 

@@ -40,9 +40,9 @@ def _msg(position, payload, at):
     return TimestampedValue(("sub", position, data), at)
 
 
-def run_stream(tmp_path, stream, window=10, lateness=0, amplifier=None, epsilon=1e6):
+def run_stream(tmp_path, stream, window=10, lateness=0, amplifier=None, epsilon=1e6, public=None):
     """Runs ``stream`` (a TestStream of messages) through ParseMessages + PrivatizeWindows on the
-    BundleBasedDirectRunner in streaming mode; returns the output prefix."""
+    BundleBasedDirectRunner in streaming mode; returns the output prefix. ``public``: the public summary prefix."""
     options = PipelineOptions(["--runner=BundleBasedDirectRunner"])
     options.view_as(StandardOptions).streaming = True
     out = str(tmp_path / "out" / "r")
@@ -56,7 +56,7 @@ def run_stream(tmp_path, stream, window=10, lateness=0, amplifier=None, epsilon=
              | beam.ParDo(ParseMessages("jsonl", ("text",), 10_000, False))
              | PrivatizeWindows(privatize, out, "jsonl", window, lateness,
                                 amplifier=amplifier,
-                                shape_field=shape, context=context))
+                                shape_field=shape, context=context, public_prefix=public))
     return out
 
 
@@ -168,6 +168,113 @@ def test_shuffle_accounts_each_pane_from_its_own_records(tmp_path):
     assert summary["amplification_report"] == report_path and summary["records"]["reconciled"]
 
 
+def test_user_field_and_k_threshold_apply_per_window_as_the_batch_job_does(tmp_path):
+    """--user-field with --k-threshold in streaming: each window's k-threshold counts the distinct authors of that
+    window only and its accounting is per author within the window, with the batch code, so a window's release,
+    amplification figures and statements are the batch job's on that window's records: the first window is
+    compared with `textdp privatize` (batch) on the same records and flags. A record without its author is an
+    error record missing_author; the author field never reaches the output; every summary reconciles. The
+    publishable summary of each window is the batch job's public summary for that release (plus the window).
+    Deterministic: --oov-policy keep at epsilon 1e6 releases the input words, and no flag here is random."""
+    from textdp.privacy.statements import records_statement
+    from transforms.amplifier import AmplifierConfig
+
+    first = [{"u": "a", "text": "the cat sat"}, {"u": "b", "text": "the cat ran"}, {"u": "a", "text": "the dog"},
+             {"u": "c", "text": "a dog ran"}]
+    second = [{"u": "a", "text": "the cat sat"}, {"u": "d", "text": "the bird sang"}]  # "cat": one author here
+    stream = (Events().advance_watermark_to(0)
+              .add_elements([_msg(i, record, 1 + i) for i, record in enumerate(first)] + [_msg(9, {"text": "no one"}, 8)])
+              .add_elements([_msg(20 + i, record, 11 + i) for i, record in enumerate(second)])
+              .advance_watermark_to_infinity())
+    amplifier = AmplifierConfig(user_field="u", k_threshold=2)
+    out = run_stream(tmp_path, stream, amplifier=amplifier, epsilon=1e6, public=str(tmp_path / "out" / "pub"))
+    found = summaries(out)
+    names = sorted(found)
+    assert len(names) == 2 and all(found[n]["records"]["reconciled"] for n in names)
+    one, two = (found[n] for n in names)
+    assert (one["records"]["in"], one["records"]["out"], one["records"]["failed"]) == (5, 4, 1)
+    assert one["records"]["failed_by_reason"] == {"missing_author": 1} and one["records"]["dropped"] == 0
+    assert [e["reason"] for e in lines(out + "-" + names[0] + "-errors.jsonl")] == ["missing_author"]
+    released_two = sorted(r["text"] for r in lines(out + "-" + names[1] + "-*-of-*.jsonl"))
+    assert released_two == ["the <rare> <rare>"] * 2  # only "the" has 2 authors in window 2 ("cat" had 2 in window 1)
+    released_one = lines(out + "-" + names[0] + "-*-of-*.jsonl")
+    assert all(set(r) == {"text"} for r in released_one)
+    assert sorted(r["text"] for r in released_one) == ["<rare> dog ran", "the cat <rare>", "the cat ran", "the dog"]
+    with open(one["amplification_report"], encoding="utf-8") as handle:
+        report = json.load(handle)
+    assert report["scope"] == pane_scope_statement(4, False, True, 2, None)
+    assert one["privacy"]["records"] == records_statement(amplifier.steps(), one["amplification_report"])
+
+    corpus = tmp_path / "batch.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in first), encoding="utf-8")
+    result = run_cli("--input", str(corpus), "--output", str(tmp_path / "batch"), "--artifact", ART, "--epsilon", "1e6",
+                     "--oov-policy", "keep", "--user-field", "u", "--k-threshold", "2",
+                     "--public-summary", str(tmp_path / "batch-public.json"))
+    assert result.returncode == 0, result.stderr
+    batch_released = lines(str(tmp_path / "batch") + "-*-of-*.jsonl")
+    assert sorted(r["text"] for r in released_one) == sorted(r["text"] for r in batch_released)
+    with open(tmp_path / "batch-amplification.json", encoding="utf-8") as handle:
+        batch_report = json.load(handle)
+    for key in ("local", "k_threshold", "fields", "order", "seed"):
+        assert report[key] == batch_report[key], key
+    with open(tmp_path / "batch-summary.json", encoding="utf-8") as handle:
+        batch = json.load(handle)
+    assert {k: v for k, v in one["privacy"].items() if k != "records"} == {
+        k: v for k, v in batch["privacy"].items() if k != "records"}
+    with open(tmp_path / "batch-public.json", encoding="utf-8") as handle:
+        batch_public = json.load(handle)
+    (public_path,) = glob.glob(str(tmp_path / "out" / "pub") + "-" + names[0] + ".json")
+    assert one["public_summary"] == public_path
+    with open(public_path, encoding="utf-8") as handle:
+        public = json.load(handle)
+    assert public["publishable"] is True and public["records_released"] == 4
+    assert public["window"]["start"] == one["window"]["start"] and public["window"]["end"] == one["window"]["end"]
+    assert public["amplification"] == batch_public["amplification"]
+    assert {k: v for k, v in public["privacy"].items() if k != "records"} == {
+        k: v for k, v in batch_public["privacy"].items() if k != "records"}
+    assert "records" not in public and "tokens" not in public  # no raw-input figure
+    assert len(glob.glob(str(tmp_path / "out" / "pub") + "-*.json")) == 2
+
+
+def test_subsample_applies_per_window_and_the_counts_reconcile(tmp_path):
+    """--subsample in streaming: each record of a window is kept independently (OS CSPRNG) and the window's
+    summary counts the dropped ones (in = out + failed + dropped); its report carries the batch job's
+    sub-sampling section (never claimed) and a scope that names the rate. Rate 1e-12 on 3 records: a record is
+    kept with probability at most 3e-12 (the test's false-failure rate)."""
+    from transforms.amplifier import AmplifierConfig
+
+    stream = (Events().advance_watermark_to(0)
+              .add_elements([_msg(1, {"text": "the cat sat"}, 1), _msg(2, {"text": "a dog"}, 2), _msg(3, b"", 3),
+                             _msg(4, {"text": "hello"}, 4)])
+              .advance_watermark_to_infinity())
+    out = run_stream(tmp_path, stream, amplifier=AmplifierConfig(subsample=1e-12))
+    (summary,) = summaries(out).values()
+    records = summary["records"]
+    assert (records["in"], records["out"], records["failed"], records["dropped"]) == (4, 0, 1, 3)
+    assert records["reconciled"] and not glob.glob(out + "-*-of-*.jsonl")
+    with open(summary["amplification_report"], encoding="utf-8") as handle:
+        report = json.load(handle)
+    assert report["subsample"]["rate"] == 1e-12 and report["subsample"]["claimed"] is False
+    assert report["records"] == {"in": 3, "out": 0, "dropped_by_subsampling": 3}
+    assert report["scope"] == pane_scope_statement(0, False, False, None, 1e-12)
+
+
+def test_the_window_state_key_has_a_deterministic_coder(caplog):
+    """The late-window step (CloseLateWindows, stateful) is keyed by the window start with a typed int key, so
+    Beam finds a deterministic key coder and logs no warning about it."""
+    import logging
+
+    options = PipelineOptions(["--runner=BundleBasedDirectRunner"])
+    options.view_as(StandardOptions).streaming = True
+    pipeline = beam.Pipeline(options=options)
+    privatize = Privatize(epsilon=5, artifact=ART, text_fields=["text"], oov_policy="keep", keyed=True)
+    with caplog.at_level(logging.WARNING):
+        _ = (pipeline | Events().advance_watermark_to_infinity()
+             | beam.ParDo(ParseMessages("jsonl", ("text",), 10_000, False))
+             | PrivatizeWindows(privatize, "/nonexistent/r", "jsonl", 10, 0, context=CONTEXT))
+    assert not [r for r in caplog.records if "deterministic" in r.getMessage()]
+
+
 def run_cli(*args, timeout=240):
     return subprocess.run([sys.executable, "-m", "pipelines.cli", "privatize", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=timeout)
@@ -193,7 +300,7 @@ def test_file_watch_end_to_end_reads_files_that_appear_while_it_runs(tmp_path):
     thread.start()
     result = run_cli("--streaming", "--input", str(watched / "*.txt"), "--output", str(out / "r"), "--artifact", ART,
                      "--epsilon", "1e6", "--oov-policy", "keep", "--window-size", "2", "--poll-interval", "0.5",
-                     "--streaming-stop-after", "14")
+                     "--streaming-stop-after", "14", "--public-summary", str(out / "public"))
     thread.join()
     assert result.returncode == 0, result.stderr
     found = summaries(str(out / "r"))
@@ -205,6 +312,9 @@ def test_file_watch_end_to_end_reads_files_that_appear_while_it_runs(tmp_path):
         released += open(path, encoding="utf-8").read().splitlines()
     assert sorted(released) == sorted(line for batch in batches for line in batch if line)
     assert "6 in, 5 out, 1 failed; 0 late" in result.stdout
+    public = sorted(glob.glob(str(out / "public") + "-*.json"))  # one publishable summary per window pane
+    assert [os.path.basename(p)[len("public-"):-len(".json")] for p in public] == sorted(found)
+    assert sum(json.load(open(p, encoding="utf-8"))["records_released"] for p in public) == 5
 
 
 @pytest.mark.parametrize("args, message", [
@@ -217,9 +327,20 @@ def test_file_watch_end_to_end_reads_files_that_appear_while_it_runs(tmp_path):
     (["--input", "{dir}/*.txt", "--streaming-stop-after", "1", "--allowed-lateness", "-1"], "--allowed-lateness"),
     (["--input", "{dir}/*.txt", "--streaming-stop-after", "1", "--poll-interval", "nan"], "--poll-interval"),
     (["--input", "{dir}/*.parquet", "--streaming-stop-after", "1"], "Parquet is batch only"),
-    (["--input", "{dir}/*.txt", "--streaming-stop-after", "1", "--public-summary", "{dir}/p.json"],
-     "--public-summary is not supported with --streaming"),
-    (["--input", "{dir}/*.jsonl", "--streaming-stop-after", "1", "--user-field", "u"], "--user-field is not supported"),
+    (["--input", "{dir}/in/*.txt", "--streaming-stop-after", "1", "--diagnostics-output", "{dir}/d"],
+     "--diagnostics-output is not supported with --streaming"),
+    (["--input", "{dir}/in/*.txt", "--streaming-stop-after", "1", "--user-field", "u"],
+     "--user-field needs JSONL input"),
+    (["--input", "{dir}/in/*.jsonl", "--streaming-stop-after", "1", "--user-field", "text"],
+     "a text field cannot also be the author field"),
+    (["--input", "{dir}/p*", "--format", "jsonl", "--streaming-stop-after", "1", "--public-summary", "{dir}/pub"],
+     "would match this job's own output files (such as pub-"),
+    (["--input", "{dir}/in/*.txt", "--streaming-stop-after", "1", "--public-summary", "{dir}/r"],
+     "give each output its own prefix"),
+    (["--input", "{dir}/in/*.txt", "--streaming-stop-after", "1", "--k-threshold", "2", "--oov-policy", "unk",
+      "--unk-token", "<rare>"], "is the --k-threshold marker"),
+    (["--input-subscription", "projects/my-project/subscriptions/sub", "--format", "jsonl", "--streaming-stop-after",
+      "5", "--runner", "PortableRunner"], "applies to a file watch"),
     (["--input", "{dir}/*", "--format", "text", "--streaming-stop-after", "1"], "would match this job's own output files"),
 ])
 def test_streaming_refusals_are_one_line_before_anything_runs(tmp_path, args, message):
@@ -230,12 +351,18 @@ def test_streaming_refusals_are_one_line_before_anything_runs(tmp_path, args, me
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
-def test_earlier_window_files_refused_without_overwrite(tmp_path):
+@pytest.mark.parametrize("earlier, flag", [("r-20260101T000000Z-20260101T000100Z-p0-summary.json", "--output"),
+                                           ("pub-20260101T000000Z-20260101T000100Z-p0.json", "--public-summary")])
+def test_earlier_window_files_refused_without_overwrite(tmp_path, earlier, flag):
+    """An earlier run's window files (records' summaries, or public summaries at --public-summary's prefix) are
+    refused without --overwrite, in one line naming the flag, before anything runs."""
     (tmp_path / "in").mkdir()
-    (tmp_path / "r-20260101T000000Z-20260101T000100Z-p0-summary.json").write_text("{}", encoding="utf-8")
+    (tmp_path / earlier).write_text("{}", encoding="utf-8")
     result = run_cli("--streaming", "--input", str(tmp_path / "in" / "*.txt"), "--output", str(tmp_path / "r"),
+                     "--public-summary", str(tmp_path / "pub"),
                      "--artifact", ART, "--epsilon", "5", "--streaming-stop-after", "0", timeout=120)
-    assert result.returncode == 2 and "--overwrite" in result.stderr, result.stderr
+    assert result.returncode == 2 and "--overwrite" in result.stderr and flag in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_pubsub_path_builds_into_a_graph_without_network(tmp_path):
@@ -270,3 +397,35 @@ def test_streaming_flex_template_beside_the_batch_one(tmp_path):
                                                                               jobs.JOBS["privatize"].required)
     job_argv, other = template_main.to_job_argv("privatize-streaming", ["--window_size=30", "--project=p"])
     assert job_argv == ["--window_size=30"] and other == ["--project=p"]
+
+
+def test_the_template_build_loop_and_readme_include_the_streaming_template():
+    """docs/scale.md's build loop builds every template templates/jobs.py defines, the streaming one included,
+    generating its metadata before building its spec; templates/README.md names it."""
+    from templates import jobs
+
+    scale = open(os.path.join(REPO, "docs", "scale.md"), encoding="utf-8").read()
+    start = scale.index("for JOB in ")
+    loop = scale[start:scale.index("done", start)]
+    assert set(loop.splitlines()[0][len("for JOB in "):].split(";")[0].split()) == set(jobs.JOBS)
+    assert "privatize-streaming" in jobs.STREAMING_TEMPLATES
+    assert loop.index("python templates/generate_metadata.py $JOB") < loop.index("gcloud dataflow flex-template build")
+    readme = open(os.path.join(REPO, "templates", "README.md"), encoding="utf-8").read()
+    assert all(name in readme for name in jobs.JOBS)
+
+
+def test_the_local_streaming_runner_cannot_run_the_file_watch(tmp_path):
+    """docs/streaming.md says why a local file watch writes its windows only when it stops: Beam's
+    BundleBasedDirectRunner (the local runner that fires windows as the watermark passes) refuses the graph of
+    fileio.MatchContinuously before running it. If a Beam upgrade lifts this, this test fails: then the local
+    watch can use MatchContinuously on that runner and write windows as time passes (docs/streaming.md)."""
+    from apache_beam.io import fileio
+    from apache_beam.utils.timestamp import Duration, Timestamp
+
+    options = PipelineOptions(["--runner=BundleBasedDirectRunner"])
+    options.view_as(StandardOptions).streaming = True
+    pipeline = beam.Pipeline(options=options)
+    _ = pipeline | fileio.MatchContinuously(str(tmp_path / "*.txt"), interval=0.5, start_timestamp=Timestamp.now(),
+                                            stop_timestamp=Timestamp.now() + Duration(1))
+    with pytest.raises(RuntimeError, match="was not replaced as expected"):
+        pipeline.run()

@@ -6,13 +6,17 @@
             -> WindowInto(FixedWindows(--window-size), --allowed-lateness)
             -> Privatize (the batch job's transform, keyed by (source, position))
             -> one GroupByKey per window pane -> WriteWindowPane: the pane's records, error records, summary
-               (and with --shuffle its amplification report), each in files named after the window and pane.
+               (with an Amplifier flag its amplification report, with --public-summary its publishable
+               summary), each in files named after the window and pane.
 
-A window pane is written by one worker, as one shard of the batch shuffle is: its records are permuted
-there (``--shuffle``), and the amplification report is computed from that pane's records only (the
-accounting of textdp/privacy/accounting.py, unchanged: a pane too small for the theorem's condition claims
-nothing). The per-pane summary is ``textdp.privacy.summary.build_summary``, the batch job's, so its counts
-reconcile the same way (in = out + failed) and its privacy statements are the batch job's for the same
+A window pane is written by one worker, as one shard of the batch shuffle is. The Amplifier's steps run
+there on the pane's records (``pane_amplifier``: --subsample, --user-field, --k-threshold, --drop-fields,
+with the batch stage's helpers, then --shuffle), and the amplification report is computed from that pane's
+records only (the accounting of textdp/privacy/accounting.py, unchanged: a pane too small for the theorem's
+condition claims nothing; authors and the k-threshold count within the pane). With --user-field a record
+without its author becomes an error record ``missing_author`` before it is privatized. The per-pane
+summary is ``textdp.privacy.summary.build_summary``, the batch job's, so its counts reconcile the same way
+(in = out + failed + dropped) and its privacy statements are the batch job's for the same
 mechanism and settings. A window in which nothing arrived writes nothing (no pane fires for it).
 
 State the job holds (docs/streaming.md, drain and update): ``CloseLateWindows`` keeps one boolean per
@@ -40,6 +44,7 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 from textdp.privacy import accounting
 from textdp.privacy.statements import unbounded_epsilon0_reason
 from textdp.privacy.summary import FAILED_PREFIX
+from textdp.text.records import check_author
 from transforms.io import OUTPUT_SUFFIX, ReadFileRecords, error_record
 from transforms.worker import NAMESPACE
 
@@ -188,41 +193,111 @@ class WriteLate(beam.DoFn):
         yield path
 
 
-def pane_shape_stats(records: Sequence[dict], shape_field: str, removed: frozenset, text_fields: Sequence[str]):
-    """The accounting's stats for one pane's released records (every record its own author): the batch
-    Amplifier's shapes (``transforms.shuffle``), computed from this pane's records only."""
-    from transforms.shuffle import record_shape_value, released_fingerprint
+def pane_amplifier(records: Sequence[dict], amplifier, shape_field: str, text_fields: Sequence[str], rng):
+    """The batch Amplifier's steps (transforms/shuffle.py ``ShuffleAmplifier``, in its order) on one pane's
+    privatized records, in memory: Poisson sub-sampling (``rng``, the OS CSPRNG), the accounting's shapes
+    (per author with ``user_field``, else every record its own author), the k-threshold over this pane's
+    authors, then the author, dropped and shape fields removed. The shuffle itself is the caller's.
 
-    shapes, fields = Counter(), set()
-    for record in records:
+    Returns (stats for ``accounting.amplification_section``, the released records): the same helpers and the
+    same stats as the batch stage, computed from this pane's records only.
+    """
+    from transforms.shuffle import (
+        DEFAULT_MARKER,
+        author_key,
+        record_shape_value,
+        released_fingerprint,
+        replace_rare_words,
+        text_values,
+        word_types,
+    )
+
+    amp = amplifier
+    user_field = amp.user_field or None
+    removed = frozenset(amp.drop_fields + ((user_field,) if user_field else ()) + (shape_field,))
+    records_in = len(records)
+    if amp.subsample is not None and amp.subsample < 1:
+        records = [record for record in records if rng.random() < amp.subsample]
+
+    def record_shape(record):  # what is released about a record besides its privatized words (as the batch stage)
         fingerprint = released_fingerprint(record, removed, text_fields)
         value = record_shape_value(record, shape_field)
         layout = hashlib.sha256(f"{fingerprint}/{value['layout']}".encode("utf-8")).hexdigest()[:16]
-        shapes[((int(value["words"]), layout),)] += 1
-        fields |= set(record) - removed
-    stats = accounting.amplifier_stats(len(records), len(records), list(shapes.items()), sorted(fields), 0, 0,
-                                       sorted(removed), False, list(text_fields), shape_field)
-    stats["word_types"] = 0
-    return stats
+        return int(value["words"]), layout
+
+    if user_field:
+        by_author = {}
+        for record in records:
+            by_author.setdefault(author_key(record, user_field), []).append(record_shape(record))
+        shapes = Counter(tuple(sorted(found)) for found in by_author.values())
+    else:
+        shapes = Counter((record_shape(record),) for record in records)
+    rare, suppressed, types = frozenset(), 0, 0
+    if amp.k_threshold is not None:
+        def types_of(record):
+            return frozenset().union(*map(word_types, text_values(record, text_fields)))
+
+        if user_field:  # each author counts once per word type (the union of the author's records' types)
+            type_sets = {}
+            for record in records:
+                key = author_key(record, user_field)
+                type_sets[key] = type_sets.get(key, frozenset()) | types_of(record)
+            per_type = Counter(t for found in type_sets.values() for t in found)
+        else:
+            per_type = Counter(t for record in records for t in types_of(record))
+        rare = frozenset(t for t, count in per_type.items() if count < amp.k_threshold)
+        types = len(per_type)
+        if rare:
+            masked = []
+            for record in records:
+                out = dict(record)
+                for field in text_fields:
+                    if isinstance(out.get(field), str):
+                        out[field], replaced = replace_rare_words(out[field], rare, DEFAULT_MARKER)
+                        suppressed += replaced
+                masked.append(out)
+            records = masked
+    released = [{key: value for key, value in record.items() if key not in removed} for record in records]
+    fields = set().union(*released) if released else set()
+    stats = accounting.amplifier_stats(records_in, len(released), list(shapes.items()), sorted(fields), len(rare),
+                                       suppressed, sorted(removed), bool(user_field), list(text_fields), shape_field)
+    stats["word_types"] = types
+    return stats, released
 
 
-def pane_scope_statement(records: int) -> str:
-    """What the amplification report of a window pane covers (derived from the pane's record count)."""
-    return (f"This report covers one window pane: its {records} record(s) were permuted among themselves and "
-            "released in this pane's files, and every figure and claim here is computed from those records only. "
+def pane_scope_statement(records: int, shuffled: bool = True, per_author: bool = False, k_threshold=None,
+                         subsample=None) -> str:
+    """What the amplification report of a window pane covers (derived from the pane's record count and the
+    Amplifier steps that ran)."""
+    text = (f"This report covers one window pane: its {records} record(s) were "
+            + ("permuted among themselves and " if shuffled else "")
+            + "released in this pane's files, and every figure and claim here is computed from those records only. "
             "Records of other windows and panes are released in their own files and are not part of this claim.")
+    if subsample is not None:
+        text += (f" Sub-sampling kept each record of this pane independently with probability {subsample:g}, as in "
+                 "a batch run.")
+    if per_author:
+        text += (" Authors (--user-field) are counted within this pane only: an author whose records arrive in "
+                 "several windows is released in each of them, and what each window's release costs that author adds "
+                 "up (basic composition); no claim here covers an author across windows.")
+    if k_threshold is not None:
+        text += (f" The k-threshold counted the distinct {'authors' if per_author else 'records'} of this pane only: "
+                 f"a word was kept when at least {int(k_threshold)} of them used it in this window, whatever other "
+                 "windows hold.")
+    return text
 
 
 class WriteWindowPane(beam.DoFn):
     """One window pane's items (after one GroupByKey) -> its files; yields the pane's summary.
 
     Files (``pane_prefix``): records ``-SSSSS-of-NNNNN<ext>`` (only if any was released), error records
-    ``-errors.jsonl`` (only if any failed), the operator summary ``-summary.json`` (always), and with the
-    Amplifier ``-amplification.json``.
+    ``-errors.jsonl`` (only if any failed), the operator summary ``-summary.json`` (always), with the
+    Amplifier ``-amplification.json``, and with ``public_prefix`` the publishable summary
+    ``<public_prefix>-<start>-<end>-p<pane>.json`` (``public_pane_path``).
     """
 
     def __init__(self, shared_handle, perturb_config, output: str, data_format: str, amplifier, shape_field,
-                 context: dict, worker=None):
+                 context: dict, worker=None, public_prefix: Optional[str] = None):
         super().__init__()
         from transforms.perturb import holder_state
 
@@ -232,6 +307,7 @@ class WriteWindowPane(beam.DoFn):
         self.amplifier = amplifier
         self.shape_field = shape_field
         self.context = context
+        self.public_prefix = public_prefix or None
         self._state = holder_state(shared_handle, perturb_config, worker)
         self._random = None
         self._epsilon0 = None
@@ -242,7 +318,7 @@ class WriteWindowPane(beam.DoFn):
 
     def process(self, keyed, win=beam.DoFn.WindowParam, pane=beam.DoFn.PaneInfoParam):
         from textdp.mechanisms import statement_of
-        from textdp.privacy.summary import build_summary
+        from textdp.privacy.summary import build_public_summary, build_summary
         from transforms.io import write_json
 
         counts, records, errors = {}, [], []
@@ -259,14 +335,16 @@ class WriteWindowPane(beam.DoFn):
             else:  # STATS: a batch's token counts
                 for name in ("tokens", "changed_tokens", "unknown_tokens"):
                     counts[name] = counts.get(name, 0) + int(value.get(name, 0))
-        counts["records_out"] = len(records)
         lateness = Duration(self.context["allowed_lateness"])
         win = window.IntervalWindow(win.start - lateness, win.end - lateness)  # the records' own window
         prefix = pane_prefix(self.output, win, pane.index)
         holder = self._state.value
         section = None
         if self.amplifier is not None:
+            privatized = len(records)
             section, records = self._amplify(holder, records, prefix)
+            counts["records_dropped"] = privatized - len(records)  # by --subsample (0 without), as the batch job
+        counts["records_out"] = len(records)
         suffix = OUTPUT_SUFFIX[self.data_format]
         per_shard = self.amplifier.records_per_shard if self.amplifier is not None else 20_000
         shards = max(1, -(-len(records) // per_shard)) if records else 0
@@ -279,41 +357,56 @@ class WriteWindowPane(beam.DoFn):
         mechanism = holder.mechanism
         context = dict(self.context)
         warnings = list(context.pop("warnings", None) or []) + (section or {}).get("warnings", [])
+        lateness_seconds = context.pop("allowed_lateness")
         window_info = {"start": win.start.to_utc_datetime().isoformat() + "Z",
                        "end": win.end.to_utc_datetime().isoformat() + "Z",
                        "pane": int(pane.index), "timing": _timing(pane),
-                       "allowed_lateness_seconds": context.pop("allowed_lateness"),
+                       "allowed_lateness_seconds": lateness_seconds,
                        "empty_windows": "a window in which nothing arrived writes no file"}
+        common = dict(mechanism_parameters=mechanism.parameters(), mechanism_statement=statement_of(mechanism),
+                      artifact=holder.artifact.describe(), oov_policy=self.config.oov_policy,
+                      unk_token=self.config.unk_token, seed=self.config.seed, warnings=warnings)
+        public_path = public_pane_path(self.public_prefix, win, pane.index) if self.public_prefix else None
         summary = build_summary(
-            counts, mechanism_parameters=mechanism.parameters(), mechanism_statement=statement_of(mechanism),
-            artifact=holder.artifact.describe(), oov_policy=self.config.oov_policy, unk_token=self.config.unk_token,
-            seed=self.config.seed, warnings=warnings, output=f"{prefix}-*-of-*{suffix}",
-            errors_output=f"{prefix}-errors.jsonl",
+            counts, output=f"{prefix}-*-of-*{suffix}", errors_output=f"{prefix}-errors.jsonl",
             amplification_report=f"{prefix}-amplification.json" if section is not None else None,
-            extra={"window": window_info, "streaming": True}, **context)
+            public_summary=public_path, extra={"window": window_info, "streaming": True}, **common, **context)
         write_json(f"{prefix}-summary.json", summary)
+        if public_path:  # the batch job's publishable summary for this pane's release (no raw-input figure)
+            public = build_public_summary(
+                records_out=summary["records"]["out"], output=summary["output"], data_format=self.data_format,
+                text_fields=context["text_fields"], amplifier_steps=context.get("amplifier_steps"),
+                amplification=section, **common)
+            public["window"] = {"start": window_info["start"], "end": window_info["end"], "pane": int(pane.index),
+                                "statement": PUBLIC_WINDOW_STATEMENT}
+            write_json(public_path, public)
         yield summary
 
     def _amplify(self, holder, records, prefix):
-        """--shuffle / --drop-fields within the pane: the accounting from this pane's records, fields removed,
-        then (with --shuffle) a uniform permutation (OS CSPRNG)."""
+        """The Amplifier within the pane (``pane_amplifier``: --subsample, --user-field, --k-threshold,
+        --drop-fields, with the batch stage's helpers), its accounting from this pane's records, then (with
+        --shuffle) a uniform permutation (OS CSPRNG)."""
+        from transforms.amplifier import k_threshold_warnings
         from transforms.io import write_json
 
         amp, shape_field = self.amplifier, self.shape_field
         text_fields = ("text",) if self.data_format == "text" else tuple(self.config.text_fields)
-        removed = frozenset(amp.drop_fields + (shape_field,))
-        stats = pane_shape_stats(records, shape_field, removed, text_fields)
+        stats, released = pane_amplifier(records, amp, shape_field, text_fields, self._random)
         if self._epsilon0 is None:
             self._epsilon0 = accounting.mechanism_token_epsilon0(holder.mechanism, holder.artifact.vectors,
                                                                  self.config.oov_policy)
         token_eps0, diameter = self._epsilon0
         section = accounting.amplification_section(
-            stats, token_eps0, shuffled=amp.shuffle, delta=amp.delta, subsample_rate=None, k_threshold=None,
-            seed_used=self.config.seed is not None, diameter=diameter.to_dict(), epsilon0_reason=unbounded_epsilon0_reason(
-                self.config.oov_policy, holder.mechanism.privacy_statement().get("coverage")))
-        section["scope"] = pane_scope_statement(len(records))
+            stats, token_eps0, shuffled=amp.shuffle, delta=amp.delta, subsample_rate=amp.subsample,
+            k_threshold=amp.k_threshold, seed_used=self.config.seed is not None, diameter=diameter.to_dict(),
+            epsilon0_reason=unbounded_epsilon0_reason(self.config.oov_policy,
+                                                      holder.mechanism.privacy_statement().get("coverage")))
+        warnings = k_threshold_warnings(amp.k_threshold, stats)
+        if warnings:  # into the pane's summaries' warnings too, as the batch job does
+            section["warnings"] = warnings
+        section["scope"] = pane_scope_statement(len(released), amp.shuffle, stats["per_author"], amp.k_threshold,
+                                                amp.subsample)
         write_json(f"{prefix}-amplification.json", section)
-        released = [{key: value for key, value in record.items() if key not in removed} for record in records]
         if self.data_format == "text":
             released = [record["text"] for record in released]
         if amp.shuffle:
@@ -329,6 +422,16 @@ class WriteWindowPane(beam.DoFn):
                 handle.write((line + "\n").encode("utf-8"))
 
 
+PUBLIC_WINDOW_STATEMENT = (
+    "This publishable summary covers one window pane's released records (the files named in 'output'); the "
+    "window's start and end are shown by the output's file names. Each window has its own summary.")
+
+
+def public_pane_path(public_prefix: str, win, pane_index: int) -> str:
+    """Where a window pane's publishable summary goes: ``<public_prefix>-<start>-<end>-p<pane>.json``."""
+    return f"{pane_prefix(public_prefix, win, pane_index)}.json"
+
+
 def _timing(pane) -> str:
     from apache_beam.utils.windowed_value import PaneInfoTiming
 
@@ -340,10 +443,17 @@ class PrivatizeWindows(beam.PTransform):
     """Items (see the module docstring), timestamped -> per-window-pane files; returns {'summaries', 'late'}."""
 
     def __init__(self, privatize, output: str, data_format: str, window_size: int, allowed_lateness: int,
-                 amplifier=None, shape_field: Optional[str] = None, context: Optional[dict] = None, worker=None):
+                 amplifier=None, shape_field: Optional[str] = None, context: Optional[dict] = None, worker=None,
+                 public_prefix: Optional[str] = None, keep_failed_text: bool = False):
         super().__init__()
         if int(window_size) < 1 or int(allowed_lateness) < 0:
             raise ValueError("--window-size must be >= 1 second and --allowed-lateness >= 0")
+        if amplifier is not None:  # the batch stage's own checks of the configuration (ValueError naming the flag)
+            from transforms.amplifier import Amplify
+
+            Amplify(amplifier, privatize.config, privatize.shared_handle, data_format, privatize.config.text_fields)
+        self.public_prefix = public_prefix or None
+        self.keep_failed_text = bool(keep_failed_text)
         self.privatize = privatize
         self.output = output
         self.data_format = data_format
@@ -358,8 +468,9 @@ class PrivatizeWindows(beam.PTransform):
         size = self.window_size
         gated = (items
                  | "ByWindow" >> beam.Map(lambda item, ts=beam.DoFn.TimestampParam: (window_start(ts, size), item))
-                 | "CloseLateWindows" >> beam.ParDo(CloseLateWindows(size, self.allowed_lateness)).with_input_types(
-                     beam.typehints.Tuple[int, beam.typehints.Any]).with_outputs(
+                 .with_output_types(beam.typehints.Tuple[int, beam.typehints.Any])  # the state key's coder: VarInt,
+                 # deterministic (Beam warns about FastPrimitivesCoder, which is chosen for an untyped key)
+                 | "CloseLateWindows" >> beam.ParDo(CloseLateWindows(size, self.allowed_lateness)).with_outputs(
                      LATE, main="items"))
         late = (gated[LATE]
                 | "LateGlobal" >> beam.WindowInto(window.GlobalWindows(), trigger=trigger.Repeatedly(
@@ -370,6 +481,9 @@ class PrivatizeWindows(beam.PTransform):
         windowed = gated["items"] | "Window" >> beam.WindowInto(  # offset: see CloseLateWindows
             window.FixedWindows(size, offset=self.allowed_lateness % size), trigger=trigger.AfterWatermark(),
             allowed_lateness=Duration(0), accumulation_mode=trigger.AccumulationMode.DISCARDING)
+        user_field = self.amplifier.user_field if self.amplifier is not None else None
+        if user_field:  # a record without its author: an error record missing_author, as in the batch job
+            windowed = windowed | "Authors" >> beam.Map(_check_author, user_field, self.keep_failed_text)
         kinds = windowed | "Kinds" >> beam.Partition(lambda item, _: 0 if item[0] == RECORD else 1, 2)
         privatized = (kinds[0]
                       | "Keyed" >> beam.Map(lambda item: ((item[1][0], item[1][1]), item[1][2]))
@@ -383,8 +497,21 @@ class PrivatizeWindows(beam.PTransform):
                       | "GroupPane" >> beam.GroupByKey())
         summaries = pane_items | "WritePane" >> beam.ParDo(WriteWindowPane(
             self.privatize.shared_handle, self.privatize.config, self.output, self.data_format, self.amplifier,
-            self.shape_field, self.context, self.worker))
+            self.shape_field, self.context, self.worker, self.public_prefix))
         return {"summaries": summaries, "late": late}
+
+
+def _check_author(item, user_field: str, keep_text: bool):
+    """A record item whose ``user_field`` author is absent or null -> an error item ``missing_author``
+    (``textdp.text.records.check_author``, the batch job's ``SplitAuthorless`` rule); other items unchanged."""
+    if item[0] != RECORD:
+        return item
+    source, position, payload = item[1]
+    problem = check_author(payload, user_field)
+    if problem is None:
+        return item
+    text = json.dumps(payload, sort_keys=True, default=str) if keep_text else None
+    return ERROR, error_record(source, position, *problem, text=text)
 
 
 def stop_timestamp(seconds: Optional[float]) -> Timestamp:
