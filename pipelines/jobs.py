@@ -57,6 +57,8 @@ class Job:
     beam: bool = True  # False: a single-process job whose module has its own argparse parser (build_parser)
     # a required flag that another flag can stand in for (privatize --streaming: --input-subscription for --input)
     instead: Dict[str, str] = field(default_factory=dict)
+    # False: not packaged as a Dataflow Flex Template (templates/jobs.py), e.g. an operator's local admin command
+    template: bool = True
 
 
 def _mechanisms() -> str:
@@ -80,7 +82,7 @@ JOBS: Dict[str, Job] = {job.name: job for job in (
                                   "<output>-amplification.json)"}),
     Job("ledger", "pipelines.ledger",
         "Show or settle an exposure ledger: its runs and each author's cumulative epsilon-mass (aggregated).",
-        beam=False),
+        beam=False, template=False),
     Job("neighbours", "pipelines.neighbours",
         "Pre-compute every vocabulary word's nearest neighbours (the TEM table) into an artifact.",
         groups=("ArtifactOptions", "NeighbourOptions", "WorkerResourceOptions"),

@@ -29,7 +29,9 @@ BOOL_REGEX = "^(true|false)$"
 # streaming templates beside the batch ones: template name -> the job it runs with Beam's --streaming
 # (docs/streaming.md); its metadata is the job's own flags, marked "streaming": true
 STREAMING_TEMPLATES = {"privatize-streaming": "privatize"}
-JOBS = dict(_REGISTRY, **{name: _REGISTRY[job] for name, job in STREAMING_TEMPLATES.items()})
+# the registry's jobs that are templates (``Job.template``; the ledger's local admin command is not), then the streaming ones
+JOBS = dict({name: job for name, job in _REGISTRY.items() if job.template},
+            **{name: _REGISTRY[job] for name, job in STREAMING_TEMPLATES.items()})
 
 
 def base_job(job: str) -> str:
