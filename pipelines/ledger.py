@@ -27,7 +27,7 @@ from typing import List, Optional
 
 from textdp.errors import TextdpError
 from textdp.ledger import Ledger, LedgerError, key_fingerprint, load_key, mass_distribution
-from textdp.ledger.statements import ledger_statement
+from textdp.ledger.statements import LEDGER_RAW_FIGURES, ledger_statement
 from textdp.ledger.store import COMMITTED, DISCARDED, PENDING, shown_url
 
 FIVE_DIGITS = "[0-9]" * 5
@@ -35,9 +35,6 @@ FIVE_DIGITS = "[0-9]" * 5
 KILL_ENV, HOLD_ENV = "TEXTDP_TEST_LEDGER_KILL", "TEXTDP_TEST_LEDGER_HOLD"
 
 
-# the ledger section's figures computed from the raw input (listed in the operator summary's raw_data_figures)
-LEDGER_RAW_FIGURES = ("authors", "authors_withheld", "records_released", "records_withheld", "tokens_released",
-                      "cumulative_mass")
 
 
 def release_path(output: str) -> str:
@@ -81,8 +78,36 @@ def _write_json(path: str, document: dict) -> None:
     write_json(path, document)
 
 
+STREAM_PREFIX = "stream:"  # a streaming run's data_format in the ledger's runs table: "stream:jsonl"
+
+
+def is_streaming_run(run: dict) -> bool:
+    return str(run.get("data_format") or "").startswith(STREAM_PREFIX)
+
+
+def settle_streaming_run(ledger: Ledger, run: dict) -> str:
+    """A streaming run whose job has ended (or was lost): each pending window whose summary was written (its
+    files are out) is committed, the others stay pending and keep counting; then the run is committed and the
+    ledger freed. A window decided after this releases nothing (``ledger_closed``)."""
+    run_id = run["run_id"]
+    settled = 0
+    for win in ledger.windows_of(run_id):
+        if win["state"] == PENDING and _exists(f"{win['output']}-summary.json"):
+            settled += ledger.commit_window(run_id, win["window"])
+    ledger.settle_streaming(run_id, run.get("epsilon") or 0.0, str(run.get("mechanism")))
+    windows = ledger.windows_of(run_id)
+    pending = sum(1 for win in windows if win["state"] == PENDING)
+    after = ledger.run(run_id) or {}
+    return (f"ledger: streaming run {run_id} committed: {len(windows)} window(s), {after.get('records') or 0} record(s) "
+            f"released, {after.get('withheld') or 0} withheld (budget_exhausted)"
+            + (f"; {pending} window(s) wrote no summary and stay pending, counted in full (their records may be out)"
+               if pending else ""))
+
+
 def settle_run(ledger: Ledger, run: dict) -> str:
     """Settle one pending run from what it wrote (see the module docstring); returns what happened, one line."""
+    if is_streaming_run(run):
+        return settle_streaming_run(ledger, run)
     run_id, output = run["run_id"], run["output"]
     release = _read_json(release_path(output))
     if release is not None and release.get("run_id") == run_id and release.get("key_fingerprint") == ledger.fingerprint:
@@ -143,10 +168,14 @@ class LedgerRun:
         self.reserved = False
         self.outcome: Optional[str] = None
         self.output = self.data_format = self.public_summary = None
+        self.streaming = False
 
     @classmethod
     def from_options(cls, options, oov_policy: str, data_format: str) -> Optional["LedgerRun"]:
+        from apache_beam.options.pipeline_options import StandardOptions
+
         from pipelines.flags import AmplifierOptions, LedgerOptions
+        from pipelines.jobs import is_local
 
         opts = options.view_as(LedgerOptions)
         user_field = options.view_as(AmplifierOptions).user_field
@@ -160,6 +189,11 @@ class LedgerRun:
             raise TextdpError("--ledger needs --user-field: the ledger records releases per author")
         if data_format == "text":
             raise TextdpError("--ledger needs JSONL or Parquet input (plain-text lines have no author field)")
+        streaming = bool(options.view_as(StandardOptions).streaming)
+        if streaming and "://" not in opts.ledger and not is_local(options):
+            raise TextdpError("--ledger with --streaming on a remote runner needs a server database (an SQLAlchemy URL "
+                              "such as postgresql+psycopg://...): each window is decided and committed by a worker, "
+                              "which cannot reach a SQLite file on this machine")
         if oov_policy == "keep":
             raise TextdpError("--ledger with --oov-policy keep is refused: unknown words released unchanged have no "
                               "epsilon, so no epsilon-mass could bound them; use --oov-policy random or unk")
@@ -184,6 +218,20 @@ class LedgerRun:
         self.reserved = True
         return sorted((author, as_pair(mass)) for author, mass in spent.items())
 
+    def reserve_streaming(self, epsilon: float, mechanism: str, output: str, data_format: str):
+        """Take the ledger for this streaming run, until ``settle``: its windows are decided and committed by the
+        workers (``transforms.ledger.WindowLedger``), each against the ledger as it stands then."""
+        self.output, self.data_format, self.streaming = output, STREAM_PREFIX + data_format, True
+        self.ledger.reserve(self.run_id, epsilon, mechanism, self.budget, output, self.data_format)
+        self.reserved = True
+
+    def window_ledger(self):
+        """What the workers need to decide and commit each window (no database handle: they open their own)."""
+        from transforms.ledger import WindowLedger
+
+        return WindowLedger(self.location, self.key, self.fingerprint, self.budget, self.run_id, self.user_field,
+                            self.shown)
+
     def spent_pairs(self):
         from textdp.ledger.budget import as_pair
 
@@ -200,7 +248,7 @@ class LedgerRun:
         try:
             run = self.ledger.run(self.run_id)
             self.outcome = settle_run(self.ledger, run) if run and run["state"] == PENDING else None
-            if self.outcome and "committed" in self.outcome:
+            if self.outcome and "committed" in self.outcome and not self.streaming:
                 section = (_read_json(release_path(self.output)) or {}).get("section")
                 if section:
                     _add_to_summary(self.public_summary, section, public=True)
@@ -289,6 +337,10 @@ def run(argv: Optional[List[str]] = None) -> int:
             run_ = ledger.run(args.discard)
             if not run_ or run_["state"] != PENDING:
                 say(f"run {args.discard!r} is not pending in the ledger ({run_['state'] if run_ else 'unknown'})")
+                return 2
+            if is_streaming_run(run_):
+                say(f"run {args.discard!r} is a streaming run: its windows were counted when each was decided; settle it "
+                    "with `textdp ledger reconcile` once its job has stopped")
                 return 2
             if _any_match(_records_pattern(run_["output"], run_["data_format"])) or _exists(release_path(run_["output"])):
                 say(f"run {args.discard!r} has files at {run_['output']} (records or its ledger file): remove them "

@@ -36,6 +36,7 @@ from pipelines.flags import (
     WorkerResourceOptions,
 )
 from pipelines.jobs import Plan, is_local
+from pipelines.ledger import LedgerRun
 from textdp.artifact import gcs
 from textdp.artifact.locate import check_unk_marker, verify_artifact
 from textdp.errors import TextdpError
@@ -58,8 +59,7 @@ def is_streaming(options: PipelineOptions) -> bool:
 def _refuse_batch_only(options: PipelineOptions) -> None:
     """Flags the streaming job does not support (yet): refused in one line, never ignored."""
     opts = options.view_as(PrivatizeOptions)
-    unsupported = [("--diagnostics-output", opts.diagnostics_output),
-                   ("--ledger", options.get_all_options(retain_unknown_options=True).get("ledger"))]
+    unsupported = [("--diagnostics-output", opts.diagnostics_output)]
     for flag, value in unsupported:
         if value not in (None, "", False):
             raise TextdpError(f"{flag} is not supported with --streaming (yet); see docs/streaming.md for what a "
@@ -157,8 +157,10 @@ def check(options: PipelineOptions) -> dict:
         warnings.append(f"epsilon {opts.epsilon:g} is above {VACUOUS_EPSILON:g}: the bound exp(epsilon * d) exceeds "
                         f"e^{VACUOUS_EPSILON:g} even for words at distance 1 (GloVe neighbours are 2-5 apart), so it "
                         "protects nothing, and nearly every word is released unchanged")
+    # last: the key and the ledger (opening a new SQLite ledger creates it, so only once everything else passed)
+    ledger = LedgerRun.from_options(options, options.view_as(OovOptions).oov_policy, data_format)
     return {"data_format": data_format, "text_fields": text_fields, "guard": guard, "warnings": warnings,
-            "amplifier": amplifier}
+            "amplifier": amplifier, "ledger": ledger}
 
 
 def _check_outputs(options: PipelineOptions, data_format: str) -> OutputGuard:
@@ -207,8 +209,11 @@ def _refuse_watched(flag: str, pattern: str, names) -> None:
 
 def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
                    checked: Optional[dict] = None) -> beam.Pipeline:
-    """The streaming privatize pipeline for ``options``, not yet run (tests and the template inspect or run it)."""
+    """The streaming privatize pipeline for ``options``, not yet run (tests and the template inspect or run it).
+    With ``--ledger`` the windows decide and commit against the ledger from the workers; the launcher reserves
+    the ledger for the run first (``prepare``)."""
     checked = checked or check(options)
+    ledger = checked.get("ledger")
     opts = options.view_as(PrivatizeOptions)
     stream = options.view_as(StreamingOptions)
     mech = options.view_as(MechanismOptions)
@@ -238,7 +243,8 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
     _ = items | "PrivatizeWindows" >> PrivatizeWindows(
         privatize, output, data_format, stream.window_size, stream.allowed_lateness,
         amplifier=amplifier if amplify else None, shape_field=SHAPE_FIELD if amplify else None, context=context,
-        worker=worker, public_prefix=opts.public_summary, keep_failed_text=opts.keep_failed_text)
+        worker=worker, public_prefix=opts.public_summary, keep_failed_text=opts.keep_failed_text,
+        ledger=ledger.window_ledger() if ledger is not None else None)
     return pipeline
 
 
@@ -265,11 +271,34 @@ def prepare(options: PipelineOptions) -> Plan:
         lines.append(f"{len(summaries)} window pane(s); records: {totals['in']} in, {totals['out']} out, "
                      f"{totals['failed']} failed{dropped}; {late} late"
                      + (f"; NOT RECONCILED in {len(unreconciled)} pane(s): see their summaries" if unreconciled else ""))
+        if ledger is not None:
+            lines.append(ledger_report_line(ledger, summaries))
         return lines + [f"WARNING: {w}" for w in checked["warnings"]]
 
+    ledger = checked["ledger"]
+
+    def build(progress_dir):
+        if ledger is not None:  # the reservation: from here on the run holds the ledger, until settled
+            opts, mech = options.view_as(PrivatizeOptions), options.view_as(MechanismOptions)
+            ledger.reserve_streaming(opts.epsilon, str(mech.mechanism), output, checked["data_format"])
+        return build_pipeline(options, progress_dir, checked)
+
     parent = FileSystems.split(output)[0] if "://" in output else os.path.dirname(os.path.abspath(output))
-    return Plan(build=lambda progress_dir: build_pipeline(options, progress_dir, checked), report=report,
-                temp_parents=(parent,), progress=None, guard=checked["guard"])
+    return Plan(build=build, report=report, temp_parents=(parent,), progress=None, guard=checked["guard"],
+                settle=ledger.settle if ledger is not None else None)
+
+
+def ledger_report_line(ledger, summaries: list) -> str:
+    """The console line of a streaming run's ledger, from its window summaries; the run's settlement first."""
+    if not ledger.committed():  # records may be out that the run's settlement did not confirm
+        raise TextdpError(ledger.outcome or f"ledger: streaming run {ledger.run_id} was not settled")
+    sections = [s["ledger"] for s in summaries if s.get("ledger")]
+    withheld = sum(section["records_withheld"] for section in sections)
+    closed = sum(1 for section in sections if section.get("state") == "closed")
+    budget = f"--author-budget {ledger.budget:g}" if ledger.budget is not None else "no --author-budget"
+    return (f"ledger: {withheld} record(s) withheld over {len(sections)} window(s) by {budget} (error output, "
+            "budget_exhausted)" + (f"; {closed} window(s) decided after the run was settled released nothing "
+                                   "(ledger_closed)" if closed else ""))
 
 
 def window_summaries(output: str) -> Optional[list]:

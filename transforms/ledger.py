@@ -147,3 +147,98 @@ class WriteLedgerRelease(beam.DoFn):
                                "section": section,
                                "entries": [[a, tokens, records, withheld] for a, tokens, records, withheld, _ in entries]})
         yield section
+
+
+LEDGER_CLOSED = "ledger_closed"
+
+
+def position_key(where):
+    """(source, position) in read order: a file's lines by number, a subscription's messages by id."""
+    source, position = where
+    if isinstance(position, (int, float)) and not isinstance(position, bool):
+        return str(source), 0, position, ""
+    return str(source), 1, 0, str(position)
+
+
+class WindowLedger:
+    """The exposure ledger of a streaming run, on the workers (docs/ledger.md, "The ledger in streaming").
+
+    ``WriteWindowPane`` calls ``decide`` on a window pane's privatized records before writing any of its files, and
+    ``commit`` after the last one (its summary). ``decide`` orders each author's records by (source, position) and
+    asks the ledger (``Ledger.admit_window``: one transaction, serialised with the run's other windows) to decide
+    them against the author's mass as it stands (every committed run, and every window of any run not discarded,
+    this run's earlier windows included) and to record the window, pending, with its per-author releases: from
+    then on its mass counts for every later window and run. A retried pane gets the recorded decision back.
+    Picklable: it carries the location, the key and the budget; the database handle is opened in ``setup``.
+    """
+
+    def __init__(self, location: str, key: bytes, fingerprint: str, budget: Optional[float], run_id: str,
+                 user_field: str, shown: str):
+        self.location, self.key, self.fingerprint = location, bytes(key), fingerprint
+        self.budget = None if budget is None else float(budget)
+        self.run_id, self.user_field, self.shown = run_id, user_field, shown
+        self._ledger = None
+
+    def setup(self) -> None:
+        from textdp.ledger import Ledger
+
+        if self._ledger is None:
+            self._ledger = Ledger(self.location, self.fingerprint, create=False)
+
+    def teardown(self) -> None:
+        if self._ledger is not None:
+            self._ledger.close()
+            self._ledger = None
+
+    def decide(self, records, window: str, prefix: str, mechanism, shape_field: str):
+        """A pane's privatized records -> (released records, withheld error records, the pane's ledger section)."""
+        from transforms.io import error_record
+
+        self.setup()
+        epsilon = float(mechanism.parameters()["epsilon"])  # the mechanism object's, as it ran
+        by_author = {}
+        for record in records:
+            by_author.setdefault(author_hash(self.key, author_identity(record[self.user_field])), []).append(record)
+        for found in by_author.values():
+            found.sort(key=lambda record: position_key(record[POSITION_FIELD]))
+        counts = {author: [int(record[shape_field]["words"]) for record in found] for author, found in by_author.items()}
+        decided = self._ledger.admit_window(self.run_id, window, prefix, epsilon, self.budget, counts)
+        closed = decided is None
+        decisions, befores, fresh = (({a: [False] * len(c) for a, c in counts.items()}, {}, True) if closed
+                                     else decided)
+        released, withheld, after = [], [], []
+        for author in sorted(by_author):
+            total = befores.get(author, ledger_budget.Mass(0))
+            for record, count, fits in zip(by_author[author], counts[author], decisions[author]):
+                record = dict(record)  # a retried pane may see the same objects again: never changed in place
+                source, position = record.pop(POSITION_FIELD)
+                if fits:
+                    total += ledger_budget.mass_of(epsilon, count)
+                    released.append(record)
+                elif closed:
+                    withheld.append(error_record(source, position, LEDGER_CLOSED, (
+                        f"the streaming run {self.run_id} no longer holds the ledger (it was settled, e.g. by "
+                        "`textdp ledger reconcile`, while the job ran); the record was not released")))
+                else:
+                    withheld.append(error_record(source, position, BUDGET_EXHAUSTED, (
+                        f"releasing its {count} word(s) at epsilon {epsilon:g} would take the author's cumulative "
+                        f"epsilon-mass above --author-budget {self.budget:g} (docs/ledger.md); the record was not "
+                        "released")))
+            if not closed:
+                after.append(total)
+        parameters = mechanism.parameters()
+        section = {
+            "ledger": self.shown, "run_id": self.run_id, "window": window, "author_budget": self.budget,
+            "epsilon": epsilon, "mechanism": parameters.get("mechanism"),
+            "coverage": mechanism.privacy_statement().get("coverage"),
+            "state": "closed" if closed else "committed", "decided_before": not fresh,
+            "authors": len(by_author),
+            "authors_withheld": sum(1 for a in by_author if not all(decisions[a])),
+            "records_released": len(released), "records_withheld": len(withheld),
+            "tokens_released": sum(c for a in counts for c, ok in zip(counts[a], decisions[a]) if ok),
+            "cumulative_mass": ledger_budget.mass_distribution(after, self.budget)}
+        return released, withheld, section
+
+    def commit(self, window: str) -> bool:
+        self.setup()
+        return self._ledger.commit_window(self.run_id, window)

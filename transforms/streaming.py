@@ -297,9 +297,11 @@ class WriteWindowPane(beam.DoFn):
     """
 
     def __init__(self, shared_handle, perturb_config, output: str, data_format: str, amplifier, shape_field,
-                 context: dict, worker=None, public_prefix: Optional[str] = None):
+                 context: dict, worker=None, public_prefix: Optional[str] = None, ledger=None):
         super().__init__()
         from transforms.perturb import holder_state
+
+        self.ledger = ledger  # transforms.ledger.WindowLedger (--ledger), or None
 
         self.config = perturb_config
         self.output = output
@@ -315,6 +317,12 @@ class WriteWindowPane(beam.DoFn):
     def setup(self):
         self._state.setup()
         self._random = random.SystemRandom()
+        if self.ledger is not None:
+            self.ledger.setup()
+
+    def teardown(self):
+        if self.ledger is not None:
+            self.ledger.teardown()
 
     def process(self, keyed, win=beam.DoFn.WindowParam, pane=beam.DoFn.PaneInfoParam):
         from textdp.mechanisms import statement_of
@@ -339,7 +347,16 @@ class WriteWindowPane(beam.DoFn):
         win = window.IntervalWindow(win.start - lateness, win.end - lateness)  # the records' own window
         prefix = pane_prefix(self.output, win, pane.index)
         holder = self._state.value
-        section = None
+        section = ledger_section = None
+        window_id = f"{window_name(win.start, win.end)}-p{int(pane.index)}"
+        if self.ledger is not None:  # decided (and recorded, pending) in the ledger before any file is written
+            records, withheld, ledger_section = self.ledger.decide(records, window_id, prefix, holder.mechanism,
+                                                                   self.shape_field)
+            for error in withheld:
+                errors.append(error)
+                counts["records_failed"] = counts.get("records_failed", 0) + 1
+                key = FAILED_PREFIX + error["reason"]
+                counts[key] = counts.get(key, 0) + 1
         if self.amplifier is not None:
             privatized = len(records)
             section, records = self._amplify(holder, records, prefix)
@@ -371,6 +388,13 @@ class WriteWindowPane(beam.DoFn):
             counts, output=f"{prefix}-*-of-*{suffix}", errors_output=f"{prefix}-errors.jsonl",
             amplification_report=f"{prefix}-amplification.json" if section is not None else None,
             public_summary=public_path, extra={"window": window_info, "streaming": True}, **common, **context)
+        if ledger_section is not None:
+            from textdp.ledger.statements import LEDGER_RAW_FIGURES, ledger_statement
+
+            summary["ledger"] = dict(ledger_section, statement=ledger_statement(ledger_section))
+            figures = summary.get("raw_data_figures", {}).get("figures")
+            if isinstance(figures, list):
+                figures += [f"ledger.{key}" for key in LEDGER_RAW_FIGURES if f"ledger.{key}" not in figures]
         write_json(f"{prefix}-summary.json", summary)
         if public_path:  # the batch job's publishable summary for this pane's release (no raw-input figure)
             public = build_public_summary(
@@ -379,7 +403,14 @@ class WriteWindowPane(beam.DoFn):
                 amplification=section, **common)
             public["window"] = {"start": window_info["start"], "end": window_info["end"], "pane": int(pane.index),
                                 "statement": PUBLIC_WINDOW_STATEMENT}
+            if ledger_section is not None:  # the budget and the statement: no figure of the raw input
+                from textdp.ledger.statements import ledger_statement
+
+                public["ledger"] = {"author_budget": ledger_section["author_budget"],
+                                    "statement": ledger_statement(ledger_section, public=True)}
             write_json(public_path, public)
+        if self.ledger is not None:  # every file of the pane is written (the summary last): the window is committed
+            self.ledger.commit(window_id)
         yield summary
 
     def _amplify(self, holder, records, prefix):
@@ -444,8 +475,11 @@ class PrivatizeWindows(beam.PTransform):
 
     def __init__(self, privatize, output: str, data_format: str, window_size: int, allowed_lateness: int,
                  amplifier=None, shape_field: Optional[str] = None, context: Optional[dict] = None, worker=None,
-                 public_prefix: Optional[str] = None, keep_failed_text: bool = False):
+                 public_prefix: Optional[str] = None, keep_failed_text: bool = False, ledger=None):
         super().__init__()
+        if ledger is not None and (amplifier is None or amplifier.user_field != ledger.user_field or shape_field is None):
+            raise ValueError("--ledger needs --user-field (the Amplifier's author field) and the shape field")
+        self.ledger = ledger
         if int(window_size) < 1 or int(allowed_lateness) < 0:
             raise ValueError("--window-size must be >= 1 second and --allowed-lateness >= 0")
         if amplifier is not None:  # the batch stage's own checks of the configuration (ValueError naming the flag)
@@ -484,6 +518,8 @@ class PrivatizeWindows(beam.PTransform):
         user_field = self.amplifier.user_field if self.amplifier is not None else None
         if user_field:  # a record without its author: an error record missing_author, as in the batch job
             windowed = windowed | "Authors" >> beam.Map(_check_author, user_field, self.keep_failed_text)
+        if self.ledger is not None:  # each released record must still say where it came from (docs/ledger.md)
+            windowed = windowed | "Positions" >> beam.Map(_tag_position)
         kinds = windowed | "Kinds" >> beam.Partition(lambda item, _: 0 if item[0] == RECORD else 1, 2)
         privatized = (kinds[0]
                       | "Keyed" >> beam.Map(lambda item: ((item[1][0], item[1][1]), item[1][2]))
@@ -497,8 +533,18 @@ class PrivatizeWindows(beam.PTransform):
                       | "GroupPane" >> beam.GroupByKey())
         summaries = pane_items | "WritePane" >> beam.ParDo(WriteWindowPane(
             self.privatize.shared_handle, self.privatize.config, self.output, self.data_format, self.amplifier,
-            self.shape_field, self.context, self.worker, self.public_prefix))
+            self.shape_field, self.context, self.worker, self.public_prefix, self.ledger))
         return {"summaries": summaries, "late": late}
+
+
+def _tag_position(item):
+    """A record item -> the same, its payload carrying its (source, position) (``transforms.ledger.POSITION_FIELD``)."""
+    from transforms.ledger import POSITION_FIELD
+
+    if item[0] != RECORD or not isinstance(item[1][2], dict):
+        return item
+    source, position, payload = item[1]
+    return RECORD, (source, position, dict(payload, **{POSITION_FIELD: [source, position]}))
 
 
 def _check_author(item, user_field: str, keep_text: bool):

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from typing import Optional
 
+# the ledger section's figures computed from the raw input (listed in the operator summary's raw_data_figures)
+LEDGER_RAW_FIGURES = ("authors", "authors_withheld", "records_released", "records_withheld", "tokens_released",
+                      "cumulative_mass")
+
 
 def ledger_statement(section: dict, public: bool = False) -> str:
     """One paragraph for the summaries from ``transforms.ledger.WriteLedgerRelease``'s section. The public
@@ -19,14 +23,19 @@ def ledger_statement(section: dict, public: bool = False) -> str:
     covered = (section.get("coverage") or {}).get("covered", "all")
     withheld = int(section.get("records_withheld", 0))
     where = "in this ledger" if public else f"in the ledger {section.get('ledger')}"
+    if section.get("state") == "closed":  # a streaming window decided after its run was settled
+        return ("this window was decided after its streaming run had been settled in the ledger, so none of its "
+                "records was released (error output, ledger_closed)")
     if budget is None:
         bound = (f"no --author-budget was given: this run's releases were recorded per author {where}, "
                  "and no record was withheld")
     else:
+        scope = "this window" if section.get("window") else "this run"
         withheld_text = ("any record whose release would have exceeded it was withheld" if public else
-                         f"{withheld} record(s) of this run were withheld (error output, budget_exhausted) because "
+                         f"{withheld} record(s) of {scope} were withheld (error output, budget_exhausted) because "
                          "releasing them would have exceeded it")
-        bound = (f"every author's cumulative epsilon-mass (the sum, over the runs committed {where}, of epsilon times "
+        runs = ("the runs and streaming windows recorded" if section.get("window") else "the runs committed")
+        bound = (f"every author's cumulative epsilon-mass (the sum, over {runs} {where}, of epsilon times "
                  f"the word tokens released from their records) is at most {budget:g}; {withheld_text}")
     if covered == "none":
         return (bound + f". The mechanism ({section.get('mechanism')}) claims no per-word guarantee, so this bounds "

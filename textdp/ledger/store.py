@@ -1,14 +1,26 @@
 """The ledger database: one SQLAlchemy code path for an embedded SQLite file and a shared server (PostgreSQL).
 
 Tables: ``meta`` (schema version, key fingerprint), ``runs`` (one row per run: pending, committed or discarded),
-``releases`` (per committed run and author hash: epsilon, released tokens, records released and withheld) and
-``active`` (one slot: the run that holds the ledger between its reservation and its settlement).
+``releases`` (per committed run and author hash: epsilon, released tokens, records released and withheld),
+``active`` (one slot: the run that holds the ledger between its reservation and its settlement) and, for streaming
+runs (schema version 2), ``windows`` (one row per (run, window): pending from its admission, committed once its
+files are written) and ``window_releases`` (per (run, window, author): epsilon, tokens, records released and
+withheld, and the author's mass before the window, from which a retried window re-decides the same records).
 
 Protocol (docs/ledger.md, "Faults"): ``reserve`` takes the slot in one transaction (a second run is refused while
 one is pending: the slot's primary key serialises them on every backend) and returns every author's committed mass;
 ``commit`` writes a run's per-author releases, marks it committed and frees the slot in one transaction, and does
 nothing for a run that is already committed (idempotent); ``discard`` frees the slot of a run that released nothing.
-Workers never touch the database.
+Workers of a batch run never touch the database.
+
+Streaming (docs/ledger.md, "The ledger in streaming"): the launcher reserves the slot for the whole streaming run as
+for a batch run. Each window pane then calls ``admit_window`` once (one transaction, serialised with every other
+window of the run by an UPDATE of the run's row taken first: a row lock on PostgreSQL, the database's write lock
+on SQLite): it reads the mass of the pane's authors (committed runs, and every window not discarded: pending windows
+count, so two windows never spend the same remaining budget), decides, and records the window as pending with its
+per-author releases, before any of its files is written. ``commit_window`` marks it committed after its files;
+both are idempotent by (run id, window): a retried pane gets the recorded decision back and changes nothing.
+``settle_streaming`` marks the run committed and frees the slot when the job has ended.
 """
 
 from __future__ import annotations
@@ -21,7 +33,8 @@ from typing import Dict, Iterable, List, Optional, Tuple
 from textdp.errors import TextdpError
 from textdp.ledger.budget import spent_by_author
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: the streaming windows' tables (a version-1 ledger is upgraded when opened)
+READABLE_VERSIONS = ("1", SCHEMA_VERSION)
 PENDING, COMMITTED, DISCARDED = "pending", "committed", "discarded"
 
 
@@ -73,6 +86,24 @@ def _tables():
     return metadata, meta, runs, releases, active
 
 
+def _window_tables(metadata):
+    """The streaming tables (schema version 2), in ``metadata``."""
+    from sqlalchemy import Column, Float, Integer, String, Table, Text
+
+    windows = Table("textdp_ledger_windows", metadata,
+                    Column("run_id", String(128), primary_key=True), Column("window", String(64), primary_key=True),
+                    Column("seq", Integer, nullable=False), Column("state", String(16), nullable=False),
+                    Column("reserved_at", String(40), nullable=False), Column("settled_at", String(40)),
+                    Column("output", Text), Column("epsilon", Float), Column("authors", Integer),
+                    Column("tokens", Integer), Column("records", Integer), Column("withheld", Integer))
+    window_releases = Table("textdp_ledger_window_releases", metadata,
+                            Column("run_id", String(128), primary_key=True), Column("window", String(64), primary_key=True),
+                            Column("author", String(64), primary_key=True), Column("epsilon", Float, nullable=False),
+                            Column("tokens", Integer, nullable=False), Column("records", Integer, nullable=False),
+                            Column("withheld", Integer, nullable=False), Column("before", Text, nullable=False))
+    return windows, window_releases
+
+
 class Ledger:
     """An opened, checked ledger. ``Ledger(location, fingerprint)`` refuses in one line (LedgerError): a file or
     database that is not a textdp ledger, another schema version, another key. A missing SQLite file (or an empty
@@ -99,7 +130,8 @@ class Ledger:
         self.metadata, self.meta, self.runs, self.releases, self.active = _tables()
         try:
             names = set(inspect(self.engine).get_table_names())
-            ours = {table.name for table in self.metadata.sorted_tables}
+            ours = {table.name for table in self.metadata.sorted_tables}  # version 1's tables
+            self.windows, self.window_releases = _window_tables(self.metadata)
             if not names & ours:
                 if names and create:
                     raise LedgerError(f"--ledger {self.shown!r} holds other tables and no textdp ledger; give an empty "
@@ -107,28 +139,43 @@ class Ledger:
                 if not create:
                     raise LedgerError(f"--ledger {self.shown!r} holds no textdp ledger")
                 with self.engine.begin() as conn:
-                    self.metadata.create_all(conn)
+                    self.metadata.create_all(conn)  # every table, the streaming ones included (version 2)
                     conn.execute(self.meta.insert(), [{"name": "schema_version", "value": SCHEMA_VERSION},
                                                       {"name": "key_fingerprint", "value": fingerprint},
                                                       {"name": "created", "value": _now()}])
             elif not ours <= names:
-                raise LedgerError(f"--ledger {self.shown!r} is damaged: tables {sorted(ours - names)} are missing "
+                missing = ours - names
+                raise LedgerError(f"--ledger {self.shown!r} is damaged: tables {sorted(missing)} are missing "
                                   "(restore it from a backup; nothing ran)")
             with self.engine.connect() as conn:
                 values = dict(conn.execute(select(self.meta.c.name, self.meta.c.value)).all())
+            streaming_tables = {self.windows.name, self.window_releases.name}
+            if values.get("schema_version") == SCHEMA_VERSION and not streaming_tables <= set(inspect(self.engine).get_table_names()):
+                raise LedgerError(f"--ledger {self.shown!r} is damaged: tables {sorted(streaming_tables - names)} are "
+                                  "missing (restore it from a backup; nothing ran)")
         except LedgerError:
             raise
         except SQLAlchemyError as exc:
             raise LedgerError(f"--ledger {self.shown!r} cannot be read as a textdp ledger ({_reason(exc)}); nothing "
                               "ran: restore it from a backup or point --ledger elsewhere") from None
-        if values.get("schema_version") != SCHEMA_VERSION:
+        if values.get("schema_version") not in READABLE_VERSIONS:
             raise LedgerError(f"--ledger {self.shown!r} has schema version {str(values.get('schema_version'))[:20]!r}; "
-                              f"this textdp reads version {SCHEMA_VERSION} (nothing ran)")
+                              f"this textdp reads version {' or '.join(READABLE_VERSIONS)} (nothing ran)")
         if values.get("key_fingerprint") != fingerprint:
             raise LedgerError(f"--ledger {self.shown!r} was made with another key (fingerprint "
                               f"{str(values.get('key_fingerprint'))[:12]}..., this key's {fingerprint[:12]}...): with it "
                               "no author would be recognised; give the ledger's key (nothing ran)")
         self.fingerprint = fingerprint
+        if values.get("schema_version") != SCHEMA_VERSION:  # version 1: add the streaming tables, in one transaction
+            # (a textdp that reads version 1 only then refuses the ledger, instead of ignoring the windows' releases)
+            try:
+                with self.engine.begin() as conn:
+                    self.metadata.create_all(conn, tables=[self.windows, self.window_releases], checkfirst=True)
+                    conn.execute(self.meta.update().where(self.meta.c.name == "schema_version")
+                                 .values(value=SCHEMA_VERSION))
+            except SQLAlchemyError as exc:
+                raise LedgerError(f"--ledger {self.shown!r} could not be upgraded to schema version {SCHEMA_VERSION} "
+                                  f"({_reason(exc)}); nothing ran") from None
 
     # --- the protocol -------------------------------------------------------------------------------
 
@@ -168,13 +215,116 @@ class Ledger:
         with self.engine.connect() as conn:
             return self._spent(conn)
 
-    def _spent(self, conn) -> Dict[str, Fraction]:
+    def _spent(self, conn, authors: Optional[List[str]] = None) -> Dict[str, Fraction]:
+        """Every author's mass (or only ``authors``'): the releases of committed runs, plus those of every streaming
+        window that is not discarded (a pending window counts: it may have released, so its mass is spent)."""
         from sqlalchemy import select
 
-        r, runs = self.releases, self.runs
-        rows = conn.execute(select(r.c.author, r.c.epsilon, r.c.tokens).join(runs, runs.c.run_id == r.c.run_id)
-                            .where(runs.c.state == COMMITTED)).all()
+        r, runs, w, wr = self.releases, self.runs, self.windows, self.window_releases
+        rows = []
+        chunks = [None] if authors is None else [authors[i:i + 500] for i in range(0, len(authors), 500)]
+        for chunk in chunks:
+            batch = select(r.c.author, r.c.epsilon, r.c.tokens).join(runs, runs.c.run_id == r.c.run_id).where(
+                runs.c.state == COMMITTED)
+            streamed = select(wr.c.author, wr.c.epsilon, wr.c.tokens).join(
+                w, (w.c.run_id == wr.c.run_id) & (w.c.window == wr.c.window)).where(w.c.state != DISCARDED)
+            if chunk is not None:
+                batch, streamed = batch.where(r.c.author.in_(chunk)), streamed.where(wr.c.author.in_(chunk))
+            rows += conn.execute(batch).all() + conn.execute(streamed).all()
         return spent_by_author(rows)
+
+    # --- streaming windows (docs/ledger.md, "The ledger in streaming") -------------------------------------
+
+    def admit_window(self, run_id: str, window: str, output: str, epsilon: float, budget: Optional[float],
+                     authors: Dict[str, List[int]]):
+        """Decide one window pane of the streaming run ``run_id``, durably, before any of its files is written.
+
+        ``authors``: author hash -> the word tokens of each of the author's records in the pane, in the pane's
+        deterministic order. Returns (decisions: author -> [released?] per record, befores: author -> mass before
+        the window, fresh: False for a window decided before (a retry: the recorded decision, nothing written)),
+        or None when the run no longer holds the ledger (settled by reconcile: the window may release nothing).
+
+        One transaction, serialised with every other window of the run (and with the run's settlement) by the
+        UPDATE of the run's row that opens it."""
+        from sqlalchemy import func, select
+
+        from textdp.ledger.budget import admit, from_pair, mass_of
+
+        with self.engine.begin() as conn:
+            held = conn.execute(self.runs.update().where(self.runs.c.run_id == run_id, self.runs.c.state == PENDING)
+                                .values(state=PENDING)).rowcount  # the lock: taken first, held to the commit
+            earlier = conn.execute(select(self.windows.c.state).where(self.windows.c.run_id == run_id,
+                                                                       self.windows.c.window == window)).scalar()
+            if earlier is not None:  # a retry of this pane: the recorded befores decide the same records again
+                rows = conn.execute(select(self.window_releases.c.author, self.window_releases.c.before).where(
+                    self.window_releases.c.run_id == run_id, self.window_releases.c.window == window)).all()
+                befores = {author: from_pair(before.split("/")) for author, before in rows}
+                if set(befores) != set(authors):
+                    raise LedgerError(f"window {window} of run {run_id!r} was decided for other authors than this "
+                                      "retry holds; the pane's input changed")
+                decisions = {a: admit(befores[a], budget, [mass_of(epsilon, n) for n in counts])
+                             for a, counts in authors.items()}
+                return decisions, befores, False
+            if not held:
+                return None
+            spent = self._spent(conn, sorted(authors))
+            seq = int(conn.execute(select(func.coalesce(func.max(self.windows.c.seq), 0))).scalar()) + 1
+            decisions, befores, entries = {}, {}, []
+            for author in sorted(authors):
+                counts = authors[author]
+                before = spent.get(author, Fraction(0))
+                decided = admit(before, budget, [mass_of(epsilon, n) for n in counts])
+                decisions[author], befores[author] = decided, before
+                entries.append({"run_id": run_id, "window": window, "author": author, "epsilon": float(epsilon),
+                                "tokens": sum(n for n, ok in zip(counts, decided) if ok),
+                                "records": sum(decided), "withheld": len(decided) - sum(decided),
+                                "before": f"{before.numerator}/{before.denominator}"})
+            conn.execute(self.windows.insert().values(
+                run_id=run_id, window=window, seq=seq, state=PENDING, reserved_at=_now(), output=output,
+                epsilon=float(epsilon), authors=len(entries), tokens=sum(e["tokens"] for e in entries),
+                records=sum(e["records"] for e in entries), withheld=sum(e["withheld"] for e in entries)))
+            if entries:
+                conn.execute(self.window_releases.insert(), entries)
+            return decisions, befores, True
+
+    def commit_window(self, run_id: str, window: str) -> bool:
+        """The window's files are written: mark it committed. True if it was pending (committing twice changes
+        nothing; its mass was counted from its admission either way)."""
+        with self.engine.begin() as conn:
+            return bool(conn.execute(self.windows.update().where(
+                self.windows.c.run_id == run_id, self.windows.c.window == window, self.windows.c.state == PENDING)
+                .values(state=COMMITTED, settled_at=_now())).rowcount)
+
+    def windows_of(self, run_id: str) -> List[dict]:
+        from sqlalchemy import select
+
+        with self.engine.connect() as conn:
+            return [dict(row) for row in conn.execute(select(self.windows).where(self.windows.c.run_id == run_id)
+                                                      .order_by(self.windows.c.seq)).mappings()]
+
+    def settle_streaming(self, run_id: str, epsilon: float, mechanism: str) -> bool:
+        """A streaming run has ended: mark it committed with its windows' totals and free the ledger, in one
+        transaction taken like a window's (so no window is being decided meanwhile). True if it was pending.
+        Windows still pending stay pending and keep counting (``commit_window`` or reconcile settles them)."""
+        from sqlalchemy import func, select
+
+        w = self.windows
+        with self.engine.begin() as conn:
+            if not conn.execute(self.runs.update().where(self.runs.c.run_id == run_id, self.runs.c.state == PENDING)
+                                .values(state=PENDING)).rowcount:
+                return False
+            totals = conn.execute(select(func.count(func.distinct(self.window_releases.c.author)),
+                                         func.coalesce(func.sum(self.window_releases.c.tokens), 0),
+                                         func.coalesce(func.sum(self.window_releases.c.records), 0),
+                                         func.coalesce(func.sum(self.window_releases.c.withheld), 0))
+                                  .join(w, (w.c.run_id == self.window_releases.c.run_id)
+                                        & (w.c.window == self.window_releases.c.window))
+                                  .where(w.c.run_id == run_id, w.c.state != DISCARDED)).first()
+            conn.execute(self.runs.update().where(self.runs.c.run_id == run_id).values(
+                state=COMMITTED, settled_at=_now(), epsilon=float(epsilon), mechanism=str(mechanism),
+                authors=int(totals[0]), tokens=int(totals[1]), records=int(totals[2]), withheld=int(totals[3])))
+            conn.execute(self.active.delete().where(self.active.c.run_id == run_id))
+        return True
 
     def commit(self, run_id: str, epsilon: float, mechanism: str,
                entries: Iterable[Tuple[str, int, int, int]]) -> bool:
