@@ -275,3 +275,27 @@ def test_windows_decided_at_once_never_spend_the_same_budget(tmp_path, ledger_lo
     assert ledger.spent() == {hashed("a"): Fraction(12, 10)}
     assert sorted(w["seq"] for w in ledger.windows_of("s")) == list(range(1, 9))
     ledger.close()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--runner", "FlinkRunner"], "--ledger with --streaming on a remote runner needs a server database"),
+    (["--streaming-stop-after", "0", "--oov-policy", "keep"], "--ledger with --oov-policy keep is refused"),
+])
+def test_streaming_ledger_refusals_are_one_line_before_anything_runs(tmp_path, extra, message):
+    """--ledger with --streaming: a SQLite ledger cannot be reached by remote workers (refused unless the runner is
+    local), and the batch job's ledger refusals apply; one line, exit 2, no ledger and no output written."""
+    import subprocess
+    import sys
+
+    (tmp_path / "in").mkdir()
+    key = tmp_path / "ledger.key"
+    key.write_bytes(KEY)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, "-m", "pipelines.cli", "privatize", "--streaming", "--input",
+                             str(tmp_path / "in" / "*.jsonl"), "--output", str(tmp_path / "r"), "--artifact", ART,
+                             "--epsilon", "1", "--user-field", "author", "--ledger", str(tmp_path / "l.sqlite"),
+                             "--ledger-key-file", str(key), *extra], cwd=repo, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert sorted(os.listdir(tmp_path)) == ["in", "ledger.key"]
