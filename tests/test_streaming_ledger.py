@@ -299,3 +299,56 @@ def test_streaming_ledger_refusals_are_one_line_before_anything_runs(tmp_path, e
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert sorted(os.listdir(tmp_path)) == ["in", "ledger.key"]
+
+
+def test_reconcile_settles_a_streaming_run_and_refuses_to_discard_it(tmp_path, capsys):
+    """A streaming run whose launcher was lost stays pending and holds the ledger; `textdp ledger reconcile
+    --discard` refuses it in one line (its windows were counted when decided), `textdp ledger reconcile` commits
+    its windows that wrote their summary and the run, and frees the ledger; the windows' mass is unchanged."""
+    from pipelines.ledger import run as ledger_command
+    from transforms.ledger import WindowLedger
+
+    location, key = str(tmp_path / "ledger.sqlite"), tmp_path / "ledger.key"
+    key.write_bytes(KEY)
+    LedgerRun(location, KEY, 1.0, "lost", "author").reserve_streaming(0.1, "madlib", str(tmp_path / "r"), "jsonl")
+    workers = WindowLedger(location, KEY, FP, 1.0, "lost", "author", location)
+    workers.decide(_records([(1, "a", 4)]), "w1", str(tmp_path / "r-w1"), _Mechanism(), SHAPE)
+    open(str(tmp_path / "r-w1") + "-summary.json", "w").write("{}")
+    workers.decide(_records([(2, "a", 3)]), "w2", str(tmp_path / "r-w2"), _Mechanism(), SHAPE)  # no summary: lost
+    workers.teardown()
+    flags = ["--ledger", location, "--ledger-key-file", str(key)]
+    assert ledger_command(["reconcile", *flags, "--discard", "lost"]) == 2
+    err = capsys.readouterr().err
+    assert "is a streaming run" in err and len(err.strip().splitlines()) == 1
+    assert ledger_command(["reconcile", *flags]) == 0
+    out = capsys.readouterr().out
+    assert "streaming run lost committed: 2 window(s), 2 record(s) released, 0 withheld" in out
+    assert "1 window(s) wrote no summary and stay pending, counted in full" in out
+    ledger = Ledger(location, FP)
+    assert [w["state"] for w in ledger.windows_of("lost")] == ["committed", "pending"]
+    assert ledger.spent() == {hashed("a"): Fraction(7, 10)} and not ledger.pending()
+    ledger.close()
+
+
+def test_a_version_1_ledger_is_upgraded_in_place_and_keeps_its_runs(tmp_path):
+    """A ledger written before streaming (schema version 1: no window tables) is upgraded when opened: the window
+    tables are added, the version becomes 2 (a textdp reading version 1 only then refuses it instead of ignoring
+    the windows), and its committed runs' masses are unchanged."""
+    import sqlite3
+
+    location = str(tmp_path / "ledger.sqlite")
+    ledger = Ledger(location, FP)
+    ledger.reserve("batch-1", 0.1, "madlib", 1.0, str(tmp_path / "out"), "jsonl")
+    ledger.commit("batch-1", 0.1, "madlib", [(hashed("a"), 5, 1, 0)])
+    ledger.close()
+    with sqlite3.connect(location) as conn:  # as version 1 left it
+        conn.execute("DROP TABLE textdp_ledger_windows")
+        conn.execute("DROP TABLE textdp_ledger_window_releases")
+        conn.execute("UPDATE textdp_ledger_meta SET value = '1' WHERE name = 'schema_version'")
+    ledger = Ledger(location, FP)
+    assert ledger.spent() == {hashed("a"): Fraction(1, 2)}
+    with sqlite3.connect(location) as conn:
+        assert conn.execute("SELECT value FROM textdp_ledger_meta WHERE name = 'schema_version'").fetchone() == ("2",)
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"textdp_ledger_windows", "textdp_ledger_window_releases"} <= tables
+    ledger.close()
