@@ -370,7 +370,7 @@ class AmplifierOptions(PipelineOptions):
 
 
 class LedgerOptions(PipelineOptions):
-    """The exposure ledger of ``textdp privatize`` (batch runs; docs/ledger.md)."""
+    """The exposure ledger of ``textdp privatize``, batch and --streaming (docs/ledger.md)."""
 
     @classmethod
     def _add_argparse_args(cls, parser):
@@ -379,7 +379,8 @@ class LedgerOptions(PipelineOptions):
             help="record per author (by a keyed hash of the --user-field value, never the value) what this run "
                  "released: a file path (an embedded SQLite ledger, created if missing) or an SQLAlchemy URL of a "
                  "shared database (postgresql+psycopg://user@host/db; pip install textdp[ledger-postgres]). "
-                 "Committed only after the run's outputs are written; needs --user-field")
+                 "Batch: committed after the run's outputs are written; --streaming: each window decided before its files "
+                 "are written and counted from then on (docs/ledger.md). Needs --user-field")
         parser.add_argument(
             "--ledger-key-file", "--ledger_key_file", dest="ledger_key_file", default=None, metavar="PATH",
             help="the operator's secret key for the author hash (at least 16 bytes; default: $TEXTDP_LEDGER_KEY). "
