@@ -65,9 +65,16 @@ def check_oov(policy, unk_token) -> None:
 
 
 def check_unk_token(unk_token: str, word_to_id) -> None:
-    """Refuse a marker that the tokenizer reads as one vocabulary word (``--unk-token the``): an unknown word
-    would then look exactly like a released ``the``. ParameterError, one line."""
+    """Refuse a marker that the tokenizer does not read as exactly one word outside the vocabulary: one read as a
+    vocabulary word (``--unk-token the``) makes an unknown word look exactly like a released ``the``; one read as
+    several words (``the-the``, ``of/and``, ``unk.unk``) releases each unknown word as several words (which may be
+    vocabulary words) and changes the word count the structure statement says is kept. ParameterError, one line."""
     batch = Tokenizer(word_to_id).tokenize_batch([unk_token])
+    if len(batch.ids) > 1:
+        known = int((np.asarray(batch.ids) >= 0).sum())
+        raise ParameterError(f"unk_token {unk_token!r} is read as {len(batch.ids)} words ({known} of them vocabulary words), "
+                             "not one: each unknown word would be released as several words; choose a marker that is "
+                             "one word outside the vocabulary, such as <unk>")
     if len(batch.ids) == 1 and int(batch.ids[0]) >= 0:
         raise ParameterError(f"unk_token {unk_token!r} is read as the vocabulary word {batch.words[0]!r}: an unknown "
                              "word would look like a released one; choose a marker that is not a word, such as <unk>")

@@ -126,40 +126,70 @@ def check_author(record, user_field: Optional[str]) -> Optional[Tuple[str, str]]
         return MISSING_AUTHOR, f"the author field {user_field!r} is {what}; every record needs an author under --user-field"
     if not unsafe_author_id(fields[user_field]):
         return None
-    return UNSAFE_AUTHOR_ID, (f"the author field {user_field!r} is a floating-point number that is not an exact "
+    return UNSAFE_AUTHOR_ID, (f"the author field {user_field!r} is or holds a floating-point number that is not an exact "
                               f"integer of magnitude below 2**53 (it cannot be told apart from other authors' ids); "
                               "write author ids as integers or strings (docs/lac.md)")
 
 
 def unsafe_author_id(value) -> bool:
-    """Whether author id ``value`` is a floating-point number that is no safe identity: not an integer (1.5, NaN,
-    inf) or of magnitude above 2**53 - 1, where a float stands for several integers (an exporter writes the 64-bit
-    id 1234567890123456789 of a column with nulls as 1.2345678901234568e18, which is 1234567890123456768, and
-    1234567890123456700 gives the same float): one person could count as two authors, or two as one. Integers
-    (any size) and strings are compared exactly; integral floats below 2**53 equal their integer (docs/lac.md)."""
+    """Whether author id ``value`` is, or holds anywhere inside a list or object, a floating-point number that is
+    no safe identity: not an integer (1.5, NaN, inf) or of magnitude above 2**53 - 1, where a float stands for
+    several integers (an exporter writes the 64-bit id 1234567890123456789 of a column with nulls as
+    1.2345678901234568e18, which is 1234567890123456768, and 1234567890123456700 gives the same float): one person
+    could count as two authors, or two as one. Integers (any size) and strings are compared exactly; integral
+    floats below 2**53 equal their integer, at the top level and inside lists and objects (docs/lac.md)."""
+    if isinstance(value, dict):
+        return any(unsafe_author_id(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(unsafe_author_id(item) for item in value)
+    if hasattr(value, "tolist") and getattr(value, "ndim", 0):  # a numpy array (a Parquet list column)
+        return unsafe_author_id(value.tolist())
     if isinstance(value, bool) or isinstance(value, numbers.Integral) or not isinstance(value, numbers.Real):
         return False
     value = float(value)
     return not (math.isfinite(value) and value.is_integer() and abs(value) <= MAX_SAFE_FLOAT_ID)
 
 
+def _canonical_author(value):
+    """``value`` with every number inside written as the integer it equals when it is an integral float (1.0 -> 1,
+    2.0 inside a list or object -> 2), numpy scalars and arrays as Python ones; booleans, strings and nulls as they
+    are. A float that is no safe identity is refused first (``unsafe_author_id``)."""
+    if isinstance(value, dict):
+        return {key: _canonical_author(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_canonical_author(item) for item in value]
+    if hasattr(value, "tolist") and getattr(value, "ndim", 0):
+        return _canonical_author(value.tolist())
+    if isinstance(value, bool) or value is None or isinstance(value, (str, bytes)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        value = float(value)
+        return int(value) if math.isfinite(value) and value.is_integer() else value
+    return value
+
+
 def author_identity(value):
     """The key an author id is compared by (the k-threshold and the per-author bound count authors by it):
     JSON numbers that are equal are one author (1, 1.0 and 1e0: an exporter writes 1.0 for an integer column
     that has a null; a float that is no exact integer below 2**53 is refused by ``check_author``), a string is
-    not a number ("1" is another author than 1), a boolean is neither; a list or
-    object by its canonical JSON (keys sorted). Hashable; never None (a null author is MISSING_AUTHOR)."""
+    not a number ("1" is another author than 1), a boolean is neither; a list or object by its canonical JSON
+    (keys sorted, every number inside written as above: {"uid": 1} and {"uid": 1.0}, [2] and [2.0] are one
+    author; ids without floats keep the key they had, so a ledger's hashes do not change). Hashable; never None
+    (a null author is MISSING_AUTHOR; a null inside a list or object is a value like any other)."""
     if isinstance(value, bool):
         return ("bool", value)
     if isinstance(value, numbers.Integral):  # numpy's integers too (a Parquet column)
         return ("number", int(value))
-    if isinstance(value, float):  # one that is not a safe identity is an error record first (check_author)
-        return ("number", int(value) if value.is_integer() else value)
+    if isinstance(value, numbers.Real):  # numpy's floats too; one that is no safe identity is refused first (check_author)
+        value = float(value)
+        return ("number", int(value) if math.isfinite(value) and value.is_integer() else value)
     if isinstance(value, (str, bytes)):
         return (type(value).__name__, value)
     import json
 
-    return ("json", json.dumps(value, sort_keys=True, default=str))
+    return ("json", json.dumps(_canonical_author(value), sort_keys=True, default=str))
 
 
 def record_texts(record, text_fields: Sequence[str]) -> List[str]:
