@@ -357,7 +357,8 @@ class AmplifierOptions(PipelineOptions):
         parser.add_argument(
             "--delta", dest="delta", type=float, default=accounting.DEFAULT_DELTA,
             help=f"delta of the (epsilon, delta) shuffle-amplification bound (default {accounting.DEFAULT_DELTA:g}); "
-                 "the bound is only reported where its theorem's condition holds")
+                 f"at most {accounting.MAX_DELTA:g}; the bound is only reported where its theorem's condition holds "
+                 "and delta is at most 1/n for the n records (authors) shuffled")
 
     def amplifier_config(self) -> AmplifierConfig:
         """The flags as the stage's configuration (validated: ValueError naming the flag)."""

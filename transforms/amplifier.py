@@ -55,8 +55,9 @@ class AmplifierConfig:
             raise ValueError("--subsample must be in (0, 1]")
         if self.k_threshold is not None and self.k_threshold < 1:
             raise ValueError("--k-threshold must be >= 1")
-        if not 0 < self.delta < 1:
-            raise ValueError("--delta must be in (0, 1)")
+        if not 0 < self.delta <= accounting.MAX_DELTA:
+            raise ValueError(f"--delta must be in (0, {accounting.MAX_DELTA:g}]: an (epsilon, delta) guarantee allows a "
+                             f"record to be released as it is with probability about delta (default {accounting.DEFAULT_DELTA:g})")
         if self.records_per_shard < 1:
             raise ValueError("--shuffle-shard-records must be >= 1")
 

@@ -36,6 +36,10 @@ from textdp.privacy.statements import FLOATING_POINT_STATEMENT, seed_statement, 
 from textdp.search.geometry import DiameterBounds, diameter_bounds  # noqa: F401  (accounting's bound on the diameter)
 
 DEFAULT_DELTA = 1e-6
+# The largest --delta accepted: an (epsilon, delta) guarantee lets a record be released as it is with probability
+# about delta, so delta must be far below 1/n; above 1e-3 it is at most 1/n only for runs of at most 1,000 records,
+# and a delta above 1/n for the run's n withholds the claim (``amplification_report``; docs/lac.md).
+MAX_DELTA = 1e-3
 # groups of authors: {word counts: authors}, or a list of (word counts, authors) pairs
 ShapeCounts = Union[Dict[Tuple[int, ...], int], Iterable[Tuple[Tuple[int, ...], int]]]
 
@@ -261,7 +265,18 @@ def amplification_report(token_eps0: float, shape_counts: ShapeCounts, *,
     }
     if shuffled:
         shuffle = shuffle_by_shape(token_eps0, shape_counts, delta)
-        if shuffle["claimed"] and not exact_word_counts:
+        shuffle["delta_at_most_one_over_n"] = bool(delta * shuffle["authors"] <= 1)
+        if shuffle["claimed"] and not shuffle["delta_at_most_one_over_n"]:
+            n = shuffle["authors"]
+            shuffle["claimed"] = False
+            shuffle["statement"] = (
+                f"no amplification claimed: the theorem would give ({shuffle['epsilon']:.6g}, {delta:g})-DP, but "
+                f"delta = {delta:g} is above 1/n = 1/{n:,} for the {n:,} {unit}{'' if n == 1 else 's'} shuffled; "
+                f"such a guarantee allows about delta x n = {delta * n:.3g} {unit}s to be released as they are, so it "
+                "protects no one (choose --delta at most 1/n, ideally far below it; the default is "
+                f"{DEFAULT_DELTA:g}). The guarantee is the local one above.")
+            shuffle["epsilon"] = None
+        elif shuffle["claimed"] and not exact_word_counts:
             shuffle["claimed"] = False
             shuffle["statement"] = (
                 f"no amplification claimed: with the estimated word counts the theorem would give "

@@ -231,6 +231,7 @@ def public_amplification(section: dict) -> dict:
                           "authors whose released shape is the same, and its epsilon, are withheld: "
                           f"{AUTHOR_FIGURES_WITHHELD}. The guarantee to publish is the local one."
                           if per_author else
+                          shuffle["statement"] if not shuffle.get("delta_at_most_one_over_n", True) else
                           "no amplification claimed: the theorem's condition does not hold for every group of "
                           "records whose released shape is the same; the guarantee is the local one."),
         }
