@@ -58,6 +58,32 @@ _CACHE: dict = {}
 _CACHE_LOCK = threading.Lock()
 
 
+_SCORE_LIMIT = float(np.finfo(np.float32).max) / 4.0  # |x|^2 - 2 x.y <= 3 max|x|^2 stays a finite float32
+
+
+def check_score_range(vectors: np.ndarray, metric: str = "euclidean", rows: int = 65536) -> None:
+    """Refuse vectors on which the output sets' float32 search scores (|x|^2 - 2 x.y) overflow: a squared norm
+    above float32's largest value / 4 (vectors beyond about 9e18 in length, e.g. one coordinate scaled by 1e20)
+    makes them inf or NaN, and the groups would be built from NaN (with numpy's raw overflow warnings). Angular
+    points are unit vectors, always in range. ParameterError, one line (before the run, and when built)."""
+    from textdp.errors import ParameterError
+
+    if metric == "angular":
+        return
+    largest = 0.0
+    for start in range(0, len(vectors), rows):
+        block = np.asarray(vectors[start:start + rows], dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            sq = np.einsum("ij,ij->i", block, block)
+        if len(sq):
+            top = float(np.max(sq)) if np.isfinite(sq).all() else float("inf")
+            largest = max(largest, top)
+    if not largest <= _SCORE_LIMIT:
+        raise ParameterError(f"custext cannot build its output sets on this artifact: its largest squared vector norm "
+                             f"({largest:.3g}) is above {_SCORE_LIMIT:.3g}, where float32 distance scores overflow; "
+                             "rebuild the artifact from vectors on a usual scale (e.g. divide them by a constant)")
+
+
 def build_output_sets(points: np.ndarray, k: int, table_ids: Optional[np.ndarray] = None
                       ) -> Tuple[np.ndarray, np.ndarray, dict]:
     """Greedy partition of the vocabulary into output sets of ``k`` words (see the module docstring).
@@ -132,6 +158,7 @@ class CusText(Mechanism):
     DESCRIPTION = "exponential mechanism over each word's output set of --custext-k words"
     PARAMETERS = (CUSTEXT_K, CUSTEXT_METRIC)
     EXACT_LAW = True
+    CHECKS_READ_ARRAYS = True  # the output sets' float32 scores must be finite (check_score_range)
     BOUND_TEXT = "none claimed across output sets (token_epsilon0 is infinite for a vocabulary of several sets)"
 
     @classmethod
@@ -147,6 +174,8 @@ class CusText(Mechanism):
         if k < 2:
             raise ParameterError(f"custext k must be >= 2 (k = {k}: every word is its own output set, released "
                                  "unchanged)")
+        if artifact is not None and getattr(artifact, "vectors", None) is not None:
+            check_score_range(artifact.vectors, _others.get("metric", "euclidean"))
         if artifact is not None:
             size = int(artifact.vocab_size)
             if k > size:

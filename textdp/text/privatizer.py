@@ -90,8 +90,19 @@ def released_ids(mechanism, ids, rng, vocab_size: int) -> np.ndarray:
     ids must never come from a mechanism, or the input would be released verbatim. Else TextdpError naming the
     mechanism's class and what was wrong (never the words). Cost: one dtype test and one min/max pass over the
     batch's ids (a few microseconds per 4,096 ids, against milliseconds for the draw itself)."""
-    out = mechanism.privatize_ids(ids, rng)
     cls = type(mechanism)
+    try:
+        out = mechanism.privatize_ids(ids, rng)
+    except Exception as exc:
+        from textdp.mechanisms import built_in
+
+        if built_in(cls):
+            raise
+        # Code textdp did not write receives the record's word ids: its message may quote the words, so only the
+        # exception's type is relayed (one line, from None: no cause whose message a runner would log).
+        raise TextdpError(f"the custom mechanism {getattr(cls, 'name', '')!r} ({cls.__module__}.{cls.__qualname__}) raised "
+                          f"{type(exc).__name__} in privatize_ids; its message is not shown (it may quote the record's "
+                          "words): run the class on test ids to see it") from None
     what = f"mechanism {getattr(cls, 'name', '')!r} ({cls.__module__}.{cls.__qualname__}): privatize_ids returned"
     if not isinstance(out, np.ndarray):
         try:
