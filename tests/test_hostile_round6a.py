@@ -145,7 +145,7 @@ def test_an_artifact_built_before_the_figure_gets_it_computed_the_same_way(tiny_
     computed = artifact_neighbour_distance(tiny_artifact_dir, old)
     assert computed["median"] == manifest["neighbour_distance"]["median"]
     assert computed["median"] == neighbour_distance(Artifact(tiny_artifact_dir).vectors)["median"]
-    assert artifact_neighbour_distance("gs://bucket/old", old) is None
+    assert artifact_neighbour_distance(None, old) is None  # a gs:// artifact: no local vectors
     assert scale_warnings(500, None) and not scale_warnings(50, None)
 
 

@@ -164,17 +164,16 @@ def neighbour_distance(vectors: np.ndarray, sample: int = NEIGHBOUR_SAMPLE, bloc
             "rule": "median over evenly spaced words of the Euclidean distance to the nearest other word"}
 
 
-def artifact_neighbour_distance(location: Optional[str], manifest: dict) -> Optional[dict]:
+def artifact_neighbour_distance(directory: Optional[str], manifest: dict) -> Optional[dict]:
     """``neighbour_distance`` of a verified artifact: the manifest's figure, or for an artifact built before it was
-    recorded, the same figure computed from its local vectors (memory-mapped); None for a remote artifact without it."""
+    recorded, the same figure computed from the vectors of its local ``directory`` (memory-mapped); None for an
+    artifact without it whose files are not on this machine (``directory`` None: a gs:// artifact)."""
     figure = manifest.get("neighbour_distance")
     if isinstance(figure, dict) and isinstance(figure.get("median"), (int, float)):
         return figure
-    if location is None or "://" in str(location):
+    if directory is None:
         return None
-    from textdp.artifact.locate import resolve_artifact
-
-    return dict(neighbour_distance(Artifact(resolve_artifact(location), verify=False).vectors), computed="at check time")
+    return dict(neighbour_distance(Artifact(directory, verify=False).vectors), computed="at check time")
 
 
 def _readable_embeddings(source: EmbeddingSource, vocab_size: Optional[int], say: Progress):

@@ -235,16 +235,16 @@ def run_warnings(spec, location: Optional[str], manifest: dict, artifact=None) -
     """(warnings, scale section) of a run, before any worker starts: ``scale_warnings`` on the artifact's figure, and
     for a mechanism that is not built in ``trial_warnings`` from one trial release over ``artifact`` (loaded here
     when not given)."""
-    from textdp.artifact.store import artifact_neighbour_distance
+    from textdp.artifact.gcs import is_gcs_url
+    from textdp.artifact.locate import resolve_artifact
+    from textdp.artifact.store import Artifact, artifact_neighbour_distance
     from textdp.mechanisms import PROBE_IDS, built_in, trial_build
 
-    distance = artifact_neighbour_distance(location, manifest)
+    remote = location is not None and is_gcs_url(location)
+    distance = artifact_neighbour_distance(None if remote else resolve_artifact(location), manifest)
     warnings = scale_warnings(spec.epsilon, distance)
     if not built_in(spec.mechanism_class):
         if artifact is None or not hasattr(artifact, "vectors"):
-            from textdp.artifact.locate import resolve_artifact
-            from textdp.artifact.store import Artifact
-
             artifact = Artifact(resolve_artifact(location), verify=False)
         changed = trial_build(spec.mechanism, artifact, spec.epsilon, **spec.keywords())
         warnings += trial_warnings(changed, min(int(artifact.vocab_size), PROBE_IDS))
