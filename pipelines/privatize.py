@@ -25,7 +25,6 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.flags import (
     MAX_RECORD_BYTES,
-    VACUOUS_EPSILON,
     AmplifierOptions,
     ArtifactOptions,
     LedgerOptions,
@@ -43,6 +42,7 @@ from textdp.artifact.locate import check_unk_marker, verify_artifact
 from textdp.errors import TextdpError
 from textdp.mechanisms import artifact_needs
 from textdp.outputs import OutputGuard, missing_fields
+from textdp.privacy.statements import run_warnings
 from textdp.privacy.summary import FAILED_PREFIX
 from textdp.text.privatizer import check_oov
 from transforms.amplifier import Amplify, SplitAuthorless
@@ -94,6 +94,7 @@ class Checked:
     warnings: List[str]
     guard: Optional[OutputGuard] = None  # run_job locks the outputs with it for the run
     ledger: Optional[LedgerRun] = None  # --ledger (docs/ledger.md)
+    scale: Optional[dict] = None  # epsilon on the artifact's scale (textdp.privacy.statements.scale_section)
 
 
 def _matches(pattern: str) -> List[str]:
@@ -138,7 +139,7 @@ def check(options: PipelineOptions) -> Checked:
     if artifact and not artifact.startswith("gs://") and not os.path.isdir(artifact):
         raise TextdpError(f"--artifact {artifact!r} is not a directory")
     manifest = verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
-    mech.validate_mechanism((opts.epsilon,), artifact, manifest)  # checks that depend on the vocabulary
+    spec = mech.validate_mechanism((opts.epsilon,), artifact, manifest)  # checks that depend on the vocabulary
     check_unk_marker(artifact, options.view_as(OovOptions).oov_policy, options.view_as(OovOptions).unk_token)
     gcs.preflight([opts.input], writes=False)  # gs:// refused in seconds, not after minutes of retries
     gcs.preflight([out.output, opts.public_summary or "", opts.diagnostics_output or ""], writes=True)
@@ -151,13 +152,11 @@ def check(options: PipelineOptions) -> Checked:
     schema = parquet_schema(opts.input, text_fields) if data_format == "parquet" else None  # refuses mismatches
     _check_fields(amplifier, data_format, schema, inputs, text_fields)
     warnings = list(format_warnings)
-    if opts.epsilon > VACUOUS_EPSILON:
-        warnings.append(f"epsilon {opts.epsilon:g} is above {VACUOUS_EPSILON:g}: the bound exp(epsilon * d) exceeds "
-                        f"e^{VACUOUS_EPSILON:g} even for words at distance 1 (GloVe neighbours are 2-5 apart), so it "
-                        "protects nothing, and nearly every word is released unchanged")
+    found, scale = run_warnings(spec, artifact, manifest)  # epsilon on the artifact's scale; a no-op custom mechanism
+    warnings += found
     # last: the key and the ledger (opening a new SQLite ledger creates it, so only once everything else passed)
     ledger = LedgerRun.from_options(options, options.view_as(OovOptions).oov_policy, data_format)
-    return Checked(data_format, text_fields, schema, paths, inputs, guard.earlier, warnings, guard, ledger)
+    return Checked(data_format, text_fields, schema, paths, inputs, guard.earlier, warnings, guard, ledger, scale)
 
 
 SHARD_SAMPLES = ("-00000-of-00001", "-00003-of-00012")  # example shard parts, to compare outputs with each other
@@ -289,7 +288,7 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
         "data_format": data_format, "text_fields": text_fields, "max_record_bytes": opts.max_record_bytes,
         "amplifier_steps": amplifier.steps() if amplify else None, "warnings": checked.warnings,
         "amplification_report": paths["amplification"] if amplify else None,
-        "max_failed_fraction": opts.max_failed_fraction})
+        "max_failed_fraction": opts.max_failed_fraction, "scale": checked.scale})
 
     pipeline = beam.Pipeline(options=options)
     read = pipeline | "Read" >> ReadRecords(opts.input, data_format, text_fields, opts.max_record_bytes,

@@ -24,7 +24,6 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from pipelines.flags import (
     MAX_RECORD_BYTES,
-    VACUOUS_EPSILON,
     AmplifierOptions,
     ArtifactOptions,
     MechanismOptions,
@@ -42,6 +41,7 @@ from textdp.artifact.locate import check_unk_marker, verify_artifact
 from textdp.errors import TextdpError
 from textdp.mechanisms import artifact_needs
 from textdp.outputs import OutputGuard
+from textdp.privacy.statements import run_warnings
 from textdp.text.privatizer import check_oov
 from transforms.io import OUTPUT_SUFFIX, infer_format, matched_paths
 from transforms.privatize import Privatize
@@ -146,17 +146,15 @@ def check(options: PipelineOptions) -> dict:
     if artifact and not artifact.startswith("gs://") and not os.path.isdir(artifact):
         raise TextdpError(f"--artifact {artifact!r} is not a directory")
     manifest = verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
-    mech.validate_mechanism((opts.epsilon,), artifact, manifest)
+    spec = mech.validate_mechanism((opts.epsilon,), artifact, manifest)
     check_unk_marker(artifact, options.view_as(OovOptions).oov_policy, options.view_as(OovOptions).unk_token)
     if opts.input:
         gcs.preflight([opts.input], writes=False)
     gcs.preflight([out.output, opts.public_summary or ""], writes=True)
     guard = _check_outputs(options, data_format)
     warnings = []
-    if opts.epsilon > VACUOUS_EPSILON:
-        warnings.append(f"epsilon {opts.epsilon:g} is above {VACUOUS_EPSILON:g}: the bound exp(epsilon * d) exceeds "
-                        f"e^{VACUOUS_EPSILON:g} even for words at distance 1 (GloVe neighbours are 2-5 apart), so it "
-                        "protects nothing, and nearly every word is released unchanged")
+    found, _ = run_warnings(spec, artifact, manifest)  # epsilon on the artifact's scale; a no-op custom mechanism
+    warnings += found
     # last: the key and the ledger (opening a new SQLite ledger creates it, so only once everything else passed)
     ledger = LedgerRun.from_options(options, options.view_as(OovOptions).oov_policy, data_format)
     return {"data_format": data_format, "text_fields": text_fields, "guard": guard, "warnings": warnings,

@@ -77,9 +77,10 @@ def test_a_vacuous_epsilon_runs_with_a_loud_warning_and_strict_json(tmp_path, sm
     assert cli_main(["privatize", f"--input={source}", f"--output={output}", "--epsilon=500", "--oov-policy=keep",
                      "--shuffle", f"--artifact={small_artifact_dir}"] + RUNNER) == 0
     captured = capsys.readouterr()
-    assert "WARNING: epsilon 500 is above 100" in captured.err and "protects nothing" in captured.out
+    assert "WARNING: epsilon 500 x the artifact's typical nearest-neighbour distance" in captured.err and "protects nothing" in captured.out
     summary = _strict(f"{output}-summary.json")
-    assert len(summary["warnings"]) == 1 and "protects nothing" in summary["warnings"][0]
+    assert len(summary["warnings"]) == 2 and "protects nothing" in summary["warnings"][0]
+    assert summary["warnings"][1].startswith("this run changed no vocabulary word")  # at 500: none changed
     report = _strict(f"{output}-amplification.json")
     assert report["local"]["token_epsilon0"] == "inf"
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 import numbers
 import os
 import threading
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import List, Optional, Sequence
 
@@ -197,10 +198,17 @@ class Privatizer:
             nearest.threads = self.threads
         self._text = TextPrivatizer(self.mechanism, self.artifact.words, self.artifact.word_to_id, oov_policy,
                                     unk_token)
+        self._fresh_generator()  # OS entropy, tagged with this process's id (a forked child draws its own: _after_fork)
+        self.last_stats: dict = {}
+        _LIVE.add(self)
+
+    def _fresh_generator(self) -> None:
+        """A new generator from OS entropy, owned by this process, and a new lock (one inherited through fork may be
+        held by a parent thread that does not exist in the child)."""
         self._rng = np.random.default_rng()  # OS entropy
+        self._rng_pid = os.getpid()
         self._lock = threading.Lock()  # one call at a time: the tokenizer's memo and the generator are not shared
         self._owner: Optional[int] = None  # the thread inside a call (a re-entrant call is refused, never a hang)
-        self.last_stats: dict = {}
 
     def __getstate__(self) -> dict:
         return dict(self._arguments)
@@ -240,6 +248,8 @@ class Privatizer:
         if self._owner == threading.get_ident():
             raise TextdpError("privatize was called again from inside a call of the same Privatizer on the "
                                    "same thread (it would wait for itself forever); finish one call first")
+        if self._rng_pid != os.getpid():  # a copy inherited through fork: never the parent's noise (F12)
+            self._fresh_generator()
         with self._lock:
             self._owner = threading.get_ident()
             try:
@@ -429,7 +439,8 @@ class Privatizer:
             nearest.threads = self.threads
         clone._text = TextPrivatizer(mechanism, self.artifact.words, self.artifact.word_to_id, self.oov_policy,
                                      self.unk_token)
-        clone._rng, clone._lock, clone._owner, clone.last_stats = np.random.default_rng(), threading.Lock(), None, {}
+        clone._fresh_generator()
+        clone.last_stats = {}
         return clone
 
     # --- describing ---------------------------------------------------------------------------------
@@ -443,4 +454,20 @@ class Privatizer:
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.parameters().items())
         return f"Privatizer({params})"
+
+
+# Every Privatizer of this process: a child made by fork (multiprocessing's default start method on Linux,
+# ProcessPoolExecutor, os.fork) re-creates each one's generator from fresh OS entropy before it runs any code, so two
+# children never release the same noise (round 6, F12). privatize() also compares the process id with the one that
+# drew the generator (a fork that skipped Python's at-fork hooks, a pid reused by a grandchild).
+_LIVE: "weakref.WeakSet[Privatizer]" = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for privatizer in list(_LIVE):
+        privatizer._fresh_generator()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 

@@ -256,6 +256,6 @@ class WriteSummary(beam.DoFn):
             public = build_public_summary(
                 records_out=summary["records"]["out"], output=context["output"], data_format=context["data_format"],
                 text_fields=context["text_fields"], amplifier_steps=context.get("amplifier_steps"),
-                amplification=amplification[0] if amplification else None, **common)
+                amplification=amplification[0] if amplification else None, tokens=summary["tokens"], **common)
             write_json(self.public_path, public)
         yield self.summary_path

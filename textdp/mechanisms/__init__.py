@@ -475,22 +475,25 @@ def built_in(cls) -> bool:
 PROBE_IDS = 64  # vocabulary ids a launcher releases once with a mechanism that is not built in, before the run
 
 
-def trial_build(reference, artifact, epsilon: float, **params) -> None:
+def trial_build(reference, artifact, epsilon: float, **params) -> Optional[int]:
     """Build a mechanism that is not one of textdp's built-in ones once over the loaded ``artifact`` and release
     its first PROBE_IDS vocabulary ids (``textdp.text.privatizer.released_ids``: integer ids, one per input, each in
     the vocabulary), so that a constructor that raises or a ``privatize_ids`` that returns something else is
     refused on the launcher in one line (TextdpError), not in a worker. Built-in mechanisms are trusted and not
-    built here. Cost: one construction of the user's class and one call on 64 ids, on the launcher."""
+    built here. Cost: one construction of the user's class and one call on 64 ids, on the launcher.
+    Returns how many of the probe ids were released as another id (None for a built-in mechanism): 0 means the
+    mechanism acted as the identity on every probe (``textdp.privacy.statements.trial_warnings``)."""
     import numpy as np
 
     from textdp.text.privatizer import released_ids
 
     if built_in(mechanism_class(reference)):
-        return
+        return None
     mechanism = make_mechanism(reference, artifact, epsilon, **params)
     size = int(artifact.vocab_size)
+    probe = np.arange(min(size, PROBE_IDS), dtype=np.int64)
     try:
-        released_ids(mechanism, np.arange(min(size, PROBE_IDS), dtype=np.int64), np.random.default_rng(), size)
+        return int(np.count_nonzero(released_ids(mechanism, probe, np.random.default_rng(), size) != probe))
     except TextdpError:
         raise
     except Exception as exc:  # the user's privatize_ids

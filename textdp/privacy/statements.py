@@ -178,3 +178,92 @@ def unbounded_epsilon0_reason(oov_policy: str, mechanism_coverage: Optional[dict
         return "--oov-policy keep releases words outside the vocabulary unchanged"
     reason = (mechanism_coverage or {}).get("reason") if isinstance(mechanism_coverage, dict) else None
     return reason or "the mechanism claims no finite bound over the whole vocabulary"
+
+
+# --- parameters that make the mechanism, in effect, the identity (round 6: F4, F3) ---------------------------------
+# One home for the launcher's "this run protects nothing" warnings (pipelines/privatize.py and pipelines/streaming.py
+# call ``run_warnings``) and for the end-of-run one (``no_change_warning``, in the operator's summary).
+
+VACUOUS_EXPONENT = 100.0  # exp(epsilon * d) above e^100 between a word and its nearest neighbour protects nothing
+
+
+def scale_section(epsilon: float, distance: Optional[dict]) -> dict:
+    """The run's epsilon on the artifact's own scale: ``epsilon * d``, d the artifact's typical nearest-neighbour
+    distance (``textdp.artifact.store.neighbour_distance``), the exponent of the bound exp(epsilon * d) between a
+    word and its nearest neighbour. For the summary (a figure of the artifact and the flags, none of the input)."""
+    if distance is None:
+        return {"neighbour_distance": None, "epsilon_times_neighbour_distance": None,
+                "statement": "the artifact records no typical neighbour distance (a remote artifact built before it was "
+                             "recorded): epsilon could not be related to its scale; rebuild it with build-index"}
+    d = float(distance["median"])
+    exponent = float(epsilon) * d
+    return {"neighbour_distance": d, "epsilon_times_neighbour_distance": exponent,
+            "statement": (f"epsilon {epsilon:g} x the artifact's typical nearest-neighbour distance {d:.4g} = "
+                          f"{exponent:.4g}: a word and its nearest neighbour are told apart by at most the factor "
+                          f"exp({exponent:.4g})")}
+
+
+def scale_warnings(epsilon: float, distance: Optional[dict]) -> list:
+    """One line when epsilon is vacuous on this artifact's scale: epsilon * (typical nearest-neighbour distance) above
+    VACUOUS_EXPONENT. Without the figure (a remote artifact built before it was recorded), epsilon itself against
+    VACUOUS_EXPONENT, as for distances of 1."""
+    if distance is None:
+        if epsilon > VACUOUS_EXPONENT:
+            return [f"epsilon {epsilon:g} is above {VACUOUS_EXPONENT:g}: the bound exp(epsilon * d) exceeds "
+                    f"e^{VACUOUS_EXPONENT:g} even for words at distance 1, so it protects nothing, and nearly every "
+                    "word is released unchanged"]
+        return []
+    exponent = float(epsilon) * float(distance["median"])
+    if exponent <= VACUOUS_EXPONENT:
+        return []
+    return [f"epsilon {epsilon:g} x the artifact's typical nearest-neighbour distance {float(distance['median']):.4g} "
+            f"= {exponent:.4g} is above {VACUOUS_EXPONENT:g}: the bound exp(epsilon * d) exceeds e^{VACUOUS_EXPONENT:g} "
+            "even between a word and its nearest neighbour, so it protects nothing, and nearly every word is released "
+            "unchanged (choose epsilon on this artifact's scale)"]
+
+
+def trial_warnings(changed: Optional[int], probes: int) -> list:
+    """One line when the launcher's trial release (``textdp.mechanisms.trial_build``, a mechanism that is not built
+    in) changed none of its ``probes`` vocabulary ids: the mechanism acts as the identity at these settings."""
+    if changed is None or changed > 0 or probes <= 0:
+        return []
+    return [f"the mechanism released each of the {probes} vocabulary words of the launcher's trial as itself: at these "
+            "settings it acts as the identity, and the guarantee it declares is not what the output shows"]
+
+
+def run_warnings(spec, location: Optional[str], manifest: dict, artifact=None) -> tuple:
+    """(warnings, scale section) of a run, before any worker starts: ``scale_warnings`` on the artifact's figure, and
+    for a mechanism that is not built in ``trial_warnings`` from one trial release over ``artifact`` (loaded here
+    when not given)."""
+    from textdp.artifact.gcs import is_gcs_url
+    from textdp.artifact.locate import resolve_artifact
+    from textdp.artifact.store import Artifact, artifact_neighbour_distance
+    from textdp.mechanisms import PROBE_IDS, built_in, trial_build
+
+    remote = location is not None and is_gcs_url(location)
+    distance = artifact_neighbour_distance(None if remote else resolve_artifact(location), manifest)
+    warnings = scale_warnings(spec.epsilon, distance)
+    if not built_in(spec.mechanism_class):
+        if artifact is None or not hasattr(artifact, "vectors"):
+            artifact = Artifact(resolve_artifact(location), verify=False)
+        changed = trial_build(spec.mechanism, artifact, spec.epsilon, **spec.keywords())
+        warnings += trial_warnings(changed, min(int(artifact.vocab_size), PROBE_IDS))
+    return warnings, scale_section(spec.epsilon, distance)
+
+
+def no_change_warning(tokens: int, changed: int, unknown: int, oov_policy: str, public: bool = False) -> list:
+    """One line when the run released every vocabulary word of its input as itself. Exact from the run's counters:
+    an unknown word counts as changed under the random and unk policies (it is replaced) and as unchanged under keep,
+    so the vocabulary words changed are ``changed - unknown`` (random, unk) or ``changed`` (keep). ``public``: the
+    sentence without the count (a figure of the raw input), for the publishable summary."""
+    known = int(tokens) - int(unknown)
+    known_changed = int(changed) - (int(unknown) if oov_policy != "keep" else 0)
+    if known <= 0 or known_changed > 0:
+        return []
+    if public:
+        return ["this run changed no vocabulary word: every word of the input that the vocabulary has was released as "
+                "itself (the guarantee's formula holds, but at these settings the mechanism acted as the identity on "
+                "this input: the released vocabulary words are the input's)"]
+    return [f"this run changed no vocabulary word: all {known:,} words of the input that the vocabulary has were "
+            "released as themselves (the guarantee's formula holds, but at these settings the mechanism acted as the "
+            "identity on this input)"]

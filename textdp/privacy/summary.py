@@ -26,6 +26,7 @@ from textdp.privacy.statements import (
     STRUCTURE_STATEMENT,
     coverage_statement,
     errors_statement,
+    no_change_warning,
     oov_statement,
     records_statement,
     seed_statement,
@@ -152,7 +153,7 @@ def build_summary(counts: Dict[str, int], *, input_pattern: str, output: str, er
                   max_record_bytes: int, amplifier_steps: Optional[dict] = None,
                   amplification_report: Optional[str] = None, public_summary: Optional[str] = None,
                   warnings: Sequence[str] = (), extra: Optional[dict] = None,
-                  max_failed_fraction: Optional[float] = None) -> dict:
+                  max_failed_fraction: Optional[float] = None, scale: Optional[dict] = None) -> dict:
     """The operator's summary for one run, from the counters combined in the pipeline. With
     ``max_failed_fraction`` (privatize's flag) also ``failure_check``: the threshold and whether it was exceeded."""
     tokens = int(counts.get("tokens", 0))
@@ -186,8 +187,10 @@ def build_summary(counts: Dict[str, int], *, input_pattern: str, output: str, er
         "seed": seed,
         "privacy": privacy_section(mechanism_statement, oov_policy, unk_token, unknown, seed is not None,
                                    amplifier_steps, amplification_report),
-        "warnings": list(warnings),
+        "warnings": list(warnings) + no_change_warning(tokens, changed, unknown, oov_policy),
     }
+    if scale is not None:  # epsilon on the artifact's own scale (textdp.privacy.statements.scale_section)
+        summary["epsilon_scale"] = scale
     if max_failed_fraction is not None:
         summary["failure_check"] = failure_check(summary["records"], max_failed_fraction)
     summary["raw_data_figures"]["figures"] = [
@@ -254,8 +257,10 @@ def public_amplification(section: dict) -> dict:
 def build_public_summary(*, records_out: int, output: str, data_format: str, text_fields,
                          mechanism_parameters: dict, mechanism_statement: dict, artifact: dict, oov_policy: str,
                          unk_token: str, seed: Optional[int], amplifier_steps: Optional[dict] = None,
-                         amplification: Optional[dict] = None, warnings: Sequence[str] = ()) -> dict:
-    """The publishable summary: only what the guarantee covers or the output itself shows."""
+                         amplification: Optional[dict] = None, warnings: Sequence[str] = (),
+                         tokens: Optional[dict] = None) -> dict:
+    """The publishable summary: only what the guarantee covers or the output itself shows. ``tokens``: the operator
+    summary's token counts, read only to say (without any count) when the run changed no vocabulary word."""
     document = {
         "textdp_version": __version__,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -274,7 +279,8 @@ def build_public_summary(*, records_out: int, output: str, data_format: str, tex
         "seed_used": seed is not None,
         "privacy": privacy_section(mechanism_statement, oov_policy, unk_token, None, seed is not None,
                                    amplifier_steps, None),
-        "warnings": list(warnings),
+        "warnings": list(warnings) + (no_change_warning(tokens["total"], tokens["changed"], tokens["unknown"],
+                                                         oov_policy, public=True) if tokens else []),
     }
     if amplification is not None:
         document["amplification"] = public_amplification(amplification)
