@@ -38,6 +38,7 @@ from textdp.mechanisms import (  # noqa: F401
 )
 from textdp.mechanisms.base import SEARCH_BATCH_TOKENS, TABLE_BATCH_TOKENS
 from textdp.privacy import accounting
+from textdp.privacy.statements import VACUOUS_EXPONENT
 from textdp.privacy.summary import DEFAULT_MAX_FAILED_FRACTION
 from textdp.spec import PrivacySpec
 from textdp.text.privatizer import OOV_POLICIES
@@ -49,7 +50,6 @@ FORMATS = ("text", "jsonl", "parquet")
 DEFAULT_MAX_RECORD_BYTES = 1_000_000
 MAX_RECORD_BYTES = 1 << 30  # the readers hold a record in memory; beyond 1 GiB their line buffer overflows
 DEFAULT_BATCH_RECORDS = 1024
-VACUOUS_EPSILON = 100.0
 DEFAULT_EPSILONS = "1,2,5,10,20"
 DEFAULT_WORDS = 1000
 DEFAULT_K = 100
@@ -215,8 +215,8 @@ class PrivatizeOptions(PipelineOptions):
         parser.add_argument(
             "--epsilon", dest="epsilon", type=float, default=None,
             help=f"privacy parameter epsilon, {EPSILON_RANGE_HELP} (per unit of embedding "
-                 f"distance; smaller = more private). Above {VACUOUS_EPSILON:g} the guarantee is vacuous and the "
-                 "summary and console say so")
+                 f"distance; smaller = more private). When epsilon x the artifact's typical nearest-neighbour distance is "
+                 f"above {VACUOUS_EXPONENT:g} the guarantee is vacuous and the summary and console say so")
         parser.add_argument(
             "--max-record-bytes", "--max_record_bytes", dest="max_record_bytes", type=int,
             default=DEFAULT_MAX_RECORD_BYTES,
