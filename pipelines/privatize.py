@@ -156,7 +156,7 @@ def check(options: PipelineOptions) -> Checked:
                         f"e^{VACUOUS_EPSILON:g} even for words at distance 1 (GloVe neighbours are 2-5 apart), so it "
                         "protects nothing, and nearly every word is released unchanged")
     # last: the key and the ledger (opening a new SQLite ledger creates it, so only once everything else passed)
-    ledger = LedgerRun.from_options(options, options.view_as(OovOptions).oov_policy, data_format)
+    ledger = LedgerRun.from_options(options, options.view_as(OovOptions).oov_policy, data_format, guard=guard)
     return Checked(data_format, text_fields, schema, paths, inputs, guard.earlier, warnings, guard, ledger)
 
 

@@ -158,7 +158,7 @@ def check(options: PipelineOptions) -> dict:
                         f"e^{VACUOUS_EPSILON:g} even for words at distance 1 (GloVe neighbours are 2-5 apart), so it "
                         "protects nothing, and nearly every word is released unchanged")
     # last: the key and the ledger (opening a new SQLite ledger creates it, so only once everything else passed)
-    ledger = LedgerRun.from_options(options, options.view_as(OovOptions).oov_policy, data_format)
+    ledger = LedgerRun.from_options(options, options.view_as(OovOptions).oov_policy, data_format, guard=guard)
     return {"data_format": data_format, "text_fields": text_fields, "guard": guard, "warnings": warnings,
             "amplifier": amplifier, "ledger": ledger}
 
