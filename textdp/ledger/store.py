@@ -153,6 +153,8 @@ class Ledger:
         self.created = False  # True when this open made a new ledger
         url = ledger_url(location)
         self.file = sqlite_file(location)  # refuses an in-memory SQLite database
+        if require_new is not None:
+            create = require_new
         if self.file is not None:
             folder = os.path.dirname(self.file)
             if not os.path.isdir(folder):
@@ -177,8 +179,6 @@ class Ledger:
             names = set(inspect(self.engine).get_table_names())
             ours = {table.name for table in self.metadata.sorted_tables}  # version 1's tables
             self.windows, self.window_releases = _window_tables(self.metadata)
-            if require_new is not None:
-                create = require_new
             if require_new and names & ours:
                 raise LedgerError(f"--ledger {self.shown!r} already holds a textdp ledger and --ledger-create asks for a "
                                   "new one: drop --ledger-create to use it, or give a new path")
