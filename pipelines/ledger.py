@@ -262,9 +262,9 @@ class LedgerRun:
         try:
             gone = self.ledger.still_here()
             if gone is not None:  # deleted or replaced since the reservation: never committed to another ledger
-                self.outcome = (f"ledger: run {self.run_id} was not committed: --ledger {self.shown} is not the ledger "
+                self.outcome = (f"ledger: run {self.run_id} is counted in no ledger: --ledger {self.shown} is not the ledger "
                                 f"this run reserved ({gone}); the run stays pending in that ledger and its release "
-                                f"file {release_path(self.output)} counts in no ledger: restore the ledger, then run "
+                                f"file {release_path(self.output)} holds what it released: restore the ledger, then run "
                                 "`textdp ledger reconcile`")
                 return [self.outcome]
             run = self.ledger.run(self.run_id)

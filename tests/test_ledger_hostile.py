@@ -142,7 +142,7 @@ def test_missing_ledger_needs_create(tmp_path):
 @pytest.mark.parametrize("how", ["deleted", "replaced"])
 def test_ledger_gone_during_run_is_not_committed(tmp_path, how):
     """F11: the ledger deleted (or replaced by another ledger of the same key) between the reservation and the
-    commit: the run says in one line that it was not committed, and neither a new ledger nor the replacement
+    commit: the run fails, saying in one line that it is counted in no ledger, and neither a new ledger nor the replacement
     counts it."""
     ledger = str(tmp_path / "L.sqlite")
     Ledger(ledger, FP).close()
@@ -166,7 +166,7 @@ def test_ledger_gone_during_run_is_not_committed(tmp_path, how):
         out, err = first.communicate(timeout=300)
     err = err.decode()
     assert first.returncode != 0, err
-    assert "was not committed" in err and "is not the ledger this run reserved" in err, err
+    assert "is counted in no ledger" in err and "is not the ledger this run reserved" in err, err
     assert os.path.exists(ledger) == (how == "replaced")
     if how == "replaced":
         store = Ledger(ledger, FP)
