@@ -228,3 +228,26 @@ def test_budget_below_one_word_refused_before_run(tmp_path):
     code, _, err = cli(run_args(tmp_path, "r", ledger, "--author-budget", "1e-320", "--ledger-create"))
     one_line_refusal(code, err, "is below --epsilon 1")
     assert not os.path.exists(ledger) and not glob.glob(str(tmp_path / "r*"))
+
+
+def test_status_of_an_older_ledger_says_who_is_above_its_budget(tmp_path, capsys):
+    """F1, a ledger written before textdp kept its budget (the red team's L1: runs capped at 12, then uncapped
+    ones took authors to 40): its budget is the smallest of its committed runs', and `ledger status` says how many
+    authors are ABOVE it instead of calling them "at the budget"; a new run without --author-budget is capped by it."""
+    from sqlalchemy import delete, update
+
+    from pipelines.ledger import run as ledger_command
+
+    location = str(tmp_path / "L.sqlite")
+    store = Ledger(location, FP)
+    store.reserve("r0", 1.0, "madlib", None, str(tmp_path / "x"), "jsonl")
+    store.commit("r0", 1.0, "madlib", [("h1", 40, 4, 0), ("h2", 12, 1, 0)])
+    with store.engine.begin() as conn:  # as an older textdp left it: the budget only in the run's row
+        conn.execute(update(store.runs).where(store.runs.c.run_id == "r0").values(budget=12.0))
+        conn.execute(delete(store.meta).where(store.meta.c.name == "author_budget"))
+    assert store.budget() == 12.0 and store.resolve_budget(None) == 12.0
+    store.close()
+    (tmp_path / "ledger.key").write_bytes(KEY)
+    assert ledger_command(["status", "--ledger", location, "--ledger-key-file", str(tmp_path / "ledger.key")]) == 0
+    out = capsys.readouterr().out
+    assert "1 at the budget 12; 1 ABOVE it" in out and "budget: 12 (the ledger's" in out, out
