@@ -378,7 +378,7 @@ class LedgerOptions(PipelineOptions):
         parser.add_argument(
             "--ledger", dest="ledger", default=None, metavar="PATH_OR_URL",
             help="record per author (by a keyed hash of the --user-field value, never the value) what this run "
-                 "released: a file path (an embedded SQLite ledger, created if missing) or an SQLAlchemy URL of a "
+                 "released: a file path (an embedded SQLite ledger; a new one needs --ledger-create) or an SQLAlchemy URL of a "
                  "shared database (postgresql+psycopg://user@host/db; pip install textdp[ledger-postgres]). "
                  "Batch: committed after the run's outputs are written; --streaming: each window decided before its files "
                  "are written and counted from then on (docs/ledger.md). Needs --user-field")
@@ -394,6 +394,10 @@ class LedgerOptions(PipelineOptions):
         parser.add_argument(
             "--ledger-run-id", "--ledger_run_id", dest="ledger_run_id", default=None, metavar="ID",
             help="this run's id in the ledger (default: a new random one); a run id is used once")
+        parser.add_argument(
+            "--ledger-create", "--ledger_create", dest="ledger_create", action="store_true", default=False,
+            help="start a new ledger at --ledger (every author at 0); refused if it already holds one. Without it a "
+                 "--ledger that does not exist is refused (a mistyped path would reset every author)")
 
 
 class EpsilonGridOptions(PipelineOptions):

@@ -159,29 +159,35 @@ def report_line(summary: dict) -> Optional[str]:
 class LedgerRun:
     """The ledger of one privatize run (``--ledger``); ``None`` from ``LedgerRun.from_options`` without it."""
 
-    def __init__(self, location: str, key: bytes, budget: Optional[float], run_id: str, user_field: str):
-        self.location, self.key, self.budget, self.run_id = location, key, budget, run_id
+    def __init__(self, location: str, key: bytes, budget: Optional[float], run_id: str, user_field: str,
+                 create: Optional[bool] = None):
+        self.location, self.key, self.run_id = location, key, run_id
         self.user_field = user_field
         self.fingerprint = key_fingerprint(key)
         self.shown = shown_url(location)
-        self.ledger = Ledger(location, self.fingerprint)  # refuses a corrupt ledger, another schema or key, now
+        # refuses a corrupt ledger, another schema or key, a missing one without --ledger-create, now
+        self.ledger = Ledger(location, self.fingerprint, require_new=create)
+        self.budget = self.ledger.resolve_budget(budget)  # the ledger's budget (docs/ledger.md)
         self.reserved = False
         self.outcome: Optional[str] = None
         self.output = self.data_format = self.public_summary = None
         self.streaming = False
 
     @classmethod
-    def from_options(cls, options, oov_policy: str, data_format: str) -> Optional["LedgerRun"]:
+    def from_options(cls, options, oov_policy: str, data_format: str, guard=None) -> Optional["LedgerRun"]:
+        """The one check of the ledger flags, batch and --streaming (one-line refusals, before any worker starts),
+        then the ledger opened (or created, with --ledger-create). ``guard``: the run's output guard, every output
+        and input registered: the ledger may be none of them (checked before the ledger is created)."""
         from apache_beam.options.pipeline_options import StandardOptions
 
-        from pipelines.flags import AmplifierOptions, LedgerOptions
+        from pipelines.flags import AmplifierOptions, LedgerOptions, PrivatizeOptions
         from pipelines.jobs import is_local
 
         opts = options.view_as(LedgerOptions)
         user_field = options.view_as(AmplifierOptions).user_field
         if not opts.ledger:
             for flag, value in (("--author-budget", opts.author_budget), ("--ledger-key-file", opts.ledger_key_file),
-                                ("--ledger-run-id", opts.ledger_run_id)):
+                                ("--ledger-run-id", opts.ledger_run_id), ("--ledger-create", opts.ledger_create or None)):
                 if value is not None:
                     raise TextdpError(f"{flag} needs --ledger (the database that records each author's releases)")
             return None
@@ -200,11 +206,19 @@ class LedgerRun:
         budget = opts.author_budget
         if budget is not None and not (budget > 0 and budget < float("inf")):
             raise TextdpError(f"--author-budget must be a finite number > 0, got {budget:g}")
+        epsilon = options.view_as(PrivatizeOptions).epsilon
+        refuse_budget_below_epsilon(budget, epsilon, "--author-budget")
+        if guard is not None:
+            guard_ledger(guard, opts.ledger)
         run_id = opts.ledger_run_id or f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:12]}"
         if not 1 <= len(run_id) <= 128 or not all(c.isalnum() or c in "-_.:" for c in run_id):
             raise TextdpError("--ledger-run-id must be 1 to 128 letters, digits or -_.:")
         key = load_key(opts.ledger_key_file)
-        run = cls(opts.ledger, key, budget, run_id, user_field)
+        run = cls(opts.ledger, key, budget, run_id, user_field, create=bool(opts.ledger_create))
+        if run.ledger.created:
+            print(f"textdp privatize: ledger: created a new ledger at {run.shown} (--ledger-create): every author starts "
+                  "at epsilon-mass 0", file=sys.stderr)
+        refuse_budget_below_epsilon(run.budget, epsilon, "the ledger's budget")
         if run.ledger.run(run_id) is not None:
             raise LedgerError(f"run id {run_id!r} is already in the ledger; each release needs a new run id")
         return run
@@ -246,6 +260,13 @@ class LedgerRun:
         if os.environ.get(KILL_ENV) and _exists(release_path(self.output)):  # test-only: killed right here
             os.kill(os.getpid(), signal.SIGKILL)
         try:
+            gone = self.ledger.still_here()
+            if gone is not None:  # deleted or replaced since the reservation: never committed to another ledger
+                self.outcome = (f"ledger: run {self.run_id} is counted in no ledger: --ledger {self.shown} is not the ledger "
+                                f"this run reserved ({gone}); the run stays pending in that ledger and its release "
+                                f"file {release_path(self.output)} holds what it released: restore the ledger, then run "
+                                "`textdp ledger reconcile`")
+                return [self.outcome]
             run = self.ledger.run(self.run_id)
             self.outcome = settle_run(self.ledger, run) if run and run["state"] == PENDING else None
             if self.outcome and "committed" in self.outcome and not self.streaming:
@@ -262,6 +283,43 @@ class LedgerRun:
 
     def committed(self) -> bool:
         return bool(self.outcome) and " committed" in self.outcome
+
+
+def refuse_budget_below_epsilon(budget: Optional[float], epsilon: Optional[float], what: str) -> None:
+    """A budget below one word's epsilon-mass (epsilon x 1 token) releases no word: refused before the run."""
+    from textdp.ledger.budget import exact
+
+    if budget is None or epsilon is None or not epsilon > 0:
+        return
+    if exact(budget) < exact(epsilon):
+        raise TextdpError(f"{what} {budget:g} is below --epsilon {epsilon:g}, the epsilon-mass of one released word: no "
+                          "record with a word could be released (docs/ledger.md)")
+
+
+def guard_ledger(guard, location: str) -> None:
+    """The ledger file (an embedded SQLite ledger, and its -journal/-wal/-shm files) against the run's outputs and
+    inputs, registered with its output guard: refused in one line before the ledger is opened or created."""
+    from textdp.ledger.store import sqlite_file
+    from textdp.outputs import identity, pattern_matches, real_path
+
+    path = sqlite_file(location)  # refuses an in-memory SQLite URL
+    if path is None:
+        return
+    real = real_path(path)
+    shown = shown_url(location)
+    names = [real] + [real + suffix for suffix in ("-journal", "-wal", "-shm")]
+    for out in guard.outputs:
+        if any(out.catches(name) for name in names):
+            raise TextdpError(f"--ledger {shown} is one of this run's outputs ({out.what}, {out.flag} {out.label}): "
+                              "give the ledger a path of its own")
+    found = identity(path)
+    for flag, name in guard.inputs:
+        if name in names or (found is not None and identity(name) == found):
+            raise TextdpError(f"--ledger {shown} is a file {flag} reads: give the ledger a path of its own")
+    for flag, pattern in guard.input_patterns:
+        if any(pattern_matches(pattern, name) for name in names):
+            raise TextdpError(f"{flag} {pattern} matches --ledger {shown} (or its journal), which this run writes: it "
+                              f"would be read as input; narrow {flag} or keep the ledger elsewhere")
 
 
 def _hold(path: str) -> None:
@@ -298,12 +356,17 @@ help_parser = build_parser  # the job's --help (templates/jobs.py derives its pa
 def status(ledger: Ledger) -> dict:
     runs = ledger.runs_list()
     spent = ledger.spent()
+    from textdp.ledger.budget import exact
+
     budgets = {run["budget"] for run in runs if run["state"] == COMMITTED and run["budget"] is not None}
-    budget = min(budgets) if budgets else None
+    budget = ledger.budget()  # the ledger's (docs/ledger.md, "The budget is the ledger's")
+    dist = mass_distribution(spent.values(), budget)
+    if budget is not None:  # a ledger capped only after uncapped or larger-budget runs (before textdp kept its budget)
+        dist["above_cap"] = sum(1 for mass in spent.values() if mass > exact(budget))
     return {"ledger": ledger.shown, "runs": {state: sum(1 for r in runs if r["state"] == state)
                                              for state in (COMMITTED, PENDING, DISCARDED)},
             "pending": [r["run_id"] for r in runs if r["state"] == PENDING],
-            "cumulative_mass": mass_distribution(spent.values(), budget), "smallest_budget": budget,
+            "cumulative_mass": dist, "author_budget": budget, "smallest_budget": min(budgets) if budgets else None,
             "recent": [{k: r[k] for k in ("run_id", "state", "reserved_at", "epsilon", "mechanism", "budget", "authors",
                                           "records", "withheld")} for r in runs[-10:]]}
 
@@ -330,8 +393,13 @@ def run(argv: Optional[List[str]] = None) -> int:
                     print(f"pending: {run_id} (settle with `textdp ledger reconcile`)")
                 print(f"authors: {dist['authors']}" + ("" if not dist["authors"] else
                       f"; cumulative epsilon-mass min {dist['min']:g}, median {dist['median']:g}, p95 {dist['p95']:g}, "
-                      f"max {dist['max']:g}" + (f"; {dist['at_cap']} at the budget {found['smallest_budget']:g}"
-                                                 if "at_cap" in dist else "")))
+                      f"max {dist['max']:g}" + (f"; {dist['at_cap'] - dist['above_cap']} at the budget "
+                                                 f"{found['author_budget']:g}" if "at_cap" in dist else "")
+                      + (f"; {dist['above_cap']} ABOVE it (released before the ledger kept its budget)"
+                         if dist.get("above_cap") else "")))
+                print("budget: " + (f"{found['author_budget']:g} (the ledger's: every run is capped by it)"
+                                    if found["author_budget"] is not None else
+                                    "none yet (the first run with --author-budget sets it)"))
             return 0
         if args.discard:
             run_ = ledger.run(args.discard)

@@ -155,7 +155,7 @@ def check(options: PipelineOptions) -> Checked:
     found, scale = run_warnings(spec, artifact, manifest)  # epsilon on the artifact's scale; a no-op custom mechanism
     warnings += found
     # last: the key and the ledger (opening a new SQLite ledger creates it, so only once everything else passed)
-    ledger = LedgerRun.from_options(options, options.view_as(OovOptions).oov_policy, data_format)
+    ledger = LedgerRun.from_options(options, options.view_as(OovOptions).oov_policy, data_format, guard=guard)
     return Checked(data_format, text_fields, schema, paths, inputs, guard.earlier, warnings, guard, ledger, scale)
 
 

@@ -156,7 +156,7 @@ def check(options: PipelineOptions) -> dict:
     found, _ = run_warnings(spec, artifact, manifest)  # epsilon on the artifact's scale; a no-op custom mechanism
     warnings += found
     # last: the key and the ledger (opening a new SQLite ledger creates it, so only once everything else passed)
-    ledger = LedgerRun.from_options(options, options.view_as(OovOptions).oov_policy, data_format)
+    ledger = LedgerRun.from_options(options, options.view_as(OovOptions).oov_policy, data_format, guard=guard)
     return {"data_format": data_format, "text_fields": text_fields, "guard": guard, "warnings": warnings,
             "amplifier": amplifier, "ledger": ledger}
 

@@ -223,6 +223,22 @@ def write_corpus(path, rows):
                                      "text": " ".join(WORDS[i % len(WORDS)] for i in range(words))}) + "\n")
 
 
+def create_flag(ledger):
+    """``--ledger-create`` when ``ledger`` holds no ledger yet (a new ledger needs it: docs/ledger.md)."""
+    from sqlalchemy import create_engine, inspect
+
+    from textdp.ledger.store import ledger_url, sqlite_file
+
+    path = sqlite_file(ledger)
+    if path is not None:
+        return [] if os.path.exists(path) and os.path.getsize(path) else ["--ledger-create"]
+    engine = create_engine(ledger_url(ledger))
+    try:
+        return [] if "textdp_ledger_meta" in inspect(engine).get_table_names() else ["--ledger-create"]
+    finally:
+        engine.dispose()
+
+
 def privatize(tmp_path, name, corpus, ledger, epsilon, budget, *extra):
     from pipelines.cli import main
 
@@ -230,7 +246,7 @@ def privatize(tmp_path, name, corpus, ledger, epsilon, budget, *extra):
     key.write_bytes(KEY)
     argv = ["privatize", "--input", str(corpus), "--output", str(tmp_path / name), "--epsilon", str(epsilon),
             "--artifact", ART300, "--user-field", "author", "--ledger", ledger, "--ledger-key-file", str(key),
-            "--runner", "FnApiRunner", "--public-summary", str(tmp_path / f"{name}-public.json")]
+            "--runner", "FnApiRunner", "--public-summary", str(tmp_path / f"{name}-public.json"), *create_flag(ledger)]
     if budget is not None:
         argv += ["--author-budget", str(budget)]
     return main(argv + list(extra))

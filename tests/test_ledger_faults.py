@@ -25,7 +25,7 @@ from fractions import Fraction
 import pytest
 
 from pipelines.ledger import LedgerRun
-from tests.test_ledger import ART300, KEY, ledger_location, postgres_server, read_jsonl, write_corpus  # noqa: F401
+from tests.test_ledger import ART300, KEY, create_flag, ledger_location, postgres_server, read_jsonl, write_corpus  # noqa: F401
 from textdp.ledger import Ledger, author_hash, key_fingerprint
 from textdp.text.records import author_identity
 
@@ -43,7 +43,7 @@ def argv(tmp_path, name, ledger, budget=1.0, epsilon=0.1, run_id=None, folder=No
         output = tmp_path / folder / name
     args = ["privatize", "--input", str(tmp_path / f"{name}.jsonl"), "--output", str(output),
             "--epsilon", str(epsilon), "--artifact", ART300, "--user-field", "author", "--ledger", ledger,
-            "--ledger-key-file", str(key), "--author-budget", str(budget), "--runner", "FnApiRunner"]
+            "--ledger-key-file", str(key), "--author-budget", str(budget), "--runner", "FnApiRunner", *create_flag(ledger)]
     return args + (["--ledger-run-id", run_id] if run_id else [])
 
 

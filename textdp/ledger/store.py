@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import datetime
 import os
+import uuid
+import warnings
 from fractions import Fraction
 from typing import Dict, Iterable, List, Optional, Tuple
 
@@ -36,6 +38,7 @@ from textdp.ledger.budget import spent_by_author
 SCHEMA_VERSION = "2"  # 2: the streaming windows' tables (a version-1 ledger is upgraded when opened)
 READABLE_VERSIONS = ("1", SCHEMA_VERSION)
 PENDING, COMMITTED, DISCARDED = "pending", "committed", "discarded"
+LEDGER_ID, BUDGET = "ledger_id", "author_budget"  # meta rows: the ledger's identity, the ledger's budget
 
 
 class LedgerError(TextdpError):
@@ -49,16 +52,47 @@ def ledger_url(location: str) -> str:
     return "sqlite:///" + os.path.abspath(os.path.expanduser(location))
 
 
+SECRET_QUERY = ("pass", "secret", "token", "cred", "auth")  # query keys dropped from a shown URL (?password=...)
+
+
 def shown_url(location: str) -> str:
-    """The location without a password, for messages."""
+    """The location without any credential, for messages, summaries and the ledger file: the URL's password
+    masked (``user:***@``) and every query parameter named like a password, secret, token or credential dropped
+    (libpq reads ``?password=``, ``?sslpassword=``, ``?passfile=``). The one function that shows a ledger URL."""
     if "://" not in location:
         return location
     from sqlalchemy.engine import make_url
 
     try:
-        return make_url(location).render_as_string(hide_password=True)
+        url = make_url(location)
+        query = {k: v for k, v in url.query.items() if not any(word in k.lower() for word in SECRET_QUERY)}
+        return url.set(query=query).render_as_string(hide_password=True)
     except Exception:
         return location.split("://", 1)[0] + "://..."
+
+
+def sqlite_file(location: str) -> Optional[str]:
+    """The file of an embedded SQLite ledger (absolute), None for a server database. LedgerError for an in-memory
+    SQLite database (``sqlite://``, ``sqlite+pysqlite://``, ``:memory:``, ``mode=memory``): it is gone when the
+    process ends, so it can cap nothing across runs."""
+    if "://" not in location:
+        return os.path.abspath(os.path.expanduser(location))
+    from sqlalchemy.engine import make_url
+
+    try:
+        url = make_url(location)
+    except Exception:
+        return None  # refused when the engine is made
+    if url.get_backend_name() != "sqlite":
+        return None
+    database = url.database or ""
+    if (database in ("", ":memory:") or database.startswith("file::memory:") or "mode=memory" in database
+            or str(url.query.get("mode", "")).lower() == "memory"):
+        raise LedgerError(f"--ledger {shown_url(location)!r} is an in-memory SQLite database: it is gone when the run "
+                          "ends, so it could cap nothing across runs; give a file path or a server database URL")
+    if database.startswith("file:"):  # an SQLite URI (uri=true): its path part
+        database = database[len("file:"):].split("?", 1)[0]
+    return os.path.abspath(os.path.expanduser(database))
 
 
 def _now() -> str:
@@ -107,23 +141,36 @@ def _window_tables(metadata):
 class Ledger:
     """An opened, checked ledger. ``Ledger(location, fingerprint)`` refuses in one line (LedgerError): a file or
     database that is not a textdp ledger, another schema version, another key. A missing SQLite file (or an empty
-    database) becomes a new ledger with this key."""
+    database) becomes a new ledger with this key. ``require_new`` (privatize's --ledger-create, docs/ledger.md
+    "Creating a ledger"): True, only a new ledger is accepted; False, only an existing one (``create`` is then
+    ignored); None, ``create`` decides (the library default)."""
 
-    def __init__(self, location: str, fingerprint: str, create: bool = True):
+    def __init__(self, location: str, fingerprint: str, create: bool = True, require_new: Optional[bool] = None):
         from sqlalchemy import create_engine, inspect, select
         from sqlalchemy.exc import SQLAlchemyError
 
         self.location, self.shown = location, shown_url(location)
+        self.created = False  # True when this open made a new ledger
         url = ledger_url(location)
-        if url.startswith("sqlite:///"):
-            folder = os.path.dirname(url[len("sqlite:///"):])
+        self.file = sqlite_file(location)  # refuses an in-memory SQLite database
+        if require_new is not None:
+            create = require_new
+        if self.file is not None:
+            folder = os.path.dirname(self.file)
             if not os.path.isdir(folder):
                 raise LedgerError(f"--ledger {self.shown!r}: the folder {folder!r} does not exist")
-            if not create and not os.path.exists(url[len("sqlite:///"):]):  # connecting would create an empty file
-                raise LedgerError(f"--ledger {self.shown!r} does not exist")
+            if not create and not os.path.exists(self.file):  # connecting would create an empty file
+                raise LedgerError(f"--ledger {self.shown!r} does not exist" + (
+                    "; give --ledger-create to start a new ledger (every author at 0), or check the path"
+                    if require_new is False else ""))
+            if require_new and os.path.exists(self.file) and os.path.getsize(self.file) > 0:
+                raise LedgerError(f"--ledger {self.shown!r} already exists and --ledger-create asks for a new ledger: "
+                                  "drop --ledger-create to use it, or give a new path")
         try:
             kwargs = {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-            self.engine = create_engine(url, **kwargs)
+            with warnings.catch_warnings():  # pysqlite ignores query arguments (?password=): no multi-line warning
+                warnings.simplefilter("ignore")
+                self.engine = create_engine(url, **kwargs)
         except Exception as exc:  # no driver, a malformed URL
             raise LedgerError(f"--ledger {self.shown!r} cannot be opened: {type(exc).__name__}: "
                               f"{str(exc).splitlines()[0][:200] if str(exc) else ''}") from None
@@ -132,17 +179,23 @@ class Ledger:
             names = set(inspect(self.engine).get_table_names())
             ours = {table.name for table in self.metadata.sorted_tables}  # version 1's tables
             self.windows, self.window_releases = _window_tables(self.metadata)
+            if require_new and names & ours:
+                raise LedgerError(f"--ledger {self.shown!r} already holds a textdp ledger and --ledger-create asks for a "
+                                  "new one: drop --ledger-create to use it, or give a new path")
             if not names & ours:
                 if names and create:
                     raise LedgerError(f"--ledger {self.shown!r} holds other tables and no textdp ledger; give an empty "
                                       "database or a new file")
                 if not create:
-                    raise LedgerError(f"--ledger {self.shown!r} holds no textdp ledger")
+                    raise LedgerError(f"--ledger {self.shown!r} holds no textdp ledger" + (
+                        "; give --ledger-create to start a new ledger (every author at 0)" if require_new is False else ""))
                 with self.engine.begin() as conn:
                     self.metadata.create_all(conn)  # every table, the streaming ones included (version 2)
                     conn.execute(self.meta.insert(), [{"name": "schema_version", "value": SCHEMA_VERSION},
                                                       {"name": "key_fingerprint", "value": fingerprint},
-                                                      {"name": "created", "value": _now()}])
+                                                      {"name": "created", "value": _now()},
+                                                      {"name": LEDGER_ID, "value": uuid.uuid4().hex}])
+                self.created = True
             elif not ours <= names:
                 missing = ours - names
                 raise LedgerError(f"--ledger {self.shown!r} is damaged: tables {sorted(missing)} are missing "
@@ -166,6 +219,15 @@ class Ledger:
                               f"{str(values.get('key_fingerprint'))[:12]}..., this key's {fingerprint[:12]}...): with it "
                               "no author would be recognised; give the ledger's key (nothing ran)")
         self.fingerprint = fingerprint
+        self.ledger_id = values.get(LEDGER_ID)
+        if self.ledger_id is None:  # a ledger made before identities: given one now
+            self.ledger_id = uuid.uuid4().hex
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(self.meta.insert().values(name=LEDGER_ID, value=self.ledger_id))
+            except SQLAlchemyError:
+                with self.engine.connect() as conn:  # another process gave it one meanwhile
+                    self.ledger_id = conn.execute(select(self.meta.c.value).where(self.meta.c.name == LEDGER_ID)).scalar()
         if values.get("schema_version") != SCHEMA_VERSION:  # version 1: add the streaming tables, in one transaction
             # (a textdp that reads version 1 only then refuses the ledger, instead of ignoring the windows' releases)
             try:
@@ -201,6 +263,7 @@ class Ledger:
                     raise LedgerError(f"the ledger is held by run {holder[0] if holder else '?'!r} (pending since "
                                       f"{holder[1] if holder else '?'}): it is running, or was stopped before it settled; "
                                       "wait for it, or run `textdp ledger reconcile` (nothing ran)") from None
+                self._settle_budget(conn, budget)
                 conn.execute(self.runs.insert().values(
                     run_id=run_id, state=PENDING, reserved_at=_now(), epsilon=float(epsilon), mechanism=str(mechanism),
                     budget=None if budget is None else float(budget), output=output, data_format=data_format))
@@ -209,6 +272,87 @@ class Ledger:
             raise
         except SQLAlchemyError as exc:
             raise LedgerError(f"the ledger {self.shown!r} could not reserve run {run_id!r} ({_reason(exc)}); nothing ran") from None
+
+    # --- the ledger's budget (docs/ledger.md, "The budget is the ledger's") ---------------------------------
+
+    def budget(self) -> Optional[float]:
+        """The ledger's author budget: set once, by the first run that gives --author-budget, and kept in the
+        ledger (a ledger written before it was kept there: the smallest budget of its committed runs). None: no
+        run has given one yet."""
+        with self.engine.connect() as conn:
+            return self._budget(conn)
+
+    def _budget(self, conn) -> Optional[float]:
+        from sqlalchemy import func, select
+
+        value = conn.execute(select(self.meta.c.value).where(self.meta.c.name == BUDGET)).scalar()
+        if value is not None:
+            return float(value)
+        return conn.execute(select(func.min(self.runs.c.budget)).where(self.runs.c.state == COMMITTED,
+                                                                       self.runs.c.budget.isnot(None))).scalar()
+
+    def resolve_budget(self, given: Optional[float]) -> Optional[float]:
+        """The budget a run must use with the --author-budget it was ``given`` (None: not given): the ledger's
+        when it has one (another value is refused: raising it would release past a cap the ledger's earlier runs
+        published; lowering it would leave authors above the new cap); ``given`` for a ledger without one, if no
+        author is already above it (then the cap holds for every author from here on, and is kept)."""
+        from textdp.ledger.budget import exact
+
+        with self.engine.connect() as conn:
+            current = self._budget(conn)
+            if current is not None:
+                if given is not None and exact(given) != exact(current):
+                    raise LedgerError(f"--author-budget {given:g} differs from the ledger's budget {current:g} (set by its "
+                                      "first capped run and kept in the ledger): every run of a ledger is capped by "
+                                      "its one budget; drop --author-budget or give the same value")
+                return current
+            if given is not None:
+                self._refuse_above(conn, given)
+            return given
+
+    def _refuse_above(self, conn, budget: float) -> None:
+        from textdp.ledger.budget import exact
+
+        spent = self._spent(conn)
+        above = sum(1 for mass in spent.values() if mass > exact(budget))
+        if above:
+            raise LedgerError(f"--author-budget {budget:g}: this ledger has no budget yet and {above} author(s) in it "
+                              f"are already above {budget:g} (released by uncapped runs), so it cannot cap them; give "
+                              f"a budget of at least {float(max(spent.values())):g}, or start a new ledger")
+
+    def _settle_budget(self, conn, budget: Optional[float]) -> None:
+        """In the reservation's transaction: the run's budget is the ledger's (kept when it is the first)."""
+        from sqlalchemy import select
+
+        from textdp.ledger.budget import exact
+
+        stored = conn.execute(select(self.meta.c.value).where(self.meta.c.name == BUDGET)).scalar()
+        current = float(stored) if stored is not None else self._budget(conn)
+        if current is not None and (budget is None or exact(budget) != exact(current)):
+            raise LedgerError(f"the ledger's budget is {current:g}, this run's "
+                              f"{'none' if budget is None else format(budget, 'g')} (nothing ran)")
+        if budget is not None and stored is None:
+            if current is None:
+                self._refuse_above(conn, budget)
+            conn.execute(self.meta.insert().values(name=BUDGET, value=repr(float(budget))))
+
+    # --- the ledger's identity ---------------------------------------------------------------------------
+
+    def still_here(self) -> Optional[str]:
+        """None if the ledger this object opened is still at its location (same identity), else why not (one
+        phrase): deleted, or replaced by another ledger or file, e.g. while a run was between its reservation and
+        its commit. Fresh connections (a pooled one would still see a deleted SQLite file)."""
+        from sqlalchemy import select
+
+        if self.file is not None and not os.path.exists(self.file):
+            return "it was deleted or moved"
+        self.engine.dispose()
+        try:
+            with self.engine.connect() as conn:
+                found = conn.execute(select(self.meta.c.value).where(self.meta.c.name == LEDGER_ID)).scalar()
+        except Exception as exc:
+            return f"it cannot be read ({_reason(exc)})"
+        return None if found == self.ledger_id else "it was replaced by another ledger or file"
 
     def spent(self) -> Dict[str, Fraction]:
         """Every author's committed mass (a read, no reservation: for inspecting a pipeline's graph)."""
