@@ -21,7 +21,7 @@ mechanism and settings. A window in which nothing arrived writes nothing (no pan
 
 State the job holds (docs/streaming.md, drain and update): ``CloseLateWindows`` keeps one boolean per
 window seen and a timer per open window; the panes' GroupByKey holds a window's items until it closes;
-``MatchContinuously`` keeps the names of the files already read.
+the file watch keeps the identity (content digest) of the files already read.
 """
 
 from __future__ import annotations
@@ -567,11 +567,55 @@ def stop_timestamp(seconds: Optional[float]) -> Timestamp:
     return MAX_TIMESTAMP if seconds is None else Timestamp.now() + Duration(float(seconds))
 
 
+# A watched file's identity (docs/streaming.md, "Which files are read"): its content (SHA-256), not its name.
+# Each outcome other than "read" is one error item (counted as one item in and one failed, so the counts
+# reconcile and the console names it), its source the file's path, never its text.
+DUPLICATE_FILE = "duplicate_file"  # the same content as a file already read (a rename, a copy): not read again
+FILE_CHANGED = "file_changed_after_read"  # a file read earlier grew or was rewritten in place keeping its start
+FILE_UNSETTLED = "file_not_settled"  # still changing (size or time) when the watch stopped: not read
+WATCH_REASONS = (DUPLICATE_FILE, FILE_CHANGED, FILE_UNSETTLED)
+SKIPPED = "skipped"
+
+
+def content_digest(path: str, limit: Optional[int] = None) -> str:
+    """The SHA-256 (hex) of a file's content, or of its first ``limit`` bytes."""
+    from apache_beam.io.filesystems import FileSystems
+
+    digest, left = hashlib.sha256(), limit
+    with FileSystems.open(path, compression_type="uncompressed") as handle:
+        while left is None or left > 0:
+            chunk = handle.read(1 << 20 if left is None else min(1 << 20, left))
+            if not chunk:
+                break
+            digest.update(chunk)
+            left = None if left is None else left - len(chunk)
+    return digest.hexdigest()
+
+
+def skipped_file(path: str, reason: str, detail: str) -> dict:
+    """The error record of a watched file that is not read (one of ``WATCH_REASONS``)."""
+    return error_record(path, 0, reason, detail)
+
+
+def skipped_items(error: dict):
+    """A skipped file -> its items: one in, one failed."""
+    return [(IN, 1), (ERROR, error)]
+
+
 class PollFiles(beam.DoFn):
     """The file watch of the local runner: from one impulse, match ``pattern`` every ``interval`` seconds until
-    ``stop_after`` seconds have passed, emitting each new file once, timestamped with the time it was found
-    (as ``MatchContinuously`` does). The local runners run no unbounded source, so there the watch is bounded
-    and the windows are written when it stops (docs/streaming.md)."""
+    ``stop_after`` seconds have passed, timestamped with the time a file was taken (as ``MatchContinuously``
+    does). The local runners run no unbounded source, so there the watch is bounded and the windows are written
+    when it stops (docs/streaming.md).
+
+    Which files are read (F5-F7 of the red team): a file is taken once its size and modification time have not
+    changed over one poll interval (a file still being written is not read half-way). A file is known by its
+    content: a file whose content (SHA-256) was read before, under any name, is not read again (a rename within
+    the pattern would release its records twice): error item ``duplicate_file``. A name that comes back with new
+    content (deleted and re-created, or rewritten) is read. A file read earlier that then grew (its start is the
+    content read) is not read again: error item ``file_changed_after_read`` (its first part is out already, and
+    reading it again would release that part twice). A file still changing when the watch stops: error item
+    ``file_not_settled``. Main output: the files to read (``FileMetadata``); output ``skipped``: error records."""
 
     def __init__(self, pattern: str, interval: float, stop_after: float):
         super().__init__()
@@ -582,33 +626,93 @@ class PollFiles(beam.DoFn):
 
         from apache_beam.io.filesystems import FileSystems
 
-        seen, deadline = set(), time.monotonic() + self.stop_after
+        pending, taken, contents = {}, {}, {}  # path -> (size, mtime) last seen; path -> (size, mtime, digest)
+        deadline = time.monotonic() + self.stop_after
         while True:
             found = Timestamp.now()
             for meta in sorted(FileSystems.match([self.pattern])[0].metadata_list, key=lambda m: m.path):
-                if meta.path not in seen:
-                    seen.add(meta.path)
+                state = (meta.size_in_bytes, meta.last_updated_in_seconds)
+                before = taken.get(meta.path)
+                if before is not None and before[:2] == state:
+                    pending.pop(meta.path, None)
+                    continue
+                if pending.get(meta.path) != state:  # new or still changing: look again after one interval
+                    pending[meta.path] = state
+                    continue
+                del pending[meta.path]
+                try:
+                    digest = content_digest(meta.path)
+                    grew = (before is not None and 0 < before[0] <= meta.size_in_bytes
+                            and content_digest(meta.path, before[0]) == before[2])
+                except OSError:  # gone between the match and the read: the next match says what is there
+                    continue
+                taken[meta.path] = state + (digest,)
+                if grew:
+                    yield beam.pvalue.TaggedOutput(SKIPPED, window.TimestampedValue(skipped_file(
+                        meta.path, FILE_CHANGED, f"the file grew from {before[0]} to {meta.size_in_bytes} bytes after "
+                        "it was read; it is not read again (its first part would be released twice): write each file "
+                        "whole under a new name"), found))
+                elif digest in contents:
+                    yield beam.pvalue.TaggedOutput(SKIPPED, window.TimestampedValue(skipped_file(
+                        meta.path, DUPLICATE_FILE, f"the same content (sha256 {digest[:12]}) as a file already read "
+                        "in this run; not read again (its records would be released twice)"), found))
+                else:
+                    contents[digest] = meta.path
                     yield window.TimestampedValue(meta, found)
             left = deadline - time.monotonic()
             if left <= 0:
-                return
+                break
             time.sleep(min(self.interval, left))
+        found = Timestamp.now()
+        for path in sorted(pending):
+            yield beam.pvalue.TaggedOutput(SKIPPED, window.TimestampedValue(skipped_file(
+                path, FILE_UNSETTLED, "the file was new or still changing at the watch's last poll "
+                "(--streaming-stop-after); it was not read"), found))
+
+
+_FIRST_PATH = ReadModifyWriteStateSpec("first_path", beam.coders.StrUtf8Coder())
+_FIRST_PATH_PARAM = beam.DoFn.StateParam(_FIRST_PATH)
+
+
+class OncePerContent(beam.DoFn):
+    """The streaming runners' half of the same policy (after ``MatchContinuously``, which finds a file again when
+    its modification time changes): ``(digest, FileMetadata)`` keyed by content -> the file, the first time its
+    content is seen; later files with that content -> output ``skipped``, error record ``duplicate_file``."""
+
+    def process(self, keyed, first=_FIRST_PATH_PARAM):
+        digest, meta = keyed
+        if first.read() is None:
+            first.write(meta.path)
+            yield meta
+            return
+        yield beam.pvalue.TaggedOutput(SKIPPED, skipped_file(
+            meta.path, DUPLICATE_FILE, f"the same content (sha256 {digest[:12]}) as a file already read in this run; "
+            "not read again (its records would be released twice)"))
 
 
 def watch_files(pipeline, pattern: str, poll_interval: float, stop_after: Optional[float], reader_args: tuple,
                 local: bool = False):
-    """The file-watch source: new files matching ``pattern`` every ``poll_interval`` seconds, each read once.
-    ``local``: the bounded watch of the local runner (``PollFiles``); else Beam's ``MatchContinuously``."""
+    """The file-watch source: files matching ``pattern``, checked every ``poll_interval`` seconds, each content
+    read once (``PollFiles``' docstring, docs/streaming.md). ``local``: the bounded watch of the local runner
+    (``PollFiles``); else Beam's ``MatchContinuously`` with ``match_updated_files=True`` (a name re-created with
+    new content is found again) and ``OncePerContent`` (a content already read, renamed or copied, is not)."""
     from apache_beam.io import fileio
 
     if local:
-        matches = (pipeline | "Start" >> beam.Impulse()
-                   | "Watch" >> beam.ParDo(PollFiles(pattern, poll_interval, stop_after)))
+        polled = (pipeline | "Start" >> beam.Impulse()
+                  | "Watch" >> beam.ParDo(PollFiles(pattern, poll_interval, stop_after)).with_outputs(
+                      SKIPPED, main="files"))
     else:
-        matches = pipeline | "Watch" >> fileio.MatchContinuously(
-            pattern, interval=float(poll_interval), has_deduplication=True, start_timestamp=Timestamp.now(),
-            stop_timestamp=stop_timestamp(stop_after))
-    return matches | "ReadFiles" >> ReadFiles(*reader_args)
+        polled = (pipeline
+                  | "Watch" >> fileio.MatchContinuously(
+                      pattern, interval=float(poll_interval), has_deduplication=True, match_updated_files=True,
+                      start_timestamp=Timestamp.now(), stop_timestamp=stop_timestamp(stop_after))
+                  | "Digest" >> beam.Map(lambda meta: (content_digest(meta.path), meta)).with_output_types(
+                      beam.typehints.Tuple[str, beam.typehints.Any])
+                  | "OncePerContent" >> beam.ParDo(OncePerContent()).with_outputs(SKIPPED, main="files"))
+    read = polled.files | "ReadFiles" >> ReadFiles(*reader_args)
+    skipped = polled[SKIPPED] | "Skipped" >> beam.FlatMap(skipped_items)
+    return (read, skipped) | "WatchItems" >> beam.Flatten()
 
 
 def read_subscription(pipeline, subscription: str, reader_args: tuple):
