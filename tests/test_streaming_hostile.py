@@ -46,23 +46,31 @@ def _errors(out):
 
 
 def test_watch_reads_each_content_once_rereads_a_recreated_name_and_waits_for_a_whole_file(tmp_path):
-    """F5, F6, F7. While the watch runs: d.txt is renamed to e.txt (same content: not read again, one error
-    record duplicate_file, counted); a.txt is deleted and re-created with new content (the new content is read);
-    b.txt is written in two parts with a pause shorter than one poll interval... no: longer than a poll interval
-    would let it be taken half-way, so the first part is written, then the rest within the interval, and the
-    file is read whole once its size and time stood still for one interval; c.txt, read whole, then grows (not
-    read again: file_changed_after_read). Every record is released exactly once; the counts reconcile and the
-    console names the files not read."""
+    """F5, F6, F7. While the watch runs: b.txt is written in two parts 0.6 s apart (less than the 1 s poll
+    interval): it is read whole, once its size and time stood still for one interval, so no cut-off line is
+    released. Once every file was read: d.txt is renamed e.txt (same content: not read again, one error record
+    duplicate_file); a.txt is deleted and re-created with new content (the new content is read); c.txt grows (not
+    read again: file_changed_after_read). Every record is released exactly once, the counts reconcile (a skipped
+    file is one item in and one failed) and the console names the files not read, never their text."""
     watched, stage, out = tmp_path / "in", tmp_path / "stage", tmp_path / "out"
     for folder in (watched, stage, out):
         folder.mkdir()
 
     def put(name, lines):
         (stage / name).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        os.utime(stage / name, ns=(0, time.time_ns()))  # an old access time: the watch's read moves it
         os.rename(stage / name, watched / name)
 
+    def taken(path, wait=40):
+        """Until the watch has read ``path`` (its access time moves on a relatime mount; else ``wait`` s)."""
+        first, deadline = os.stat(path).st_atime_ns, time.monotonic() + wait
+        while os.stat(path).st_atime_ns == first and time.monotonic() < deadline:
+            time.sleep(0.1)
+
     def writer():
-        time.sleep(2)
+        (watched / "start.txt").write_text("start line\n", encoding="utf-8")
+        os.utime(watched / "start.txt", ns=(0, time.time_ns()))  # an old access time: the first read moves it
+        taken(watched / "start.txt")  # the watch runs
         put("a.txt", ["afile one", "afile two"])
         with open(watched / "b.txt", "w", encoding="utf-8") as handle:  # half-written for 0.6 s (< 1 s interval)
             handle.write("bfile one\nbfile tw")
@@ -71,7 +79,8 @@ def test_watch_reads_each_content_once_rereads_a_recreated_name_and_waits_for_a_
             handle.write("o\nbfile three\n")
         put("c.txt", ["cfile one"])
         put("d.txt", ["dfile one"])
-        time.sleep(3.5)  # all read by now
+        taken(watched / "d.txt")
+        time.sleep(2)  # one more poll: every file is taken
         os.rename(watched / "d.txt", watched / "e.txt")  # F5: a rename within the pattern
         os.remove(watched / "a.txt")  # F6: the same name, new content
         put("a.txt", ["afile NEW one"])
@@ -82,16 +91,16 @@ def test_watch_reads_each_content_once_rereads_a_recreated_name_and_waits_for_a_
     thread.start()
     result = run_cli("--streaming", "--input", str(watched / "*.txt"), "--output", str(out / "r"), "--artifact", ART,
                      "--epsilon", "1e6", "--oov-policy", "keep", "--window-size", "60", "--poll-interval", "1",
-                     "--streaming-stop-after", "11")
+                     "--streaming-stop-after", "25")
     thread.join()
     assert result.returncode == 0, result.stderr
     released = _released(str(out / "r"))
-    assert sorted(released) == sorted(["afile one", "afile two", "bfile one", "bfile two", "bfile three",
+    assert sorted(released) == sorted(["start line", "afile one", "afile two", "bfile one", "bfile two", "bfile three",
                                        "cfile one", "dfile one", "afile NEW one"]), released
     errors = _errors(str(out / "r"))
     assert sorted((os.path.basename(e["source"]), e["reason"]) for e in errors) == [
         ("c.txt", FILE_CHANGED), ("e.txt", DUPLICATE_FILE)], errors
-    assert "8 in" not in result.stdout and "10 in, 8 out, 2 failed; 0 late" in result.stdout, result.stdout
+    assert "8 in" not in result.stdout and "11 in, 9 out, 2 failed; 0 late" in result.stdout, result.stdout
     assert f"files not read: 2 ({DUPLICATE_FILE} 1, {FILE_CHANGED} 1)" in result.stdout, result.stdout
     assert "afile" not in result.stdout + result.stderr + json.dumps(errors)  # no input text in the messages
 
@@ -186,3 +195,31 @@ def test_subscription_names_pubsub_accepts_pass(name):
     from pipelines.streaming import check_subscription
 
     check_subscription(name)
+
+
+def test_public_window_summary_carries_the_pane_scope_and_the_stream_order_not_the_batch_shuffle(tmp_path):
+    """F15: with --shuffle, a window pane's publishable summary says what the stream did: the operator report's
+    scope sentence (pane_scope_statement, the same code), and an order statement in which the window follows the
+    arrival time; the batch sentence "independent of its input position" appears in no summary of the pane."""
+    from tests.test_streaming import Events, _msg, run_stream
+    from transforms.amplifier import AmplifierConfig
+    from transforms.streaming import BATCH_SHUFFLE_CLAUSE, pane_order_statement, pane_scope_statement
+
+    stream = (Events().advance_watermark_to(0)
+              .add_elements([_msg(i, {"text": "the cat sat"}, 1) for i in range(3)])
+              .advance_watermark_to_infinity())
+    out = run_stream(tmp_path, stream, amplifier=AmplifierConfig(shuffle=True), public=str(tmp_path / "out" / "pub"))
+    (public_path,) = glob.glob(str(tmp_path / "out" / "pub") + "-*.json")
+    public = json.load(open(public_path, encoding="utf-8"))
+    (report_path,) = glob.glob(out + "-*-amplification.json")
+    report = json.load(open(report_path, encoding="utf-8"))
+    (summary_path,) = glob.glob(out + "-*-summary.json")
+    summary = json.load(open(summary_path, encoding="utf-8"))
+    assert public["amplification"]["scope"] == report["scope"] == pane_scope_statement(3)
+    assert public["window"]["scope"] == report["scope"]
+    per_shard = AmplifierConfig(shuffle=True).records_per_shard
+    assert public["amplification"]["order"] == report["order"] == pane_order_statement(True, per_shard)
+    assert "arrival time" in public["privacy"]["records"] and "arrival time" in summary["privacy"]["records"]
+    for document in (public, report, summary):
+        text = json.dumps(document)
+        assert "independent of its input position and author" not in text and BATCH_SHUFFLE_CLAUSE not in text

@@ -97,15 +97,18 @@ class ReadFiles(beam.PTransform):
     """Files matched by a watch (``fileio.MatchContinuously``) -> items. Each file is read by ``ReadFileRecords``,
     the batch job's reader, so a file's records, error records and count are the batch job's."""
 
-    def __init__(self, data_format: str, text_fields: Sequence[str], max_record_bytes: int, keep_failed_text: bool):
+    def __init__(self, data_format: str, text_fields: Sequence[str], max_record_bytes: int, keep_failed_text: bool,
+                 opened: bool = False):
         super().__init__()
         self.reader = ReadFileRecords(data_format, text_fields, max_record_bytes, keep_failed_text)
+        self.opened = bool(opened)
 
     def expand(self, matches):
         from apache_beam.io import fileio
 
+        if not self.opened:  # matched files' metadata; else SnapshotFile already read (the local watch)
+            matches = matches | "Open" >> fileio.ReadMatches()
         read = (matches
-                | "Open" >> fileio.ReadMatches()
                 | "Parse" >> beam.ParDo(self.reader).with_outputs(ReadFileRecords.ERRORS, ReadFileRecords.COUNTS,
                                                                     main="records"))
         return ((read.records | "Records" >> beam.Map(lambda record: (RECORD, record)),
@@ -287,6 +290,39 @@ def pane_scope_statement(records: int, shuffled: bool = True, per_author: bool =
     return text
 
 
+# The batch job's shuffle clause (textdp.privacy.statements.records_statement) and its streaming counterpart: in
+# a stream a record's window, and so its files, follow its arrival time; only the pane's records are permuted.
+BATCH_SHUFFLE_CLAUSE = ("the records were released in a uniformly random order: each record's output file and "
+                        "line are uniform and independent of its input position and author")
+
+
+def pane_order_statement(shuffled: bool, per_shard: int) -> str:
+    """How a window pane's records are ordered in its files (what ``WriteWindowPane`` does)."""
+    window_part = ("a record's window, and so which files hold it, is fixed by its arrival time (its position in "
+                   "the input stream) and is shown by the file names")
+    if not shuffled:
+        return (accounting.UNSHUFFLED_ORDER_STATEMENT + "; " + window_part)
+    return ("records are output in a uniformly random order within their window pane only: the pane's records are "
+            f"permuted uniformly at random (random.SystemRandom) and written in that order, {per_shard:,} per file, "
+            "so a record's file and line within the pane are uniform and independent of its position among the "
+            f"pane's records; but {window_part}: across windows the output follows the input order")
+
+
+def pane_records_clause(per_shard: int) -> str:
+    return ("the records of this window pane were released in a uniformly random order within the pane (its "
+            "records permuted among themselves, " + f"{per_shard:,} per file); a record's window, and so its "
+            "files, follows its arrival time (its position in the input stream)")
+
+
+def streaming_records_statement(statement: str, shuffled: bool, per_shard: int) -> str:
+    """The batch records statement (privacy.records) said of a window pane: the shuffle clause replaced."""
+    if shuffled and BATCH_SHUFFLE_CLAUSE in statement:
+        return statement.replace(BATCH_SHUFFLE_CLAUSE, pane_records_clause(per_shard))
+    if shuffled:  # the batch wording changed: say it outright rather than leave a batch claim
+        return statement + " In this stream: " + pane_records_clause(per_shard) + "."
+    return statement
+
+
 class WriteWindowPane(beam.DoFn):
     """One window pane's items (after one GroupByKey) -> its files; yields the pane's summary.
 
@@ -395,6 +431,10 @@ class WriteWindowPane(beam.DoFn):
             figures = summary.get("raw_data_figures", {}).get("figures")
             if isinstance(figures, list):
                 figures += [f"ledger.{key}" for key in LEDGER_RAW_FIGURES if f"ledger.{key}" not in figures]
+        if self.amplifier is not None:  # the batch shuffle sentence said of this pane (F15)
+            privacy = summary.get("privacy", {})
+            if isinstance(privacy.get("records"), str):
+                privacy["records"] = streaming_records_statement(privacy["records"], self.amplifier.shuffle, per_shard)
         write_json(f"{prefix}-summary.json", summary)
         if public_path:  # the batch job's publishable summary for this pane's release (no raw-input figure)
             public = build_public_summary(
@@ -403,6 +443,12 @@ class WriteWindowPane(beam.DoFn):
                 amplification=section, **common)
             public["window"] = {"start": window_info["start"], "end": window_info["end"], "pane": int(pane.index),
                                 "statement": PUBLIC_WINDOW_STATEMENT}
+            if self.amplifier is not None:  # the scope the operator's report has, and the stream's order (F15)
+                public["privacy"]["records"] = streaming_records_statement(
+                    public["privacy"]["records"], self.amplifier.shuffle, per_shard)
+                if "amplification" in public and section is not None:
+                    public["amplification"]["scope"] = section["scope"]
+                    public["window"]["scope"] = section["scope"]
             if ledger_section is not None:  # the budget and the statement: no figure of the raw input
                 from textdp.ledger.statements import ledger_statement
 
@@ -437,6 +483,7 @@ class WriteWindowPane(beam.DoFn):
             section["warnings"] = warnings
         section["scope"] = pane_scope_statement(len(released), amp.shuffle, stats["per_author"], amp.k_threshold,
                                                 amp.subsample)
+        section["order"] = pane_order_statement(amp.shuffle, amp.records_per_shard)
         write_json(f"{prefix}-amplification.json", section)
         if self.data_format == "text":
             released = [record["text"] for record in released]
@@ -602,6 +649,20 @@ def skipped_items(error: dict):
     return [(IN, 1), (ERROR, error)]
 
 
+class SnapshotFile:
+    """A watched file as it was when the local watch took it (``PollFiles``): its metadata and its bytes, read
+    once, so the records read are exactly the content whose digest was checked, even if the file is renamed,
+    deleted or rewritten afterwards (read as ``fileio.ReadableFile`` is, by ``ReadFileRecords``)."""
+
+    def __init__(self, metadata, data: bytes):
+        self.metadata, self.data = metadata, data
+
+    def open(self, mime_type="application/octet-stream", compression_type=None):
+        import io
+
+        return io.BytesIO(self.data)
+
+
 class PollFiles(beam.DoFn):
     """The file watch of the local runner: from one impulse, match ``pattern`` every ``interval`` seconds until
     ``stop_after`` seconds have passed, timestamped with the time a file was taken (as ``MatchContinuously``
@@ -633,7 +694,7 @@ class PollFiles(beam.DoFn):
             for meta in sorted(FileSystems.match([self.pattern])[0].metadata_list, key=lambda m: m.path):
                 state = (meta.size_in_bytes, meta.last_updated_in_seconds)
                 before = taken.get(meta.path)
-                if before is not None and before[:2] == state:
+                if before is not None and before[:2] == state:  # unchanged since it was taken
                     pending.pop(meta.path, None)
                     continue
                 if pending.get(meta.path) != state:  # new or still changing: look again after one interval
@@ -641,15 +702,17 @@ class PollFiles(beam.DoFn):
                     continue
                 del pending[meta.path]
                 try:
-                    digest = content_digest(meta.path)
-                    grew = (before is not None and 0 < before[0] <= meta.size_in_bytes
-                            and content_digest(meta.path, before[0]) == before[2])
+                    with FileSystems.open(meta.path, compression_type="uncompressed") as handle:
+                        data = handle.read()
                 except OSError:  # gone between the match and the read: the next match says what is there
                     continue
-                taken[meta.path] = state + (digest,)
+                digest = hashlib.sha256(data).hexdigest()
+                grew = (before is not None and 0 < before[0] <= len(data)
+                        and hashlib.sha256(data[:before[0]]).hexdigest() == before[2])
+                taken[meta.path] = (len(data), state[1], digest)
                 if grew:
                     yield beam.pvalue.TaggedOutput(SKIPPED, window.TimestampedValue(skipped_file(
-                        meta.path, FILE_CHANGED, f"the file grew from {before[0]} to {meta.size_in_bytes} bytes after "
+                        meta.path, FILE_CHANGED, f"the file grew from {before[0]} to {len(data)} bytes after "
                         "it was read; it is not read again (its first part would be released twice): write each file "
                         "whole under a new name"), found))
                 elif digest in contents:
@@ -658,7 +721,7 @@ class PollFiles(beam.DoFn):
                         "in this run; not read again (its records would be released twice)"), found))
                 else:
                     contents[digest] = meta.path
-                    yield window.TimestampedValue(meta, found)
+                    yield window.TimestampedValue(SnapshotFile(meta, data), found)
             left = deadline - time.monotonic()
             if left <= 0:
                 break
@@ -710,7 +773,7 @@ def watch_files(pipeline, pattern: str, poll_interval: float, stop_after: Option
                   | "Digest" >> beam.Map(lambda meta: (content_digest(meta.path), meta)).with_output_types(
                       beam.typehints.Tuple[str, beam.typehints.Any])
                   | "OncePerContent" >> beam.ParDo(OncePerContent()).with_outputs(SKIPPED, main="files"))
-    read = polled.files | "ReadFiles" >> ReadFiles(*reader_args)
+    read = polled.files | "ReadFiles" >> ReadFiles(*reader_args, opened=local)
     skipped = polled[SKIPPED] | "Skipped" >> beam.FlatMap(skipped_items)
     return (read, skipped) | "WatchItems" >> beam.Flatten()
 
