@@ -300,8 +300,8 @@ def pane_order_statement(shuffled: bool, per_shard: int) -> str:
     """How a window pane's records are ordered in its files (what ``WriteWindowPane`` does)."""
     window_part = ("a record's window, and so which files hold it, is fixed by its arrival time (its position in "
                    "the input stream) and is shown by the file names")
-    if not shuffled:
-        return (accounting.UNSHUFFLED_ORDER_STATEMENT + "; " + window_part)
+    if not shuffled:  # the batch sentence holds as it is: the output may follow the input order
+        return accounting.UNSHUFFLED_ORDER_STATEMENT
     return ("records are output in a uniformly random order within their window pane only: the pane's records are "
             f"permuted uniformly at random (random.SystemRandom) and written in that order, {per_shard:,} per file, "
             "so a record's file and line within the pane are uniform and independent of its position among the "
