@@ -446,8 +446,7 @@ class WriteWindowPane(beam.DoFn):
             if self.amplifier is not None:  # the scope the operator's report has, and the stream's order (F15)
                 public["privacy"]["records"] = streaming_records_statement(
                     public["privacy"]["records"], self.amplifier.shuffle, per_shard)
-                if "amplification" in public and section is not None:
-                    public["amplification"]["scope"] = section["scope"]
+                if section is not None:  # beside the window's start and end: what the claims cover
                     public["window"]["scope"] = section["scope"]
             if ledger_section is not None:  # the budget and the statement: no figure of the raw input
                 from textdp.ledger.statements import ledger_statement
@@ -670,7 +669,8 @@ class PollFiles(beam.DoFn):
     when it stops (docs/streaming.md).
 
     Which files are read (F5-F7 of the red team): a file is taken once its size and modification time have not
-    changed over one poll interval (a file still being written is not read half-way). A file is known by its
+    changed over one poll interval (seen unchanged by two polls, or last modified at least one interval ago), so
+    a file still being written is not read half-way. A file is known by its
     content: a file whose content (SHA-256) was read before, under any name, is not read again (a rename within
     the pattern would release its records twice): error item ``duplicate_file``. A name that comes back with new
     content (deleted and re-created, or rewritten) is read. A file read earlier that then grew (its start is the
@@ -691,16 +691,20 @@ class PollFiles(beam.DoFn):
         deadline = time.monotonic() + self.stop_after
         while True:
             found = Timestamp.now()
-            for meta in sorted(FileSystems.match([self.pattern])[0].metadata_list, key=lambda m: m.path):
+            matched = sorted(FileSystems.match([self.pattern])[0].metadata_list, key=lambda m: m.path)
+            present = {meta.path for meta in matched}
+            pending = {path: state for path, state in pending.items() if path in present}  # gone: nothing to read
+            for meta in matched:
                 state = (meta.size_in_bytes, meta.last_updated_in_seconds)
                 before = taken.get(meta.path)
                 if before is not None and before[:2] == state:  # unchanged since it was taken
                     pending.pop(meta.path, None)
                     continue
-                if pending.get(meta.path) != state:  # new or still changing: look again after one interval
+                settled = time.time() - meta.last_updated_in_seconds >= self.interval  # unchanged for an interval
+                if pending.get(meta.path) != state and not settled:  # new and recent, or changing: look again
                     pending[meta.path] = state
                     continue
-                del pending[meta.path]
+                pending.pop(meta.path, None)
                 try:
                     with FileSystems.open(meta.path, compression_type="uncompressed") as handle:
                         data = handle.read()
