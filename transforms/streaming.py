@@ -675,8 +675,9 @@ class PollFiles(beam.DoFn):
     the pattern would release its records twice): error item ``duplicate_file``. A name that comes back with new
     content (deleted and re-created, or rewritten) is read. A file read earlier that then grew (its start is the
     content read) is not read again: error item ``file_changed_after_read`` (its first part is out already, and
-    reading it again would release that part twice). A file still changing when the watch stops: error item
-    ``file_not_settled``. Main output: the files to read (``FileMetadata``); output ``skipped``: error records."""
+    reading it again would release that part twice). When the watch stops, files new or changing at its last
+    poll get one more look one interval later: settled, they are read; still changing, error item
+    ``file_not_settled``. Main output: the files to read (``SnapshotFile``); output ``skipped``: error records."""
 
     def __init__(self, pattern: str, interval: float, stop_after: float):
         super().__init__()
@@ -685,56 +686,68 @@ class PollFiles(beam.DoFn):
     def process(self, _):
         import time
 
-        from apache_beam.io.filesystems import FileSystems
-
-        pending, taken, contents = {}, {}, {}  # path -> (size, mtime) last seen; path -> (size, mtime, digest)
+        self._pending, self._taken, self._contents = {}, {}, {}  # path -> (size, mtime) seen; -> (size, mtime, digest)
         deadline = time.monotonic() + self.stop_after
         while True:
-            found = Timestamp.now()
-            matched = sorted(FileSystems.match([self.pattern])[0].metadata_list, key=lambda m: m.path)
-            present = {meta.path for meta in matched}
-            pending = {path: state for path, state in pending.items() if path in present}  # gone: nothing to read
-            for meta in matched:
-                state = (meta.size_in_bytes, meta.last_updated_in_seconds)
-                before = taken.get(meta.path)
-                if before is not None and before[:2] == state:  # unchanged since it was taken
-                    pending.pop(meta.path, None)
-                    continue
-                settled = time.time() - meta.last_updated_in_seconds >= self.interval  # unchanged for an interval
-                if pending.get(meta.path) != state and not settled:  # new and recent, or changing: look again
-                    pending[meta.path] = state
-                    continue
-                pending.pop(meta.path, None)
-                try:
-                    with FileSystems.open(meta.path, compression_type="uncompressed") as handle:
-                        data = handle.read()
-                except OSError:  # gone between the match and the read: the next match says what is there
-                    continue
-                digest = hashlib.sha256(data).hexdigest()
-                grew = (before is not None and 0 < before[0] <= len(data)
-                        and hashlib.sha256(data[:before[0]]).hexdigest() == before[2])
-                taken[meta.path] = (len(data), state[1], digest)
-                if grew:
-                    yield beam.pvalue.TaggedOutput(SKIPPED, window.TimestampedValue(skipped_file(
-                        meta.path, FILE_CHANGED, f"the file grew from {before[0]} to {len(data)} bytes after "
-                        "it was read; it is not read again (its first part would be released twice): write each file "
-                        "whole under a new name"), found))
-                elif digest in contents:
-                    yield beam.pvalue.TaggedOutput(SKIPPED, window.TimestampedValue(skipped_file(
-                        meta.path, DUPLICATE_FILE, f"the same content (sha256 {digest[:12]}) as a file already read "
-                        "in this run; not read again (its records would be released twice)"), found))
-                else:
-                    contents[digest] = meta.path
-                    yield window.TimestampedValue(SnapshotFile(meta, data), found)
+            yield from self._poll(final=False)
             left = deadline - time.monotonic()
             if left <= 0:
                 break
             time.sleep(min(self.interval, left))
+        if self._pending:  # the last look: files new or changing at the last poll, one interval later
+            time.sleep(self.interval)
+            yield from self._poll(final=True)
+
+    def _poll(self, final: bool):
+        """One match of the pattern: the files taken now; with ``final``, the files still not settled too."""
+        import time
+
+        from apache_beam.io.filesystems import FileSystems
+
         found = Timestamp.now()
-        for path in sorted(pending):
-            yield beam.pvalue.TaggedOutput(SKIPPED, window.TimestampedValue(skipped_file(
-                path, FILE_UNSETTLED, "the file was new or still changing at the watch's last poll "
-                "(--streaming-stop-after); it was not read"), found))
+        matched = sorted(FileSystems.match([self.pattern])[0].metadata_list, key=lambda m: m.path)
+        present = {meta.path for meta in matched}
+        pending = {path: state for path, state in self._pending.items() if path in present}  # gone: nothing to read
+        for meta in matched:
+            if final and meta.path not in pending:  # the last look is for the files waiting to settle only
+                continue
+            state = (meta.size_in_bytes, meta.last_updated_in_seconds)
+            before = self._taken.get(meta.path)
+            if before is not None and before[:2] == state:  # unchanged since it was taken
+                pending.pop(meta.path, None)
+                continue
+            settled = time.time() - meta.last_updated_in_seconds >= self.interval  # unchanged for an interval
+            if pending.get(meta.path) != state and not settled:  # new and recent, or changing: look again
+                pending[meta.path] = state
+                continue
+            pending.pop(meta.path, None)
+            try:
+                with FileSystems.open(meta.path, compression_type="uncompressed") as handle:
+                    data = handle.read()
+            except OSError:  # gone between the match and the read: the next match says what is there
+                continue
+            digest = hashlib.sha256(data).hexdigest()
+            grew = (before is not None and 0 < before[0] <= len(data)
+                    and hashlib.sha256(data[:before[0]]).hexdigest() == before[2])
+            self._taken[meta.path] = (len(data), state[1], digest)
+            if grew:
+                yield beam.pvalue.TaggedOutput(SKIPPED, window.TimestampedValue(skipped_file(
+                    meta.path, FILE_CHANGED, f"the file grew from {before[0]} to {len(data)} bytes after "
+                    "it was read; it is not read again (its first part would be released twice): write each file "
+                    "whole under a new name"), found))
+            elif digest in self._contents:
+                yield beam.pvalue.TaggedOutput(SKIPPED, window.TimestampedValue(skipped_file(
+                    meta.path, DUPLICATE_FILE, f"the same content (sha256 {digest[:12]}) as a file already read "
+                    "in this run; not read again (its records would be released twice)"), found))
+            else:
+                self._contents[digest] = meta.path
+                yield window.TimestampedValue(SnapshotFile(meta, data), found)
+        self._pending = pending
+        if final:
+            for path in sorted(pending):
+                yield beam.pvalue.TaggedOutput(SKIPPED, window.TimestampedValue(skipped_file(
+                    path, FILE_UNSETTLED, "the file was still changing when the watch stopped "
+                    "(--streaming-stop-after, and one more poll interval); it was not read"), found))
 
 
 _FIRST_PATH = ReadModifyWriteStateSpec("first_path", beam.coders.StrUtf8Coder())
