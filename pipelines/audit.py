@@ -184,6 +184,11 @@ def prepare_run(options: PipelineOptions) -> Prepared:
             f.strip() for f in opts.corpus_text_field.split(",") if f.strip())
     if opts.prior_corpus:
         _format(opts.prior_corpus, opts.corpus_format or corpus_format, "--prior-corpus")
+        if opts.corpus:
+            refuse_shared_prior(opts.corpus, opts.prior_corpus)
+    if opts.no_contextual and opts.contextual_candidates != PipelineOptions([]).view_as(AuditOptions).contextual_candidates:
+        raise TextdpError("--contextual-candidates applies to the contextual attacker, which --no-contextual turns off: "
+                          "give one or the other")
     user_pairs = []
     if opts.pair_list:
         user_pairs = read_pair_list(opts.pair_list)
@@ -317,6 +322,22 @@ def conformance_units(opts: AuditOptions, spec, location, manifest: dict) -> tup
                  for index, (reference, eps) in enumerate((r, e) for r in references for e in spec.epsilons))
 
 
+def refuse_shared_prior(corpus: str, prior_corpus: str) -> None:
+    """--prior-corpus trains the attackers' prior and the contextual attacker's language model on text that must be
+    disjoint from the attacked records (docs/audit.md): a file that both patterns match (the same path, or the same
+    real path through a link) is refused in one line, naming the file, never its text."""
+    def real(path: str) -> str:
+        return path if "://" in path else os.path.realpath(path)
+
+    attacked = {real(path): path for path in matched_paths(corpus)}
+    shared = sorted(path for path in map(real, matched_paths(prior_corpus)) if path in attacked)
+    if shared or (real(corpus) == real(prior_corpus)):
+        name = os.path.basename(attacked[shared[0]]) if shared else os.path.basename(corpus)
+        raise TextdpError(f"--prior-corpus and --corpus both read {name}: the attackers would be trained on the records "
+                          "they attack, which overstates what they recover; give --prior-corpus public text disjoint "
+                          "from --corpus, or leave it out (the records of --corpus that are not attacked are used)")
+
+
 def output_guard(options: PipelineOptions) -> OutputGuard:
     """The run's outputs checked by the one output guard (textdp/outputs.py); run_job locks them with it."""
     opts, out = options.view_as(AuditOptions), options.view_as(OutputOptions)
@@ -429,6 +450,10 @@ def report_lines(output: str) -> List[str]:
                      f"{overall['top10']['rate']:.3f} (released word itself {overall['released']['rate']:.3f}) "
                      f"of {entry['tokens']:,} tokens")
         lines += contextual_lines(contextual, eps)
+    if (contextual.get("model") or {}).get("warning"):  # an untrained contextual attacker (F9): said once
+        lines.append(f"WARNING: contextual attacker: {contextual['model']['warning']}")
+    if summary.get("contextual_inversion_skipped"):  # --no-contextual (F16): said, not left to be guessed
+        lines.append(f"contextual attacker: {summary['contextual_inversion_skipped']}")
     linkage = (summary.get("linkage") or {}).get("per_epsilon") or {}
     for eps, entry in linkage.items():
         parts = ", ".join(f"{int(size):,}: {e['top1']['rate']:.3f}" for size, e in entry.items())

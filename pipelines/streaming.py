@@ -15,6 +15,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import re
 import sys
 from typing import List, Optional
 
@@ -45,7 +46,7 @@ from textdp.privacy.statements import run_warnings
 from textdp.text.privatizer import check_oov
 from transforms.io import OUTPUT_SUFFIX, infer_format, matched_paths
 from transforms.privatize import Privatize
-from transforms.streaming import PrivatizeWindows, read_subscription, sample_pane_names, watch_files
+from transforms.streaming import WATCH_REASONS, PrivatizeWindows, read_subscription, sample_pane_names, watch_files
 
 SHAPE_FIELD = "__textdp_shape__"  # as the batch job's (pipelines/privatize.py)
 FIVE = "[0-9]" * 5
@@ -66,16 +67,32 @@ def _refuse_batch_only(options: PipelineOptions) -> None:
                               "streaming run writes")
 
 
-def check_subscription(subscription: str) -> None:
-    """A Pub/Sub subscription name as Pub/Sub defines it (projects/PROJECT/subscriptions/NAME), in one line."""
-    from apache_beam.io.gcp.pubsub import parse_subscription
+# Pub/Sub's resource names (cloud.google.com/pubsub/docs/pubsub-basics, "Resource names"): a subscription ID
+# starts with a letter, has 3 to 255 characters, only letters, digits and - . _ ~ % +, and does not start with
+# "goog"; a project ID (Resource Manager) is 6 to 30 lowercase letters, digits and hyphens, starting with a letter,
+# not ending with a hyphen, optionally after a domain ("example.com:my-project").
+_SUBSCRIPTION_ID = re.compile(r"[A-Za-z][A-Za-z0-9\-_.~%+]{2,254}")
+_PROJECT_ID = re.compile(r"(?:[a-z0-9][a-z0-9.-]{0,252}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]")
 
-    try:
-        parse_subscription(subscription)
-    except ValueError as exc:
-        reason = str(exc).rstrip(".")
-        raise TextdpError(f"--input-subscription is not a Pub/Sub subscription name "
-                          f"(projects/PROJECT/subscriptions/NAME): {reason[:200]}") from None
+
+def check_subscription(subscription: str) -> None:
+    """A Pub/Sub subscription name as Pub/Sub defines it (projects/PROJECT/subscriptions/NAME, each part by
+    Pub/Sub's naming rules), refused in one line naming the rule broken (never quoting the name)."""
+    shape = "projects/PROJECT/subscriptions/NAME"
+    parts = subscription.split("/")
+    if len(parts) != 4 or parts[0] != "projects" or parts[2] != "subscriptions":
+        problem = f"it is not of the form {shape} (exactly four parts separated by /)"
+    elif not _PROJECT_ID.fullmatch(parts[1]):
+        problem = ("PROJECT must be a project ID: 6 to 30 lowercase letters, digits and hyphens, starting with a "
+                   "letter and not ending with a hyphen")
+    elif not _SUBSCRIPTION_ID.fullmatch(parts[3]):
+        problem = ("NAME must have 3 to 255 characters, start with a letter and hold only letters, digits and "
+                   "- . _ ~ % +")
+    elif parts[3].startswith("goog"):
+        problem = "NAME must not start with 'goog' (reserved by Google)"
+    else:
+        return
+    raise TextdpError(f"--input-subscription is not a Pub/Sub subscription name ({shape}): {problem}")
 
 
 def check(options: PipelineOptions) -> dict:
@@ -269,6 +286,9 @@ def prepare(options: PipelineOptions) -> Plan:
         lines.append(f"{len(summaries)} window pane(s); records: {totals['in']} in, {totals['out']} out, "
                      f"{totals['failed']} failed{dropped}; {late} late"
                      + (f"; NOT RECONCILED in {len(unreconciled)} pane(s): see their summaries" if unreconciled else ""))
+        skipped = watch_skipped_line(summaries)
+        if skipped:
+            lines.append(skipped)
         if ledger is not None:
             lines.append(ledger_report_line(ledger, summaries))
         return lines + [f"WARNING: {w}" for w in checked["warnings"]]
@@ -284,6 +304,19 @@ def prepare(options: PipelineOptions) -> Plan:
     parent = FileSystems.split(output)[0] if "://" in output else os.path.dirname(os.path.abspath(output))
     return Plan(build=build, report=report, temp_parents=(parent,), progress=None, guard=checked["guard"],
                 settle=ledger.settle if ledger is not None else None)
+
+
+def watch_skipped_line(summaries: list) -> Optional[str]:
+    """The console line of the watched files that were not read (``transforms.streaming.WATCH_REASONS``: each
+    one error record and one failed item in its window's summary), or None."""
+    counts = {reason: sum(s["records"].get("failed_by_reason", {}).get(reason, 0) for s in summaries)
+              for reason in WATCH_REASONS}
+    counts = {reason: count for reason, count in counts.items() if count}
+    if not counts:
+        return None
+    return (f"files not read: {sum(counts.values())} ("
+            + ", ".join(f"{reason} {count}" for reason, count in counts.items())
+            + "), each one failed item in its window's errors (docs/streaming.md, which files are read)")
 
 
 def ledger_report_line(ledger, summaries: list) -> str:

@@ -60,6 +60,12 @@ def _write_bytes(path: str, data: bytes, mime_type: str) -> None:
         handle.write(data)
 
 
+# What a run without the contextual attacker (--no-contextual) says instead of its figures (red team F16).
+CONTEXTUAL_CORPUS_FIGURES = ("contextual_records", "contextual_tokens")
+CONTEXTUAL_DEFINITIONS = ("contextual top-1 / top-10",)
+CONTEXTUAL_SKIPPED = "not run (--no-contextual): this run measured the context-free attacker only"
+
+
 class WriteAuditOutputs(beam.DoFn):
     """One element (ignored) and the run's results as side inputs -> summary.json, plots, report.html."""
 
@@ -89,9 +95,13 @@ class WriteAuditOutputs(beam.DoFn):
             check = summarise_self_check(rows, config.false_alarm_rate, config.planned_tests)
             check.update(info["self_check"])
             summary["self_check"] = check
+        contextual_ran = bool(language_model)  # the contextual attacker ran (not --no-contextual)
         if corpus:
             described = dict(corpus[0])
             described.update(read_counts[0] if read_counts else {})
+            if not contextual_ran:  # no figure of an attack that did not run (F16)
+                for key in CONTEXTUAL_CORPUS_FIGURES:
+                    described.pop(key, None)
             summary["corpus"] = described
         if "inversion" in info["checks"] and corpus:
             inversion = {"prior": info["prior"], "posterior": info["posterior"],
@@ -110,13 +120,16 @@ class WriteAuditOutputs(beam.DoFn):
                     f"with probability {1 - MC_DELTA:g} for inputs drawn from the prior (plug-in estimate plus "
                     "McDiarmid's margin sqrt(ln(1/delta) / 2S))")
             summary["inversion"] = inversion
-            if language_model:  # the contextual attacker ran (not --no-contextual)
+            if contextual_ran:
                 summary["contextual_inversion"] = contextual_summary(info, language_model[0], contextual_rows)
+            else:
+                summary["contextual_inversion_skipped"] = CONTEXTUAL_SKIPPED
         if "linkage" in info["checks"] and corpus:
             summary["linkage"] = {"likelihood": info["likelihood"], "window_words": config.window,
                                   "per_epsilon": summarise_linkage(linkage_rows)}
         summary["privacy_statement"] = statement_of(mechanisms[config.epsilons[0]])  # with whose it is, if not textdp's
-        summary["definitions"] = DEFINITIONS
+        summary["definitions"] = {term: text for term, text in DEFINITIONS.items()
+                                  if contextual_ran or term not in CONTEXTUAL_DEFINITIONS}
         summary["outputs"] = {"summary": SUMMARY_FILE, "report": REPORT}
         files = build_report_files(summary, self_check_rows)
         summary["outputs"]["plots"] = sorted(name for name in files if name.endswith(".png"))

@@ -21,7 +21,7 @@ mechanism and settings. A window in which nothing arrived writes nothing (no pan
 
 State the job holds (docs/streaming.md, drain and update): ``CloseLateWindows`` keeps one boolean per
 window seen and a timer per open window; the panes' GroupByKey holds a window's items until it closes;
-``MatchContinuously`` keeps the names of the files already read.
+the file watch keeps the identity (content digest) of the files already read.
 """
 
 from __future__ import annotations
@@ -97,15 +97,18 @@ class ReadFiles(beam.PTransform):
     """Files matched by a watch (``fileio.MatchContinuously``) -> items. Each file is read by ``ReadFileRecords``,
     the batch job's reader, so a file's records, error records and count are the batch job's."""
 
-    def __init__(self, data_format: str, text_fields: Sequence[str], max_record_bytes: int, keep_failed_text: bool):
+    def __init__(self, data_format: str, text_fields: Sequence[str], max_record_bytes: int, keep_failed_text: bool,
+                 opened: bool = False):
         super().__init__()
         self.reader = ReadFileRecords(data_format, text_fields, max_record_bytes, keep_failed_text)
+        self.opened = bool(opened)
 
     def expand(self, matches):
         from apache_beam.io import fileio
 
+        if not self.opened:  # matched files' metadata; else SnapshotFile already read (the local watch)
+            matches = matches | "Open" >> fileio.ReadMatches()
         read = (matches
-                | "Open" >> fileio.ReadMatches()
                 | "Parse" >> beam.ParDo(self.reader).with_outputs(ReadFileRecords.ERRORS, ReadFileRecords.COUNTS,
                                                                     main="records"))
         return ((read.records | "Records" >> beam.Map(lambda record: (RECORD, record)),
@@ -287,6 +290,39 @@ def pane_scope_statement(records: int, shuffled: bool = True, per_author: bool =
     return text
 
 
+# The batch job's shuffle clause (textdp.privacy.statements.records_statement) and its streaming counterpart: in
+# a stream a record's window, and so its files, follow its arrival time; only the pane's records are permuted.
+BATCH_SHUFFLE_CLAUSE = ("the records were released in a uniformly random order: each record's output file and "
+                        "line are uniform and independent of its input position and author")
+
+
+def pane_order_statement(shuffled: bool, per_shard: int) -> str:
+    """How a window pane's records are ordered in its files (what ``WriteWindowPane`` does)."""
+    window_part = ("a record's window, and so which files hold it, is fixed by its arrival time (its position in "
+                   "the input stream) and is shown by the file names")
+    if not shuffled:  # the batch sentence holds as it is: the output may follow the input order
+        return accounting.UNSHUFFLED_ORDER_STATEMENT
+    return ("records are output in a uniformly random order within their window pane only: the pane's records are "
+            f"permuted uniformly at random (random.SystemRandom) and written in that order, {per_shard:,} per file, "
+            "so a record's file and line within the pane are uniform and independent of its position among the "
+            f"pane's records; but {window_part}: across windows the output follows the input order")
+
+
+def pane_records_clause(per_shard: int) -> str:
+    return ("the records of this window pane were released in a uniformly random order within the pane (its "
+            "records permuted among themselves, " + f"{per_shard:,} per file); a record's window, and so its "
+            "files, follows its arrival time (its position in the input stream)")
+
+
+def streaming_records_statement(statement: str, shuffled: bool, per_shard: int) -> str:
+    """The batch records statement (privacy.records) said of a window pane: the shuffle clause replaced."""
+    if shuffled and BATCH_SHUFFLE_CLAUSE in statement:
+        return statement.replace(BATCH_SHUFFLE_CLAUSE, pane_records_clause(per_shard))
+    if shuffled:  # the batch wording changed: say it outright rather than leave a batch claim
+        return statement + " In this stream: " + pane_records_clause(per_shard) + "."
+    return statement
+
+
 class WriteWindowPane(beam.DoFn):
     """One window pane's items (after one GroupByKey) -> its files; yields the pane's summary.
 
@@ -395,6 +431,10 @@ class WriteWindowPane(beam.DoFn):
             figures = summary.get("raw_data_figures", {}).get("figures")
             if isinstance(figures, list):
                 figures += [f"ledger.{key}" for key in LEDGER_RAW_FIGURES if f"ledger.{key}" not in figures]
+        if self.amplifier is not None:  # the batch shuffle sentence said of this pane (F15)
+            privacy = summary.get("privacy", {})
+            if isinstance(privacy.get("records"), str):
+                privacy["records"] = streaming_records_statement(privacy["records"], self.amplifier.shuffle, per_shard)
         write_json(f"{prefix}-summary.json", summary)
         if public_path:  # the batch job's publishable summary for this pane's release (no raw-input figure)
             public = build_public_summary(
@@ -403,6 +443,11 @@ class WriteWindowPane(beam.DoFn):
                 amplification=section, **common)
             public["window"] = {"start": window_info["start"], "end": window_info["end"], "pane": int(pane.index),
                                 "statement": PUBLIC_WINDOW_STATEMENT}
+            if self.amplifier is not None:  # the scope the operator's report has, and the stream's order (F15)
+                public["privacy"]["records"] = streaming_records_statement(
+                    public["privacy"]["records"], self.amplifier.shuffle, per_shard)
+                if section is not None:  # beside the window's start and end: what the claims cover
+                    public["window"]["scope"] = section["scope"]
             if ledger_section is not None:  # the budget and the statement: no figure of the raw input
                 from textdp.ledger.statements import ledger_statement
 
@@ -437,6 +482,7 @@ class WriteWindowPane(beam.DoFn):
             section["warnings"] = warnings
         section["scope"] = pane_scope_statement(len(released), amp.shuffle, stats["per_author"], amp.k_threshold,
                                                 amp.subsample)
+        section["order"] = pane_order_statement(amp.shuffle, amp.records_per_shard)
         write_json(f"{prefix}-amplification.json", section)
         if self.data_format == "text":
             released = [record["text"] for record in released]
@@ -567,11 +613,71 @@ def stop_timestamp(seconds: Optional[float]) -> Timestamp:
     return MAX_TIMESTAMP if seconds is None else Timestamp.now() + Duration(float(seconds))
 
 
+# A watched file's identity (docs/streaming.md, "Which files are read"): its content (SHA-256), not its name.
+# Each outcome other than "read" is one error item (counted as one item in and one failed, so the counts
+# reconcile and the console names it), its source the file's path, never its text.
+DUPLICATE_FILE = "duplicate_file"  # the same content as a file already read (a rename, a copy): not read again
+FILE_CHANGED = "file_changed_after_read"  # a file read earlier grew or was rewritten in place keeping its start
+FILE_UNSETTLED = "file_not_settled"  # still changing (size or time) when the watch stopped: not read
+WATCH_REASONS = (DUPLICATE_FILE, FILE_CHANGED, FILE_UNSETTLED)
+SKIPPED = "skipped"
+
+
+def content_digest(path: str, limit: Optional[int] = None) -> str:
+    """The SHA-256 (hex) of a file's content, or of its first ``limit`` bytes."""
+    from apache_beam.io.filesystems import FileSystems
+
+    digest, left = hashlib.sha256(), limit
+    with FileSystems.open(path, compression_type="uncompressed") as handle:
+        while left is None or left > 0:
+            chunk = handle.read(1 << 20 if left is None else min(1 << 20, left))
+            if not chunk:
+                break
+            digest.update(chunk)
+            left = None if left is None else left - len(chunk)
+    return digest.hexdigest()
+
+
+def skipped_file(path: str, reason: str, detail: str) -> dict:
+    """The error record of a watched file that is not read (one of ``WATCH_REASONS``)."""
+    return error_record(path, 0, reason, detail)
+
+
+def skipped_items(error: dict):
+    """A skipped file -> its items: one in, one failed."""
+    return [(IN, 1), (ERROR, error)]
+
+
+class SnapshotFile:
+    """A watched file as it was when the local watch took it (``PollFiles``): its metadata and its bytes, read
+    once, so the records read are exactly the content whose digest was checked, even if the file is renamed,
+    deleted or rewritten afterwards (read as ``fileio.ReadableFile`` is, by ``ReadFileRecords``)."""
+
+    def __init__(self, metadata, data: bytes):
+        self.metadata, self.data = metadata, data
+
+    def open(self, mime_type="application/octet-stream", compression_type=None):
+        import io
+
+        return io.BytesIO(self.data)
+
+
 class PollFiles(beam.DoFn):
     """The file watch of the local runner: from one impulse, match ``pattern`` every ``interval`` seconds until
-    ``stop_after`` seconds have passed, emitting each new file once, timestamped with the time it was found
-    (as ``MatchContinuously`` does). The local runners run no unbounded source, so there the watch is bounded
-    and the windows are written when it stops (docs/streaming.md)."""
+    ``stop_after`` seconds have passed, timestamped with the time a file was taken (as ``MatchContinuously``
+    does). The local runners run no unbounded source, so there the watch is bounded and the windows are written
+    when it stops (docs/streaming.md).
+
+    Which files are read (F5-F7 of the red team): a file is taken once its size and modification time have not
+    changed over one poll interval (seen unchanged by two polls, or last modified at least one interval ago), so
+    a file still being written is not read half-way. A file is known by its
+    content: a file whose content (SHA-256) was read before, under any name, is not read again (a rename within
+    the pattern would release its records twice): error item ``duplicate_file``. A name that comes back with new
+    content (deleted and re-created, or rewritten) is read. A file read earlier that then grew (its start is the
+    content read) is not read again: error item ``file_changed_after_read`` (its first part is out already, and
+    reading it again would release that part twice). When the watch stops, files new or changing at its last
+    poll get one more look one interval later: settled, they are read; still changing, error item
+    ``file_not_settled``. Main output: the files to read (``SnapshotFile``); output ``skipped``: error records."""
 
     def __init__(self, pattern: str, interval: float, stop_after: float):
         super().__init__()
@@ -580,35 +686,113 @@ class PollFiles(beam.DoFn):
     def process(self, _):
         import time
 
-        from apache_beam.io.filesystems import FileSystems
-
-        seen, deadline = set(), time.monotonic() + self.stop_after
+        self._pending, self._taken, self._contents = {}, {}, {}  # path -> (size, mtime) seen; -> (size, mtime, digest)
+        deadline = time.monotonic() + self.stop_after
         while True:
-            found = Timestamp.now()
-            for meta in sorted(FileSystems.match([self.pattern])[0].metadata_list, key=lambda m: m.path):
-                if meta.path not in seen:
-                    seen.add(meta.path)
-                    yield window.TimestampedValue(meta, found)
+            yield from self._poll(final=False)
             left = deadline - time.monotonic()
             if left <= 0:
-                return
+                break
             time.sleep(min(self.interval, left))
+        if self._pending:  # the last look: files new or changing at the last poll, one interval later
+            time.sleep(self.interval)
+            yield from self._poll(final=True)
+
+    def _poll(self, final: bool):
+        """One match of the pattern: the files taken now; with ``final``, the files still not settled too."""
+        import time
+
+        from apache_beam.io.filesystems import FileSystems
+
+        found = Timestamp.now()
+        matched = sorted(FileSystems.match([self.pattern])[0].metadata_list, key=lambda m: m.path)
+        present = {meta.path for meta in matched}
+        pending = {path: state for path, state in self._pending.items() if path in present}  # gone: nothing to read
+        for meta in matched:
+            if final and meta.path not in pending:  # the last look is for the files waiting to settle only
+                continue
+            state = (meta.size_in_bytes, meta.last_updated_in_seconds)
+            before = self._taken.get(meta.path)
+            if before is not None and before[:2] == state:  # unchanged since it was taken
+                pending.pop(meta.path, None)
+                continue
+            settled = time.time() - meta.last_updated_in_seconds >= self.interval  # unchanged for an interval
+            if pending.get(meta.path) != state and not settled:  # new and recent, or changing: look again
+                pending[meta.path] = state
+                continue
+            pending.pop(meta.path, None)
+            try:
+                with FileSystems.open(meta.path, compression_type="uncompressed") as handle:
+                    data = handle.read()
+            except OSError:  # gone between the match and the read: the next match says what is there
+                continue
+            digest = hashlib.sha256(data).hexdigest()
+            grew = (before is not None and 0 < before[0] <= len(data)
+                    and hashlib.sha256(data[:before[0]]).hexdigest() == before[2])
+            self._taken[meta.path] = (len(data), state[1], digest)
+            if grew:
+                yield beam.pvalue.TaggedOutput(SKIPPED, window.TimestampedValue(skipped_file(
+                    meta.path, FILE_CHANGED, f"the file grew from {before[0]} to {len(data)} bytes after "
+                    "it was read; it is not read again (its first part would be released twice): write each file "
+                    "whole under a new name"), found))
+            elif digest in self._contents:
+                yield beam.pvalue.TaggedOutput(SKIPPED, window.TimestampedValue(skipped_file(
+                    meta.path, DUPLICATE_FILE, f"the same content (sha256 {digest[:12]}) as a file already read "
+                    "in this run; not read again (its records would be released twice)"), found))
+            else:
+                self._contents[digest] = meta.path
+                yield window.TimestampedValue(SnapshotFile(meta, data), found)
+        self._pending = pending
+        if final:
+            for path in sorted(pending):
+                yield beam.pvalue.TaggedOutput(SKIPPED, window.TimestampedValue(skipped_file(
+                    path, FILE_UNSETTLED, "the file was still changing when the watch stopped "
+                    "(--streaming-stop-after, and one more poll interval); it was not read"), found))
+
+
+_FIRST_PATH = ReadModifyWriteStateSpec("first_path", beam.coders.StrUtf8Coder())
+_FIRST_PATH_PARAM = beam.DoFn.StateParam(_FIRST_PATH)
+
+
+class OncePerContent(beam.DoFn):
+    """The streaming runners' half of the same policy (after ``MatchContinuously``, which finds a file again when
+    its modification time changes): ``(digest, FileMetadata)`` keyed by content -> the file, the first time its
+    content is seen; later files with that content -> output ``skipped``, error record ``duplicate_file``."""
+
+    def process(self, keyed, first=_FIRST_PATH_PARAM):
+        digest, meta = keyed
+        if first.read() is None:
+            first.write(meta.path)
+            yield meta
+            return
+        yield beam.pvalue.TaggedOutput(SKIPPED, skipped_file(
+            meta.path, DUPLICATE_FILE, f"the same content (sha256 {digest[:12]}) as a file already read in this run; "
+            "not read again (its records would be released twice)"))
 
 
 def watch_files(pipeline, pattern: str, poll_interval: float, stop_after: Optional[float], reader_args: tuple,
                 local: bool = False):
-    """The file-watch source: new files matching ``pattern`` every ``poll_interval`` seconds, each read once.
-    ``local``: the bounded watch of the local runner (``PollFiles``); else Beam's ``MatchContinuously``."""
+    """The file-watch source: files matching ``pattern``, checked every ``poll_interval`` seconds, each content
+    read once (``PollFiles``' docstring, docs/streaming.md). ``local``: the bounded watch of the local runner
+    (``PollFiles``); else Beam's ``MatchContinuously`` with ``match_updated_files=True`` (a name re-created with
+    new content is found again) and ``OncePerContent`` (a content already read, renamed or copied, is not)."""
     from apache_beam.io import fileio
 
     if local:
-        matches = (pipeline | "Start" >> beam.Impulse()
-                   | "Watch" >> beam.ParDo(PollFiles(pattern, poll_interval, stop_after)))
+        polled = (pipeline | "Start" >> beam.Impulse()
+                  | "Watch" >> beam.ParDo(PollFiles(pattern, poll_interval, stop_after)).with_outputs(
+                      SKIPPED, main="files"))
     else:
-        matches = pipeline | "Watch" >> fileio.MatchContinuously(
-            pattern, interval=float(poll_interval), has_deduplication=True, start_timestamp=Timestamp.now(),
-            stop_timestamp=stop_timestamp(stop_after))
-    return matches | "ReadFiles" >> ReadFiles(*reader_args)
+        polled = (pipeline
+                  | "Watch" >> fileio.MatchContinuously(
+                      pattern, interval=float(poll_interval), has_deduplication=True, match_updated_files=True,
+                      start_timestamp=Timestamp.now(), stop_timestamp=stop_timestamp(stop_after))
+                  | "Digest" >> beam.Map(lambda meta: (content_digest(meta.path), meta)).with_output_types(
+                      beam.typehints.Tuple[str, beam.typehints.Any])
+                  | "OncePerContent" >> beam.ParDo(OncePerContent()).with_outputs(SKIPPED, main="files"))
+    read = polled.files | "ReadFiles" >> ReadFiles(*reader_args, opened=local)
+    skipped = polled[SKIPPED] | "Skipped" >> beam.FlatMap(skipped_items)
+    return (read, skipped) | "WatchItems" >> beam.Flatten()
 
 
 def read_subscription(pipeline, subscription: str, reader_args: tuple):

@@ -75,6 +75,17 @@ def merge_bigrams(parts) -> Tuple[np.ndarray, np.ndarray]:
 # --- the language model --------------------------------------------------------------------------------
 
 
+# A model with no training bigram knows no word order: its transition prior is the context-free prior, so this
+# attacker is the context-free one (up to its own Monte Carlo estimate), and comparing the two says nothing about
+# what word order leaks (red team F9).
+def untrained_warning(training_tokens: int, source: str) -> str:
+    """The warning of a contextual attacker whose language model holds no bigram."""
+    return (f"its language model holds no bigram ({int(training_tokens):,} training tokens of {source}), so it "
+            "knows no word order and is the context-free attacker under another Monte Carlo estimate: its rates say "
+            "nothing about what the word order leaks; give --prior-corpus (public text disjoint from --corpus) or "
+            "attack fewer --records so that some are left to train on")
+
+
 @dataclass
 class BigramLM:
     """A bigram model over the prior's support, smoothed towards the prior (see the module's docstring)."""
@@ -149,7 +160,7 @@ class BigramLM:
                               "out-of-vocabulary slots are attacked as separate sequences."),
             "bound": ("a lower bound on what an attacker with a better language model (higher order, more training "
                       "text) or a larger candidate set achieves"),
-        }
+        } | ({"warning": untrained_warning(self.training_tokens, self.source)} if self.training_bigrams == 0 else {})
 
 
 # --- forward-backward ----------------------------------------------------------------------------------

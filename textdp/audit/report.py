@@ -254,11 +254,12 @@ def _contextual_html(contextual: dict) -> str:
     if not contextual:
         return "<p>The contextual attacker was not run (--no-contextual).</p>"
     model = contextual["model"]
+    warning = f"<p class='warn'><b>Warning:</b> the contextual attacker: {_e(model['warning'])}.</p>" if model.get("warning") else ""
     same = "".join(f"<tr><td>{_e(eps)}</td><td>{e['tokens']:,}</td><td>{_rate(e['top1'])}</td><td>{_rate(e['top10'])}</td>"
                    f"<td>{_rate(contextual['per_epsilon'][eps]['overall']['top1'])}</td>"
                    f"<td>{_rate(contextual['per_epsilon'][eps]['overall']['top10'])}</td></tr>"
                    for eps, e in contextual["same_releases_context_free"].items())
-    return (f"<h3>Contextual attacker</h3><p>{_e(contextual['posterior'])}. Language model: order {model['order']}, "
+    return (f"<h3>Contextual attacker</h3>{warning}<p>{_e(contextual['posterior'])}. Language model: order {model['order']}, "
             f"{_e(model['smoothing'])} (discount {_f(model['discount'])}), trained on {model['training_tokens']:,} tokens "
             f"of {_e(model['training_text'])}. Approximation: {_e(model['approximation'])} Its rates are "
             f"{_e(model['bound'])}.</p><p>It attacks whole records (tokens counted: every in-vocabulary word of the "
