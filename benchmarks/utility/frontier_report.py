@@ -124,9 +124,9 @@ def guarantees_section(payload: dict) -> List[str]:
         st = p.get("privacy") or {}
         cov = st.get("coverage") or {}
         covered = cov.get("covered", "-")
+        more = "".join(f" {key.replace('_', ' ').capitalize()}: {value}." for key, value in cov.items() if key != "covered")
         lines += [f"- **{mech}** (statement at epsilon {p['epsilon']:g}): {st.get('notion', '-')}. Per token: "
-                  f"{st.get('per_token', '-')}. Covered: {covered}."
-                  + (f" Not covered: {cov['not_covered']}." if cov.get("not_covered") else "")]
+                  f"{st.get('per_token', '-')}. Covered: {covered}.{more}"]
     return lines
 
 
