@@ -117,7 +117,13 @@ def markdown(payload: dict) -> str:
                     w = p["accuracy"][s]["wilson"]
                     cells.append(f"{w['accuracy']:.3f} [{w['low']:.3f}, {w['high']:.3f}]")
                 lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "What its guarantee covers: metric DP in |i - j| over positions in a 1-D ordering of its word "
+    lines += ["", "From its code (0.2.1): `Diffractor(model_names=[...])` fetches every name through `Downloader.fetch`, "
+              "which accepts only its five hosted embedding files, and `prepare_custom_embeddings` refers to an undefined "
+              "`output_name`, so its documented bring-your-own-embeddings path fails; the runner gives it textdp's "
+              "GloVe vectors by replacing `diffractor.core.ensure_embeddings` only. `rewrite` sends every token to a "
+              "multiprocessing pool (`starmap`, one call per token), and needs NLTK's `stopwords` and `punkt_tab` data "
+              "(downloaded from raw.githubusercontent.com at run time).",
+              "", "What its guarantee covers: metric DP in |i - j| over positions in a 1-D ordering of its word "
               "list, per embedding; NLTK English stopwords and words outside its list pass through unchanged "
               "(no protection), so its changed share is bounded by the share of non-stopword listed words.", ""]
     return "\n".join(lines)

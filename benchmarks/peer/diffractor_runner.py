@@ -41,11 +41,17 @@ def run(spec: dict, out: dict) -> None:
     import nltk
     import numpy as np
 
-    for package in ("stopwords", "punkt_tab"):
-        ok = nltk.download(package, quiet=True, raise_on_error=False)
-        out["steps"].append(f"nltk.download({package!r}) -> {ok}")
-        if not ok:
-            raise RuntimeError(f"NLTK data {package!r} could not be downloaded")
+    missing = []
+    for package in ("stopwords", "punkt_tab"):  # rewrite() needs both: nltk.corpus.stopwords, nltk.word_tokenize
+        try:
+            nltk.download(package, quiet=True, raise_on_error=True)
+            out["steps"].append(f"nltk.download({package!r}): done")
+        except Exception as exc:  # noqa: BLE001  (the reason is the result)
+            out["steps"].append(f"nltk.download({package!r}) failed: {exc}")
+            missing.append(package)
+    if missing:
+        raise RuntimeError(f"NLTK data {', '.join(missing)} not available (nltk.download failed, see the steps); "
+                           "Diffractor.rewrite cannot tokenize or tell stopwords without them")
 
     import diffractor
     import diffractor.core
