@@ -163,6 +163,7 @@ def inversion_rates(section: Optional[dict], epsilon: float) -> Optional[dict]:
         if float(eps) == float(epsilon):
             o = entry["overall"]
             return {"top1": o["top1"]["rate"], "top10": o["top10"]["rate"], "released": o["released"]["rate"],
+                    "in_prior": (o.get("in_prior") or {}).get("rate"),
                     "tokens": entry.get("tokens"), "posterior": section.get("posterior")}
     return None
 

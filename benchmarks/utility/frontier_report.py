@@ -78,6 +78,11 @@ def conditions(payload: dict) -> str:
                  f"classifier; linkage pool {audit['pool']:,}), at most {audit['inversion_tokens']:,} word tokens "
                  f"inverted per epsilon, the attacker's prior from {audit['prior_reviews']:,} held-out train-split "
                  f"reviews ({audit['prior_words']:,} candidate words).")
+        cover = [p["inversion"]["in_prior"] for p in payload["points"] if (p.get("inversion") or {}).get("in_prior") is not None]
+        if cover:
+            low, high = min(cover), max(cover)
+            text += (f" Those candidates hold {_f(low)}" + ("" if high - low < 0.0005 else f" to {_f(high)}")
+                     + " of the attacked tokens: the ceiling of the inversion's top-1 rate here.")
     return text
 
 
@@ -85,7 +90,7 @@ def decision_table(payload: dict) -> List[str]:
     size = linkage_size(payload)
     lines = ["| mechanism | epsilon | tokens changed | training-time acc. [95%] | test-time acc. [95%] | "
              "inversion top-1 / top-10 (context-free) | contextual inversion top-1 / top-10 | "
-             f"linkage top-1 (among {size or '-'} originals) | N_w / S_w median | tokens/s (us per token) |",
+             f"linkage top-1 (among {format(int(size), ',') if size else '-'} originals) | N_w / S_w median | tokens/s (us per token) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for p in ordered_points(payload):
         lines.append(f"| {p['mechanism']} | {p['epsilon']:g} | {p['changed_fraction']['mean']:.3f} | "
