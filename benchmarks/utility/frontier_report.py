@@ -12,6 +12,7 @@ from typing import List, Optional
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHOOSING = os.path.join(REPO, "docs", "choosing.md")
 MARGIN = 0.02  # "within 2 points of the baseline", as benchmarks/utility/run.py judges it
+LOOSE_MARGIN = 0.05
 NOT_MEASURED = "not measured"
 
 
@@ -141,24 +142,34 @@ def verdicts(payload: dict) -> List[str]:
     size = linkage_size(payload)
     points = ordered_points(payload)
     label = "contextual" if any(p.get("contextual_inversion") for p in points) else "context-free"
-    readable = {}
-    for p in points:
-        rates, _ = attack_of(p)
-        if p["training_time"]["delta_to_baseline"]["delta"] >= -MARGIN and rates is not None:
-            best = readable.get(p["mechanism"])
-            if best is None or rates["top1"] < attack_of(best)[0]["top1"]:
-                readable[p["mechanism"]] = p
-    lines = [f"Readable here means: training-time accuracy within {MARGIN * 100:.0f} points of the baseline "
-             f"({base:.3f}) by its mean (the interval columns above say how sure that is). For each mechanism, its "
-             f"measured point with the lowest {label} inversion top-1 that is still readable, most protective first:", ""]
-    for mech, p in sorted(readable.items(), key=lambda kv: attack_of(kv[1])[0]["top1"]):
-        rates, _ = attack_of(p)
-        lines.append(f"- {mech} at epsilon {p['epsilon']:g}: accuracy {p['training_time']['accuracy']['mean']:.3f}, "
-                     f"{rates['top1']:.3f} of word tokens recovered top-1 ({rates['top10']:.3f} top-10), "
-                     f"{p['changed_fraction']['mean']:.3f} of tokens changed, linkage top-1 {_link(p, size)}.")
-    never = [m for m in payload["epsilons"] if m not in readable and any(q["mechanism"] == m for q in points)]
-    if never:
-        lines += ["", "Not readable at any measured epsilon (or not attacked): " + ", ".join(never) + "."]
+    def most_protective(margin: float) -> dict:
+        chosen = {}
+        for p in points:
+            rates, _ = attack_of(p)
+            if p["training_time"]["delta_to_baseline"]["delta"] >= -margin and rates is not None:
+                best = chosen.get(p["mechanism"])
+                if best is None or rates["top1"] < attack_of(best)[0]["top1"]:
+                    chosen[p["mechanism"]] = p
+        return chosen
+
+    lines = []
+    for margin in (MARGIN, LOOSE_MARGIN):
+        chosen = most_protective(margin)
+        lines += [f"**Within {margin * 100:.0f} points** of the baseline ({base:.3f}): training-time accuracy at least "
+                  f"the baseline minus {margin * 100:.0f} points by its mean (the intervals in the table say how sure "
+                  f"that is). Per mechanism, its measured point with the lowest {label} inversion top-1 that stays "
+                  "within, most protective first:", ""]
+        for mech, p in sorted(chosen.items(), key=lambda kv: attack_of(kv[1])[0]["top1"]):
+            rates, _ = attack_of(p)
+            lines.append(f"- {mech} at epsilon {p['epsilon']:g}: accuracy {p['training_time']['accuracy']['mean']:.3f}, "
+                         f"{rates['top1']:.3f} of word tokens recovered top-1 ({rates['top10']:.3f} top-10), "
+                         f"{p['changed_fraction']['mean']:.3f} of tokens changed, linkage top-1 {_link(p, size)}.")
+        missing = [m for m in payload["epsilons"] if m not in chosen and any(q["mechanism"] == m for q in points)]
+        if missing:
+            lines.append(f"- never within {margin * 100:.0f} points at the measured epsilons: " + ", ".join(missing) + ".")
+        lines.append("")
+    lines.pop()
+    readable = most_protective(MARGIN)
     protective = [p for p in points if attack_of(p)[0] is not None and attack_of(p)[0]["top1"] <= 0.2]
     if protective:
         best = max(protective, key=lambda p: p["training_time"]["accuracy"]["mean"])
@@ -169,9 +180,9 @@ def verdicts(payload: dict) -> List[str]:
     if size:
         linked = [p for p in readable.values() if p.get("linkage") and p["linkage"][size]["top1"] >= 0.9]
         if linked:
-            lines += ["", f"Linkage: at {len(linked)} of the {len(readable)} readable points above, the first words of "
+            lines += ["", f"Linkage: at {len(linked)} of the {len(readable)} points within 2 points above, the first words of "
                           f"a released review pick its source out of {int(size):,} originals at least 90% of the time: "
-                          "word-level privacy at a readable epsilon does not hide which record a release came from."]
+                          "word-level privacy at such an epsilon does not hide which record a release came from."]
     speeds = [p for p in points if p.get("tokens_per_second")]
     if speeds:
         fast = max(speeds, key=lambda p: p["tokens_per_second"]["mean"])
@@ -179,6 +190,15 @@ def verdicts(payload: dict) -> List[str]:
         lines += ["", f"Cost: from {slow['tokens_per_second']['mean']:,.0f} tokens/s ({slow['mechanism']} at epsilon "
                       f"{slow['epsilon']:g}) to {fast['tokens_per_second']['mean']:,.0f} tokens/s ({fast['mechanism']} "
                       f"at epsilon {fast['epsilon']:g}) per privatize job on this machine, Beam start included."]
+    partial_cover = {}
+    for p in points:
+        covered = ((p.get("privacy") or {}).get("coverage") or {}).get("covered")
+        if covered and covered != "all":
+            partial_cover.setdefault(p["mechanism"], covered)
+    if partial_cover:
+        lines += ["", "Read these numbers with the guarantee: the statements of "
+                  + ", ".join(f"{m} (covered: {c})" for m, c in partial_cover.items())
+                  + " do not cover every pair of words (next section); a low attack rate there is measured, not promised."]
     partial = [m for m in payload["epsilons"] if (payload["points"] and not any(q["mechanism"] == m for q in points))]
     if partial:
         lines += ["", "Not measured in this run: " + ", ".join(partial) + "."]
