@@ -205,6 +205,11 @@ def verdicts(payload: dict) -> List[str]:
     return lines
 
 
+def invocations(payload: dict) -> List[dict]:
+    """Every invocation that did part of the work, earliest first (machine, wall time)."""
+    return [*payload.get("earlier_invocations", []), {"machine": payload["machine"], "wall_seconds": payload["wall_seconds"]}]
+
+
 def choosing_doc(payload: dict) -> str:
     """The whole of docs/choosing.md, from the frontier results."""
     m = payload["machine"]
@@ -219,8 +224,11 @@ def choosing_doc(payload: dict) -> str:
         *([] if payload.get("complete", True) else
           ["**Partial results: the run had not finished every mechanism when this page was generated.**", ""]),
         "Conditions: " + conditions(payload), "",
-        f"Measured on {m['cpu']}, {m['cores']} cores, load average at start "
-        f"{', '.join(format(x, '.1f') for x in m['loadavg_at_start'])} ({m['date_utc']}).", "",
+        f"Measured on {m['cpu']}, {m['cores']} cores (shared), in {len(invocations(payload))} invocation(s) of the "
+        "benchmark (each resumed the one before, reusing its runs): "
+        + "; ".join(f"{e['machine']['date_utc']}, load average at start "
+                    f"{', '.join(format(x, '.1f') for x in e['machine']['loadavg_at_start'])}, wall time "
+                    f"{e['wall_seconds']:.0f} s" for e in invocations(payload)) + ".", "",
         "## Decision table", "",
         "Accuracy: IMDb sentiment, TF-IDF logistic regression, training time (train on privatized, test on "
         "original) and test time (train on original, test on privatized), with the Wilson 95% interval over test "
