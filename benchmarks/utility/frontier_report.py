@@ -83,7 +83,8 @@ def conditions(payload: dict) -> str:
         if cover:
             low, high = min(cover), max(cover)
             text += (f" Those candidates hold {_f(low)}" + ("" if high - low < 0.0005 else f" to {_f(high)}")
-                     + " of the attacked tokens: the ceiling of the inversion's top-1 rate here.")
+                     + " of the attacked tokens: where the attacker uses the closed form (inversion posterior 'exact' "
+                     "in frontier.md) that caps its top-1 rate, so a longer candidate list can raise the rates near it.")
     return text
 
 
