@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+
+DIFFRACTOR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results", "peer-diffractor.json")
+
 
 def _verdict(result: dict) -> str:
     if result.get("passed") is None:
@@ -73,4 +78,16 @@ def markdown(payload: dict) -> str:
         lines.append("MLDP also rounds gamma to one decimal and uses |W| instead of |W| - 1 in Thm. 4.2; the TEM tests use "
                      "each library's own gamma.")
     lines.append("")
+    lines += diffractor_section()
     return "\n".join(lines)
+
+
+def diffractor_section(path: str = DIFFRACTOR) -> list:
+    """1-Diffractor (benchmarks/peer/bench_diffractor.py), from its own results when they are there."""
+    if not os.path.exists(path):
+        return []
+    from benchmarks.peer.bench_diffractor import markdown as diffractor_markdown
+
+    with open(path, encoding="utf-8") as handle:
+        body = diffractor_markdown(json.load(handle)).splitlines()
+    return ["## " + body[0].lstrip("# "), *body[1:], ""]

@@ -1,0 +1,64 @@
+"""docs/choosing.md is generated from the committed frontier results and cannot drift from them.
+
+The page is a pure function of benchmarks/results/frontier.json (benchmarks/utility/frontier_report.py
+``choosing_doc``): no randomness, so these tests are exact (false-failure rate 0).
+"""
+
+import copy
+import json
+import os
+import re
+
+from benchmarks.utility import frontier_report
+from textdp.mechanisms import REGISTRY
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(REPO, "benchmarks", "results", "frontier.json")
+DOC = os.path.join(REPO, "docs", "choosing.md")
+
+
+def _payload() -> dict:
+    with open(RESULTS, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _doc() -> str:
+    with open(DOC, encoding="utf-8") as handle:
+        return handle.read()
+
+
+def test_choosing_doc_is_what_the_report_function_makes_of_the_committed_results():
+    assert _doc() == frontier_report.choosing_doc(_payload()), (
+        "docs/choosing.md differs from the results: python -m benchmarks.frontier --report-only --choosing")
+
+
+def test_the_decision_table_follows_the_numbers():
+    payload = _payload()
+    table = "\n".join(frontier_report.decision_table(payload))
+    assert table in _doc()
+    changed = copy.deepcopy(payload)
+    changed["points"][0]["training_time"]["accuracy"]["mean"] = 0.123456
+    assert "0.123" in "\n".join(frontier_report.decision_table(changed))
+    assert frontier_report.choosing_doc(changed) != _doc()
+
+
+def test_every_registered_mechanism_is_measured_at_three_epsilons_or_more():
+    payload = _payload()
+    assert payload["complete"]
+    for name in REGISTRY:
+        points = [p for p in payload["points"] if p["mechanism"] == name]
+        assert len({p["epsilon"] for p in points}) >= 3, name
+        for p in points:
+            assert p["inversion"] is not None and p["linkage"], (name, p["epsilon"])
+            assert len(p["samples"]) == len(payload["sentences"]) == 3
+
+
+def test_fenced_blocks_are_text_samples_or_the_parse_only_benchmark_command():
+    lines = _doc().splitlines()
+    opening = [i for i, line in enumerate(lines) if line.startswith("```") and line != "```"]
+    assert opening
+    for i in opening:
+        kind = lines[i][3:].strip()
+        if kind != "text":
+            assert kind == "sh" and lines[i - 1] == "<!-- docs-test: parse-only (long benchmark) -->", lines[i]
+            assert re.match(r"nice -n 10 python -m benchmarks\.frontier ", lines[i + 1])
