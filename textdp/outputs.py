@@ -166,7 +166,17 @@ def refuse_unreadable(flag: str, paths: Iterable[str]) -> None:
             raise TextdpError(f"{flag}: {path} {problem}")
 
 
+def refuse_tilde(flag: str, path: str) -> None:
+    """A local output path starting with ``~`` (``--output=~/x``: the shell expands no tilde after ``=``) would
+    create a directory literally named ``~`` in the working directory (F16): refused, never expanded silently."""
+    if not is_remote(path) and path.startswith("~"):
+        raise TextdpError(f"{flag} {shown(path)} starts with ~, which the shell did not expand (it does not after "
+                          f"{flag}=): this run would create a directory named ~ here; give the full path (e.g. "
+                          f"{flag} {os.path.expanduser(path.split('/', 1)[0])}/...)")
+
+
 def refuse_glob_characters(flag: str, path: str) -> None:
+    refuse_tilde(flag, path)
     found = [c for c in GLOB_CHARACTERS if c in path]
     if found:
         raise TextdpError(f"{flag} {path} contains the glob character{'s' if len(found) > 1 else ''} "
@@ -372,11 +382,19 @@ class OutputGuard:
         for path in ([pattern] if pattern else []) + paths:
             refuse_undecodable(flag, path)
         refuse_unreadable(flag, paths)
+        seen: Dict[Tuple[int, int], str] = {}
         for path in paths:
             self.inputs.append((flag, real_path(path)))
             found = identity(path)
             if found is not None:
                 self.identities.setdefault(found, (flag, path))
+            if pattern and found is not None:  # one file matched twice (a symlink, a hard link): read twice (F1)
+                if found in seen:
+                    raise TextdpError(f"{flag} matches one file twice: {shown(seen[found])} and {shown(path)} are the "
+                                      "same file (a symlink or hard link), so each of its records would be released "
+                                      f"twice with fresh noise (two releases of a record compose); narrow {flag} to "
+                                      "name each file once")
+                seen[found] = path
         if pattern:
             self.input_patterns.append((flag, pattern))
 

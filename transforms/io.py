@@ -34,10 +34,10 @@ import os
 import re
 import sys
 import zlib
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, List, Optional, Sequence
 
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystem import CompressionTypes, FileMetadata
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.compressed import TruncatedStream, open_decompressed
@@ -478,6 +478,27 @@ def matched_paths(pattern: str):
     """Paths matching ``pattern`` (local or gs://), sorted; empty list if none."""
     result = FileSystems.match([pattern])[0]
     return sorted(meta.path for meta in result.metadata_list)
+
+
+def skipped_matches(pattern: str) -> List[str]:
+    """Local names ``pattern`` matches that Beam's match skips without a word (it lists files with their size,
+    and a dangling or looping symlink has none): a run over the rest would call itself complete (F13)."""
+    if "://" in pattern or re.match(r"^[^[*?]*", pattern).group(0) == pattern:  # a plain name: matched or not
+        return []
+    filesystem = FileSystems.get_filesystem(pattern)
+    directory = os.path.dirname(re.match(r"^[^[*?]*", pattern).group(0)) or "."
+    skipped = []
+    for root, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(root, name)
+            if directory == "." and not pattern.startswith("./") and path.startswith("./"):
+                path = path[2:]
+            try:
+                os.path.getsize(path)
+                os.path.getmtime(path)
+            except OSError:
+                skipped.append(FileMetadata(path, 0, 0))
+    return sorted(meta.path for meta in filesystem.match_files(skipped, pattern))
 
 
 class WriteRecords(beam.PTransform):
