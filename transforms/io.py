@@ -619,7 +619,92 @@ def refuse_wide_text(flag: str, paths: Sequence[str], data_format: str) -> None:
             wide = "UTF-16, another wide encoding or binary (NUL bytes in its first 4 KiB)"
         if wide:
             raise TextdpError(f"{flag}: {path} is {wide}, not UTF-8: convert it (e.g. iconv -f UTF-16 -t UTF-8)")
+    refuse_false_compression(flag, paths)
+    refuse_undecodable_start(flag, paths)
     return check_declared_format(flag, paths, data_format)
+
+
+def _magic_fits(compression: str, head: bytes) -> bool:
+    """Whether a file's first bytes are what its compression suffix says (an empty file is read as empty)."""
+    if not head:
+        return True
+    if compression == "gzip":
+        return head[:2] == b"\x1f\x8b"
+    if compression == "bzip2":
+        return head[:3] == b"BZh"
+    if compression == "zstd":
+        return head[:4] == b"\x28\xb5\x2f\xfd"
+    if compression == "xz/lzma":
+        return head[:6] == b"\xfd7zXZ\x00" or head[:1] == b"\x5d"  # .xz, or a legacy .lzma header
+    if compression == "deflate (zlib)":
+        return len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] * 256 + head[1]) % 31 == 0
+    return True
+
+
+def refuse_false_compression(flag: str, paths: Sequence[str]) -> None:
+    """A compression suffix that lies (plain text or bzip2 data named .gz) is found from the first bytes
+    before the run (round 6 F18): refused when every matched file is local and each one lies (the run would
+    read nothing); in a glob where other files are fine, each such file is the run's unreadable_file error
+    record, as before. Never quotes the bytes (TextdpError)."""
+    from textdp.errors import TextdpError
+
+    local = [p for p in paths if "://" not in p and os.path.isfile(p)]
+    if not paths or len(local) < len(paths):
+        return
+    lying = []
+    for path in local:
+        compression = _compression_name(path)
+        if not compression:
+            return  # an uncompressed file: the run reads it
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(8)
+        except OSError:
+            return  # the guard reports what cannot be read
+        if _magic_fits(compression, head):
+            return
+        lying.append((path, compression))
+    if lying:
+        path, compression = lying[0]
+        more = f" (and so do the other {len(lying) - 1} matched file(s))" if len(lying) > 1 else ""
+        raise TextdpError(f"{flag}: {path} is named as {compression} data but its first bytes are not{more}: rename "
+                          "it to what it is (e.g. drop the .gz of a plain-text file)")
+
+
+def refuse_undecodable_start(flag: str, paths: Sequence[str]) -> None:
+    """Text and JSONL are UTF-8: a local file of which none of the first non-blank lines (up to
+    FORMAT_SAMPLE_LINES, decompressed) is valid UTF-8 (a Windows-1252 or Latin-1 export) is refused before the
+    run (round 6 F17), naming the byte offset of the first invalid byte, never the bytes; a file with some
+    undecodable lines among UTF-8 ones is the run's to report (an undecodable error record per line)."""
+    from textdp.errors import TextdpError
+
+    for path in [p for p in paths if "://" not in p and os.path.isfile(p)][:FORMAT_SAMPLE_FILES]:
+        lines = _first_lines(path, FORMAT_SAMPLE_LINES)
+        starts = []
+        for line in lines:
+            try:
+                line.decode("utf-8")
+                break  # a UTF-8 line: the run reports the others one by one
+            except UnicodeDecodeError as exc:
+                starts.append(exc.start)
+        if lines and len(starts) == len(lines):
+            first = starts[0]
+            offset = _offset_in_file(path, lines[0]) + first
+            where = "of its decompressed data" if _compression_name(path) else ""
+            raise TextdpError(f"{flag}: {path} is not UTF-8 (none of its first {len(lines)} non-blank line(s) is; the "
+                              f"first invalid byte is at offset {offset:,}{' ' + where if where else ''}): convert it, "
+                              "e.g. iconv -f WINDOWS-1252 -t UTF-8 if it came from Excel or Windows")
+
+
+def _offset_in_file(path: str, line: bytes) -> int:
+    """The byte offset of the first non-blank line ``line`` in ``path``'s (decompressed) data."""
+    try:
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
+            head = open_decompressed(raw, path).read(1 << 16)
+        found = head.find(line)
+        return found if found >= 0 else 0
+    except Exception:
+        return 0
 
 
 FORMAT_SAMPLE_LINES = 20  # non-blank lines of each of the first FORMAT_SAMPLE_FILES local files read before the run
