@@ -141,10 +141,27 @@ class _NonFiniteNumber(ValueError):
     pass
 
 
+class _InexactNumber(ValueError):
+    pass
+
+
+FLOAT_EXACT_DIGITS = 15  # a decimal of at most 15 significant digits is the value of its float64 (it round-trips)
+
+
 def _finite_float(literal: str) -> float:
+    """A JSON number with a fraction or exponent as a float; one the float64 cannot hold (too large, or more
+    significant digits than it keeps: 0.1000000000000000055511, 12345678901234567.89) is refused, since the
+    line is written back from its parsed value (round 6 F9: never a silent change). ``1.10`` and ``1e5`` are
+    kept as values (written back as ``1.1`` and ``100000.0``)."""
     value = float(literal)
     if value in (float("inf"), float("-inf")):
         raise _NonFiniteNumber()
+    mantissa = literal.lstrip("-").split("e")[0].split("E")[0].replace(".", "").lstrip("0").rstrip("0")
+    if len(mantissa) > FLOAT_EXACT_DIGITS:
+        from decimal import Decimal
+
+        if Decimal(literal) != Decimal(repr(value)):
+            raise _InexactNumber()
     return value
 
 
@@ -166,6 +183,10 @@ def parse_json_line(text: str):
     except _NonFiniteNumber:
         return None, (UNSUPPORTED_NUMBER, "a number too large for 64-bit floating point (over about 1.8e308): "
                                           "it cannot be written back as it was")
+    except _InexactNumber:
+        return None, (UNSUPPORTED_NUMBER, "a decimal number with more significant digits than 64-bit floating point "
+                                          "keeps: it cannot be written back as it was (quote it as a string to keep "
+                                          "it exact)")
     except RecursionError:
         return None, (TOO_DEEP, f"objects and lists nested too deep to parse (the limit is {MAX_JSON_DEPTH} levels)")
     except ValueError:  # the only other ValueError json.loads raises on a str: Python's int-digit limit
