@@ -653,7 +653,7 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
         try:  # a run can finish and still have done nothing that was asked (e.g. no record to audit)
             lines = plan.report()
         except (TextdpError, KeyboardInterrupt) as exc:
-            back = _put_back(plan)
+            back = _put_back(plan, keep=isinstance(exc, TextdpError))  # the run finished: its files say why it failed
             if back and plan.guard is not None:
                 plan.guard.write_records()
             if isinstance(exc, KeyboardInterrupt):
@@ -670,14 +670,17 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
             plan.guard.release()
 
 
-def _put_back(plan: Plan) -> str:
-    """After a failure: the earlier run's files that --overwrite moved aside are put back at their names and
-    this run's partial files removed (textdp/outputs.py ``restore_earlier``); what to add to the one line."""
+def _put_back(plan: Plan, keep: bool = False) -> str:
+    """After a failure: the earlier run's files that --overwrite moved aside are put back at their names, and this
+    run's files removed (``keep``: a run that finished, judged failed, keeps them in a hidden folder next to them;
+    textdp/outputs.py ``restore_earlier``); what to add to the one line."""
     if plan is None or plan.guard is None or not plan.guard.set_aside:
         return ""
     try:
-        restored = plan.guard.restore_earlier()
+        kept = plan.guard.restore_earlier(keep=keep)
     except Exception:  # never hides the failure itself; the hidden folder .textdp-earlier-* still holds them
         return "; the earlier run's files could not all be put back: see the .textdp-earlier-* folder"
-    return "; the earlier run's files were put back (--overwrite replaces them only when a run succeeds)" \
-        if restored else ""
+    if kept is None:
+        return ""
+    where = f"; this run's files are kept in {', '.join(kept)}" if kept else ""
+    return f"; the earlier run's files were put back (--overwrite replaces them only when a run succeeds){where}"

@@ -16,7 +16,7 @@ from pipelines.jobs import RUNNER_DOWNLOADS, _reachable
 from tests.custom_mechanism import CappedExponential
 from tests.test_neighbours import copy_artifact, run_neighbours
 from textdp.errors import TextdpError
-from textdp.outputs import EARLIER_FOLDER_PREFIX
+from textdp.outputs import EARLIER_FOLDER_PREFIX, FAILED_FOLDER_PREFIX
 
 RUNNER = "--runner=FnApiRunner"
 REVIEWS = ["The pasta was cold and the waiter forgot our drinks.", "A fine hotel, the staff were kind.",
@@ -86,7 +86,8 @@ def test_f14_a_worker_failure_with_overwrite_leaves_the_earlier_release_byte_ide
 def test_f14_a_run_that_releases_nothing_with_overwrite_puts_the_earlier_release_back(tmp_path, tiny_artifact_dir,
                                                                                       capsys):
     """A run that ends with exit 1 after the pipeline (every record failed: "no record was privatized") used to
-    replace the earlier release with an empty shard; now the earlier release is put back whole."""
+    replace the earlier release with an empty shard; now the earlier release is put back whole, and the finished
+    run's files (its error records and summary say why it failed) are kept in a hidden folder the line names."""
     source, output, before = _earlier_release(tmp_path, tiny_artifact_dir)
     capsys.readouterr()
     code = cli_main(["privatize", f"--input={source}", f"--output={output}", "--epsilon=10", "--overwrite",
@@ -95,6 +96,10 @@ def test_f14_a_run_that_releases_nothing_with_overwrite_puts_the_earlier_release
     assert code == 1 and "no record was privatized" in err and "put back" in err
     assert _snapshot(f"{tmp_path}/o") == before
     assert not glob.glob(f"{tmp_path}/o/{EARLIER_FOLDER_PREFIX}*")
+    kept = glob.glob(f"{tmp_path}/o/{FAILED_FOLDER_PREFIX}*")  # the finished run's own files, for the operator
+    assert len(kept) == 1 and kept[0] in err
+    with open(f"{kept[0]}/p-summary.json") as handle:
+        assert json.load(handle)["records"]["out"] == 0
 
 
 def test_f14_a_successful_overwrite_replaces_the_release_and_leaves_no_hidden_folder(tmp_path, tiny_artifact_dir):

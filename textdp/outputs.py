@@ -56,8 +56,10 @@ refused without quoting it. A lock that cannot be written whole (disk full) is r
 ``release()`` removes only a lock that still holds what this run wrote. ``remove_earlier(delete)`` takes the earlier run's
 files away (``--overwrite``) once the locks are held: local ones are moved into a hidden folder ``.textdp-earlier-*``
 next to them, removed by ``commit_earlier()`` when the run succeeded and put back by ``restore_earlier()`` when it
-failed (the new partial files removed first), so a late failure never destroys the earlier release (round 6 F14); a
-process killed with SIGKILL leaves them in that folder. ``write_records()`` writes the run records before the locks go.
+failed (the new partial files removed first; those of a run that finished but was judged failed, e.g. above
+--max-failed-fraction, are kept in a hidden folder ``.textdp-failed-*`` for the user to read), so a late failure never
+destroys the earlier release (round 6 F14); a process killed with SIGKILL leaves them in ``.textdp-earlier-*``.
+``write_records()`` writes the run records before the locks go.
 
 gs:// paths: no real path (object names are compared as written), no lock (object stores have no
 exclusive create here); glob refusal and existence (through the ``exists``/``match`` functions the
@@ -89,6 +91,7 @@ RUN_RECORD_SUFFIX = ".textdp-run.json"  # <prefix>.textdp-run.json: the files a 
 DIRECTORY_RUN_RECORD = "textdp-run.json"  # <dir>/textdp-run.json: the files a run into <dir> wrote
 RECORD_KEY = "textdp_run_record"
 EARLIER_FOLDER_PREFIX = ".textdp-earlier-"  # --overwrite: the earlier run's files wait here until the run ends
+FAILED_FOLDER_PREFIX = ".textdp-failed-"  # --overwrite: a finished run judged failed keeps its files here
 NAME_MAX = 255  # bytes in one file name (Linux, macOS); the directory's own limit is asked where it exists
 
 
@@ -668,11 +671,14 @@ class OutputGuard:
             shutil.rmtree(aside, ignore_errors=True)
         self._aside, self._moved = {}, []
 
-    def restore_earlier(self) -> bool:
-        """The run failed: every file now at this run's local output names (its partial files) is removed and
-        the earlier run's files moved aside are put back. Returns whether anything was put back."""
+    def restore_earlier(self, keep: bool = False) -> Optional[List[str]]:
+        """The run failed: the files now at this run's local output names are removed (a partial run) or, with
+        ``keep`` (a run that finished but was judged a failure: its error records and summary say why), moved
+        into a hidden folder ``.textdp-failed-*`` next to them; then the earlier run's files moved aside are put
+        back. Returns None when nothing was set aside, else the folders that keep this run's files."""
         if not self._moved:
-            return False
+            return None
+        kept: Dict[str, str] = {}
         for out in self.outputs:
             if is_remote(out.pattern):
                 continue
@@ -680,7 +686,14 @@ class OutputGuard:
                 glob.glob(glob.escape(os.path.dirname(out.pattern)) + "/" + os.path.basename(out.pattern))
             for path in found:
                 try:
-                    if os.path.isfile(path) and not os.path.islink(path):
+                    if not os.path.isfile(path) or os.path.islink(path):
+                        continue
+                    if keep:
+                        directory = os.path.dirname(path)
+                        if directory not in kept:
+                            kept[directory] = tempfile.mkdtemp(prefix=FAILED_FOLDER_PREFIX, dir=directory)
+                        os.rename(path, os.path.join(kept[directory], os.path.basename(path)))
+                    else:
                         os.remove(path)
                 except OSError:
                     pass
@@ -695,7 +708,7 @@ class OutputGuard:
             except OSError:
                 pass
         self._aside, self._moved = {}, []
-        return True
+        return sorted(kept.values())
 
     def write_records(self) -> None:
         """When the run ends (however it ends, locks still held): each local output flag's run record, the
