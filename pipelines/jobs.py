@@ -338,7 +338,6 @@ def preflight_runner(options) -> None:
 
     from textdp.artifact import gcs
 
-    _refuse_unstartable_runner(options)
     cloud = options.view_as(GoogleCloudOptions)
     gcs.preflight_runner(options.view_as(StandardOptions).runner, dry_run=options.view_as(TestOptions).dry_run,
                          temp_location=cloud.temp_location, staging_location=cloud.staging_location)
@@ -586,6 +585,7 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
         _with_local_runner(options)
         preflight_runner(options)  # Dataflow: the GCP extra, credentials, --temp_location; in seconds
         plan = module.prepare(options)
+        _refuse_unstartable_runner(options)  # after the job's own checks (they name the flags); before any lock or file
         before = _temp_folders(plan.temp_parents)  # other runs' temporary folders are never touched
         if plan.guard is not None:  # <output>.lock for every output, held until the run ends (textdp/outputs.py)
             plan.guard.acquire()
