@@ -6,6 +6,9 @@ import glob
 import gzip
 import json
 import os
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -19,6 +22,7 @@ from textdp.errors import TextdpError
 from textdp.outputs import EARLIER_FOLDER_PREFIX, FAILED_FOLDER_PREFIX
 
 RUNNER = "--runner=FnApiRunner"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REVIEWS = ["The pasta was cold and the waiter forgot our drinks.", "A fine hotel, the staff were kind.",
            "We would not go back to that place again."]
 
@@ -100,6 +104,30 @@ def test_f14_a_run_that_releases_nothing_with_overwrite_puts_the_earlier_release
     assert len(kept) == 1 and kept[0] in err
     with open(f"{kept[0]}/p-summary.json") as handle:
         assert json.load(handle)["records"]["out"] == 0
+
+
+def test_f14_sigterm_during_an_overwrite_run_puts_the_earlier_release_back(tmp_path, tiny_artifact_dir):
+    """SIGTERM (what timeout and schedulers send) once the pipeline is privatizing: exit 143, one line, the earlier
+    release byte-identical. A real subprocess of the CLI over 90,000 records, signalled after its first progress
+    line (TEXTDP_PROGRESS_INTERVAL 0.3 s)."""
+    _, output, before = _earlier_release(tmp_path, tiny_artifact_dir)
+    big = _input(tmp_path, "big.txt", REVIEWS * 30000)
+    env = dict(os.environ, TEXTDP_PROGRESS_INTERVAL="0.3")
+    process = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "privatize", f"--input={big}",
+                                f"--output={output}", "--epsilon=10", "--overwrite", f"--artifact={tiny_artifact_dir}",
+                                RUNNER], cwd=ROOT, env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    lines = []
+    for line in process.stderr:
+        lines.append(line)
+        if " records (" in line:
+            process.send_signal(signal.SIGTERM)
+            break
+    _, rest = process.communicate(timeout=120)
+    err = "".join(lines) + rest
+    assert process.returncode == 143, err
+    assert "terminated (SIGTERM)" in err and "the earlier run's files were put back" in err
+    assert _snapshot(f"{tmp_path}/o") == before
+    assert not glob.glob(f"{tmp_path}/o/{EARLIER_FOLDER_PREFIX}*")
 
 
 def test_f14_a_successful_overwrite_replaces_the_release_and_leaves_no_hidden_folder(tmp_path, tiny_artifact_dir):
