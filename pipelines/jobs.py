@@ -343,6 +343,55 @@ def preflight_runner(options) -> None:
                          temp_location=cloud.temp_location, staging_location=cloud.staging_location)
 
 
+# runners that start a job service from a download (Beam's own caches) unless given one: where it comes from
+RUNNER_DOWNLOADS = {"PrismRunner": ("the Prism runner binary", "github.com", "--prism_location"),
+                    "FlinkRunner": ("the Flink job-server jar", "repo.maven.apache.org", "--flink_job_server_jar"),
+                    "SparkRunner": ("the Spark job-server jar", "repo.maven.apache.org", "--spark_job_server_jar")}
+
+
+def _reachable(host: str, seconds: float = 5.0) -> bool:
+    import socket
+
+    try:
+        socket.create_connection((host, 443), timeout=seconds).close()
+        return True
+    except OSError:
+        return False
+
+
+def _refuse_unstartable_runner(options) -> None:
+    """A portable runner that cannot start is refused in one line before anything is touched (round 6 F15):
+    PortableRunner without --job_endpoint, and Prism/Flink/Spark runners whose binary or job-server jar is
+    neither given as a local file, nor in Beam's cache, nor downloadable (its host unreachable now)."""
+    from apache_beam.options.pipeline_options import PortableOptions, StandardOptions
+
+    runner = (options.view_as(StandardOptions).runner or "").split(".")[-1]
+    if options.view_as(PortableOptions).job_endpoint:  # a running job service: asked when the job is submitted
+        return
+    if runner == "PortableRunner":
+        raise JobRefused("--runner PortableRunner needs --job_endpoint (the address of a running job service, e.g. "
+                         "localhost:8099); or name the runner (FlinkRunner, SparkRunner, PrismRunner)")
+    if runner not in RUNNER_DOWNLOADS:
+        return
+    what, host, flag = RUNNER_DOWNLOADS[runner]
+    given = getattr(options.view_as(StandardOptions), flag[2:], None) or options.get_all_options().get(flag[2:])
+    if given:
+        if "://" in str(given) or os.path.isfile(str(given)):
+            return
+        raise JobRefused(f"{flag} {given} is not a file")
+    if runner == "PrismRunner":
+        cache = os.path.expanduser("~/.apache_beam/cache/prism/bin")
+        cached = os.path.isdir(cache) and any(name.startswith("prism") for name in os.listdir(cache))
+    else:
+        cache = options.get_all_options().get("jar_cache_dir") or os.path.expanduser("~/.apache_beam/cache/jars")
+        kind = runner[:-len("Runner")].lower()
+        cached = os.path.isdir(cache) and any(kind in name and name.endswith(".jar") for name in os.listdir(cache))
+    if not cached and not _reachable(host):
+        raise JobRefused(f"--runner {runner} needs {what}, which is not in Beam's cache and cannot be downloaded "
+                         f"({host} is not reachable from here): give {flag} (a local file) or --job_endpoint, or run "
+                         "with --runner FnApiRunner")
+
+
 def is_dry_run(options) -> bool:
     from apache_beam.options.pipeline_options import TestOptions
 
@@ -536,6 +585,7 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
         _with_local_runner(options)
         preflight_runner(options)  # Dataflow: the GCP extra, credentials, --temp_location; in seconds
         plan = module.prepare(options)
+        _refuse_unstartable_runner(options)  # after the job's own checks (they name the flags); before any lock or file
         before = _temp_folders(plan.temp_parents)  # other runs' temporary folders are never touched
         if plan.guard is not None:  # <output>.lock for every output, held until the run ends (textdp/outputs.py)
             plan.guard.acquire()
@@ -548,7 +598,8 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
     except (JobRefused, TextdpError, ValueError, LookupError) as exc:
         say(_one_line(exc, ran=False))
         return EXIT_REFUSED
-    stage = "build"  # "build": nothing ran or was removed; "removed": --overwrite removed files; "run"
+    stage = "build"  # "build": nothing ran or was removed; "removed": --overwrite moved files aside; "run"
+    finished = False  # the pipeline ran to its end: the locks stay held until the report judged it
     try:
         if is_local(options):  # TEXTDP_PROGRESS_DIR: a directory of one's own to watch (benchmarks); emptied after
             base = os.environ.get("TEXTDP_PROGRESS_DIR")
@@ -558,15 +609,17 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
         if plan.guard is not None and not is_dry_run(options):  # --overwrite: the earlier files (if the build
             from apache_beam.io.filesystems import FileSystems
 
-            plan.guard.remove_earlier(FileSystems.delete)  # did not remove them); a dry run removes nothing
+            plan.guard.remove_earlier(FileSystems.delete)  # did not move them aside); a dry run touches nothing
             stage = "removed" if earlier else stage
         with _progress(name, plan, progress_dir):
             stage = "run"
             pipeline.run().wait_until_finish()
+        finished = True
     except BaseException as exc:
         _remove_temp_folders(_temp_folders(plan.temp_parents) - before)
+        back = _put_back(plan)  # --overwrite: the earlier release returns to its names (round 6 F14)
         if interrupted or isinstance(exc, KeyboardInterrupt):  # a local runner may wrap it in its own error
-            return _interruption(name, interrupted, "; the run's temporary files were removed")
+            return _interruption(name, interrupted, "; the run's temporary files were removed" + back)
         if not isinstance(exc, Exception):
             raise
         if verbose:
@@ -575,9 +628,9 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
             say(_one_line(exc, ran=False))
             return EXIT_REFUSED
         if stage == "removed":  # cannot happen by design (the monitor's setting is checked first); said plainly
-            say(f"{_one_line(exc, ran=False)} (nothing ran, but --overwrite had removed the earlier run's files)")
+            say(f"{_one_line(exc, ran=False)} (nothing ran{back or '; --overwrite had removed the earlier files'})")
             return EXIT_FAILED
-        say(_one_line(exc) + ("" if verbose else " (--verbose shows the traceback)"))
+        say(_one_line(exc) + back + ("" if verbose else " (--verbose shows the traceback)"))
         return EXIT_FAILED
     finally:
         if progress_dir:
@@ -588,19 +641,46 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
         if plan.settle is not None:  # commits what the run wrote, or frees what it reserved; never raises
             for note in plan.settle(stage):
                 print(f"textdp {name}: {note}", file=sys.stderr)
+        if plan.guard is not None and not finished:
+            plan.guard.release()
+    try:
+        if is_dry_run(options):  # Beam built and validated the job graph and returned: nothing ran or was written
+            from apache_beam.options.pipeline_options import StandardOptions
+
+            print(f"textdp {name}: dry run: {options.view_as(StandardOptions).runner} built and validated the job "
+                  "graph; no job was submitted and no output file was written")
+            return EXIT_OK
+        try:  # a run can finish and still have done nothing that was asked (e.g. no record to audit)
+            lines = plan.report()
+        except (TextdpError, KeyboardInterrupt) as exc:
+            back = _put_back(plan, keep=isinstance(exc, TextdpError))  # the run finished: its files say why it failed
+            if back and plan.guard is not None:
+                plan.guard.write_records()
+            if isinstance(exc, KeyboardInterrupt):
+                return _interruption(name, interrupted, back)
+            say(str(exc) + back)
+            return EXIT_FAILED
+        if plan.guard is not None:
+            plan.guard.commit_earlier()  # the run succeeded: the earlier run's files moved aside are removed
+        for line in lines:
+            print(line)
+        return EXIT_OK
+    finally:
         if plan.guard is not None:
             plan.guard.release()
-    if is_dry_run(options):  # Beam built and validated the job graph and returned: nothing ran or was written
-        from apache_beam.options.pipeline_options import StandardOptions
 
-        print(f"textdp {name}: dry run: {options.view_as(StandardOptions).runner} built and validated the job graph; "
-              "no job was submitted and no output file was written")
-        return EXIT_OK
-    try:  # a run can finish and still have done nothing that was asked (e.g. no record to audit)
-        lines = plan.report()
-    except TextdpError as exc:
-        say(str(exc))
-        return EXIT_FAILED
-    for line in lines:
-        print(line)
-    return EXIT_OK
+
+def _put_back(plan: Plan, keep: bool = False) -> str:
+    """After a failure: the earlier run's files that --overwrite moved aside are put back at their names, and this
+    run's files removed (``keep``: a run that finished, judged failed, keeps them in a hidden folder next to them;
+    textdp/outputs.py ``restore_earlier``); what to add to the one line."""
+    if plan is None or plan.guard is None or not plan.guard.set_aside:
+        return ""
+    try:
+        kept = plan.guard.restore_earlier(keep=keep)
+    except Exception:  # never hides the failure itself; the hidden folder .textdp-earlier-* still holds them
+        return "; the earlier run's files could not all be put back: see the .textdp-earlier-* folder"
+    if kept is None:
+        return ""
+    where = f"; this run's files are kept in {', '.join(kept)}" if kept else ""
+    return f"; the earlier run's files were put back (--overwrite replaces them only when a run succeeds){where}"

@@ -57,6 +57,7 @@ from transforms.io import (
     matched_paths,
     parquet_schema,
     refuse_wide_text,
+    skipped_matches,
 )
 from transforms.ledger import BoundContributions, TagPositions, WriteLedgerRelease
 from transforms.perturb import WriteSummary
@@ -146,6 +147,11 @@ def check(options: PipelineOptions) -> Checked:
     inputs = _matches(opts.input)
     if not inputs:
         raise TextdpError(f"no file matches --input {opts.input!r}")
+    skipped = skipped_matches(opts.input)  # a dangling or looping symlink: never skipped silently (F13)
+    if skipped:
+        raise TextdpError(f"--input {opts.input!r} matches {skipped[0]}, which cannot be read (a dangling or looping "
+                          f"symlink?){f' and {len(skipped) - 1} more such name(s)' if len(skipped) > 1 else ''}; fix or "
+                          "remove it, or narrow --input, so that no matched file is left out")
     paths = output_paths(out.output, data_format)
     guard = _check_outputs(options, paths, data_format, inputs)  # before any input is opened: refuses unreadable ones
     format_warnings = refuse_wide_text("--input", inputs, data_format)  # and JSONL/text against the first lines

@@ -41,7 +41,7 @@ from textdp.artifact import gcs
 from textdp.artifact.locate import check_unk_marker, verify_artifact
 from textdp.errors import TextdpError
 from textdp.mechanisms import artifact_needs
-from textdp.outputs import OutputGuard
+from textdp.outputs import OutputGuard, pattern_matches
 from textdp.privacy.statements import run_warnings
 from textdp.text.privatizer import check_oov
 from transforms.io import OUTPUT_SUFFIX, infer_format, matched_paths
@@ -216,7 +216,8 @@ def _check_outputs(options: PipelineOptions, data_format: str) -> OutputGuard:
 def _refuse_watched(flag: str, pattern: str, names) -> None:
     """A watched --input pattern must match none of the job's own files (the watch would read them back)."""
     for name in names:
-        if fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(os.path.abspath(name), os.path.abspath(pattern)):
+        if fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(os.path.abspath(name), os.path.abspath(pattern)) \
+                or pattern_matches(pattern, name):  # real paths: an --output through a symlinked directory (F6)
             raise TextdpError(f"--input {pattern} would match this job's own output files (such as "
                               f"{os.path.basename(name)}): the watch would read them back; write {flag} "
                               "elsewhere or narrow --input")

@@ -104,10 +104,11 @@ def test_a_failed_share_above_the_default_exits_1_in_one_line_and_still_writes_e
 
 
 def test_a_failed_share_at_or_below_the_threshold_succeeds_and_says_so(tiny_artifact_dir, tmp_path, capsys):
-    """2 of 10 failed: exit 0 with --max-failed-fraction 0.2 (not above it) and 1.0; exit 1 with 0.19."""
+    """2 of 10 failed: exit 0 with --max-failed-fraction 0.2 (not above it) and 1.0; exit 1 with 0.19 (first: a
+    failed run with --overwrite puts the earlier release back, tests/test_hostile_round6b.py)."""
     data = tmp_path / "in.jsonl"
     _mixed_jsonl(data, good=8, bad=2)
-    for threshold, expected in (("0.2", 0), ("1", 0), ("0.19", 1)):
+    for threshold, expected in (("0.19", 1), ("0.2", 0), ("1", 0)):
         code, out, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data), "--overwrite",
                                                  "--max-failed-fraction", threshold))
         assert code == expected, (threshold, err)

@@ -53,8 +53,13 @@ read) and ``notes`` says so. Anything else (another host, boot or namespace: con
 and a host name; an empty or cut lock; an older textdp's lock) is refused with what to check and how to
 remove it; a file at a lock's name that is not in textdp's lock format (``poetry.lock``) is the user's:
 refused without quoting it. A lock that cannot be written whole (disk full) is removed, one line.
-``release()`` removes only a lock that still holds what this run wrote. ``remove_earlier(delete)`` removes the earlier run's files
-(``--overwrite``) once the locks are held; ``write_records()`` writes the run records before the locks go.
+``release()`` removes only a lock that still holds what this run wrote. ``remove_earlier(delete)`` takes the earlier run's
+files away (``--overwrite``) once the locks are held: local ones are moved into a hidden folder ``.textdp-earlier-*``
+next to them, removed by ``commit_earlier()`` when the run succeeded and put back by ``restore_earlier()`` when it
+failed (the new partial files removed first; those of a run that finished but was judged failed, e.g. above
+--max-failed-fraction, are kept in a hidden folder ``.textdp-failed-*`` for the user to read), so a late failure never
+destroys the earlier release (round 6 F14); a process killed with SIGKILL leaves them in ``.textdp-earlier-*``.
+``write_records()`` writes the run records before the locks go.
 
 gs:// paths: no real path (object names are compared as written), no lock (object stores have no
 exclusive create here); glob refusal and existence (through the ``exists``/``match`` functions the
@@ -69,8 +74,10 @@ import glob
 import json
 import os
 import re
+import shutil
 import socket
 import stat
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
@@ -83,6 +90,8 @@ DIRECTORY_LOCK = ".textdp.lock"  # one per directory a run writes files in (see 
 RUN_RECORD_SUFFIX = ".textdp-run.json"  # <prefix>.textdp-run.json: the files a run at <prefix> wrote
 DIRECTORY_RUN_RECORD = "textdp-run.json"  # <dir>/textdp-run.json: the files a run into <dir> wrote
 RECORD_KEY = "textdp_run_record"
+EARLIER_FOLDER_PREFIX = ".textdp-earlier-"  # --overwrite: the earlier run's files wait here until the run ends
+FAILED_FOLDER_PREFIX = ".textdp-failed-"  # --overwrite: a finished run judged failed keeps its files here
 NAME_MAX = 255  # bytes in one file name (Linux, macOS); the directory's own limit is asked where it exists
 
 
@@ -160,7 +169,17 @@ def refuse_unreadable(flag: str, paths: Iterable[str]) -> None:
             raise TextdpError(f"{flag}: {path} {problem}")
 
 
+def refuse_tilde(flag: str, path: str) -> None:
+    """A local output path starting with ``~`` (``--output=~/x``: the shell expands no tilde after ``=``) would
+    create a directory literally named ``~`` in the working directory (F16): refused, never expanded silently."""
+    if not is_remote(path) and path.startswith("~"):
+        raise TextdpError(f"{flag} {shown(path)} starts with ~, which the shell did not expand (it does not after "
+                          f"{flag}=): this run would create a directory named ~ here; give the full path (e.g. "
+                          f"{flag} {os.path.expanduser(path.split('/', 1)[0])}/...)")
+
+
 def refuse_glob_characters(flag: str, path: str) -> None:
+    refuse_tilde(flag, path)
     found = [c for c in GLOB_CHARACTERS if c in path]
     if found:
         raise TextdpError(f"{flag} {path} contains the glob character{'s' if len(found) > 1 else ''} "
@@ -261,6 +280,8 @@ class OutputGuard:
         self._others: Dict[Tuple[str, str], Tuple[str, Tuple[Tuple[str, Tuple[str, ...]], ...]]] = {}
         self.lock_targets: Dict[str, str] = {}   # lock file -> flag and path it guards
         self.earlier: List[str] = []
+        self._aside: Dict[str, str] = {}  # directory -> its hidden folder holding the earlier run's files
+        self._moved: List[Tuple[str, str]] = []  # (earlier file, where it was moved aside)
         self._held: List[str] = []
         self._contents: Dict[str, bytes] = {}  # lock -> what this run wrote in it (release() checks it is still that)
         self._prefixes: Dict[str, str] = {}
@@ -364,11 +385,19 @@ class OutputGuard:
         for path in ([pattern] if pattern else []) + paths:
             refuse_undecodable(flag, path)
         refuse_unreadable(flag, paths)
+        seen: Dict[Tuple[int, int], str] = {}
         for path in paths:
             self.inputs.append((flag, real_path(path)))
             found = identity(path)
             if found is not None:
                 self.identities.setdefault(found, (flag, path))
+            if pattern and found is not None:  # one file matched twice (a symlink, a hard link): read twice (F1)
+                if found in seen:
+                    raise TextdpError(f"{flag} matches one file twice: {shown(seen[found])} and {shown(path)} are the "
+                                      "same file (a symlink or hard link), so each of its records would be released "
+                                      f"twice with fresh noise (two releases of a record compose); narrow {flag} to "
+                                      "name each file once")
+                seen[found] = path
         if pattern:
             self.input_patterns.append((flag, pattern))
 
@@ -602,14 +631,84 @@ class OutputGuard:
         return None
 
     def remove_earlier(self, delete: Callable[[List[str]], None]) -> List[str]:
-        """--overwrite: remove the earlier run's files (``self.earlier``, checked again under the locks by
-        ``acquire``) that still exist, with ``delete`` (the file system's); never a directory (refused by
-        ``check``). Returns what was removed; idempotent."""
-        removed = [p for p in self.earlier if (self._exists(p) if is_remote(p) else os.path.isfile(p))]
-        if removed:
-            delete(removed)
+        """--overwrite: take the earlier run's files (``self.earlier``, checked again under the locks by
+        ``acquire``) away from their names before the run. Local files are moved aside (renamed, same file
+        system) into a hidden folder ``.textdp-earlier-*`` next to them: ``commit_earlier()`` removes them once
+        the run succeeded, ``restore_earlier()`` puts them back after a failure. gs:// files are deleted here
+        (an object store has no rename: copy+delete is not atomic, so a failed run leaves none of them). Never a
+        directory (refused by ``check``). Returns what was taken away; idempotent."""
+        present = [p for p in self.earlier if (self._exists(p) if is_remote(p) else os.path.isfile(p))]
+        local = [p for p in present if not is_remote(p)]
+        try:
+            for path in local:
+                directory = os.path.dirname(path)
+                aside = self._aside.get(directory)
+                if aside is None:
+                    aside = tempfile.mkdtemp(prefix=EARLIER_FOLDER_PREFIX, dir=directory)
+                    self._aside[directory] = aside
+                target = os.path.join(aside, os.path.basename(path))
+                os.rename(path, target)
+                self._moved.append((path, target))
+        except OSError as exc:
+            self.restore_earlier()
+            why = exc.strerror or type(exc).__name__
+            raise TextdpError(f"--overwrite could not move the earlier run's files aside ({why}); nothing was run, "
+                              "they are where they were") from None
+        remote = [p for p in present if is_remote(p)]
+        if remote:
+            delete(remote)
         self.earlier = []
-        return removed
+        return present
+
+    @property
+    def set_aside(self) -> Tuple[str, ...]:
+        """The earlier run's files moved aside by ``remove_earlier`` and not yet removed or put back."""
+        return tuple(path for path, _ in self._moved)
+
+    def commit_earlier(self) -> None:
+        """The run succeeded: the earlier run's files moved aside are removed (with their hidden folders)."""
+        for aside in self._aside.values():
+            shutil.rmtree(aside, ignore_errors=True)
+        self._aside, self._moved = {}, []
+
+    def restore_earlier(self, keep: bool = False) -> Optional[List[str]]:
+        """The run failed: the files now at this run's local output names are removed (a partial run) or, with
+        ``keep`` (a run that finished but was judged a failure: its error records and summary say why), moved
+        into a hidden folder ``.textdp-failed-*`` next to them; then the earlier run's files moved aside are put
+        back. Returns None when nothing was set aside, else the folders that keep this run's files."""
+        if not self._moved:
+            return None
+        kept: Dict[str, str] = {}
+        for out in self.outputs:
+            if is_remote(out.pattern):
+                continue
+            found = ([out.pattern] if os.path.isfile(out.pattern) else []) if out.single else \
+                glob.glob(glob.escape(os.path.dirname(out.pattern)) + "/" + os.path.basename(out.pattern))
+            for path in found:
+                try:
+                    if not os.path.isfile(path) or os.path.islink(path):
+                        continue
+                    if keep:
+                        directory = os.path.dirname(path)
+                        if directory not in kept:
+                            kept[directory] = tempfile.mkdtemp(prefix=FAILED_FOLDER_PREFIX, dir=directory)
+                        os.rename(path, os.path.join(kept[directory], os.path.basename(path)))
+                    else:
+                        os.remove(path)
+                except OSError:
+                    pass
+        for path, target in reversed(self._moved):
+            try:
+                os.replace(target, path)
+            except OSError:
+                pass
+        for aside in self._aside.values():
+            try:
+                os.rmdir(aside)  # empty unless a file could not be put back: then it stays, for the user
+            except OSError:
+                pass
+        self._aside, self._moved = {}, []
+        return sorted(kept.values())
 
     def write_records(self) -> None:
         """When the run ends (however it ends, locks still held): each local output flag's run record, the

@@ -34,10 +34,10 @@ import os
 import re
 import sys
 import zlib
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, List, Optional, Sequence
 
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystem import CompressionTypes, FileMetadata
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.compressed import TruncatedStream, open_decompressed
@@ -141,10 +141,27 @@ class _NonFiniteNumber(ValueError):
     pass
 
 
+class _InexactNumber(ValueError):
+    pass
+
+
+FLOAT_EXACT_DIGITS = 15  # a decimal of at most 15 significant digits is the value of its float64 (it round-trips)
+
+
 def _finite_float(literal: str) -> float:
+    """A JSON number with a fraction or exponent as a float; one the float64 cannot hold (too large, or more
+    significant digits than it keeps: 0.1000000000000000055511, 12345678901234567.89) is refused, since the
+    line is written back from its parsed value (round 6 F9: never a silent change). ``1.10`` and ``1e5`` are
+    kept as values (written back as ``1.1`` and ``100000.0``)."""
     value = float(literal)
     if value in (float("inf"), float("-inf")):
         raise _NonFiniteNumber()
+    mantissa = literal.lstrip("-").split("e")[0].split("E")[0].replace(".", "").lstrip("0").rstrip("0")
+    if len(mantissa) > FLOAT_EXACT_DIGITS:
+        from decimal import Decimal
+
+        if Decimal(literal) != Decimal(repr(value)):
+            raise _InexactNumber()
     return value
 
 
@@ -166,6 +183,10 @@ def parse_json_line(text: str):
     except _NonFiniteNumber:
         return None, (UNSUPPORTED_NUMBER, "a number too large for 64-bit floating point (over about 1.8e308): "
                                           "it cannot be written back as it was")
+    except _InexactNumber:
+        return None, (UNSUPPORTED_NUMBER, "a decimal number with more significant digits than 64-bit floating point "
+                                          "keeps: it cannot be written back as it was (quote it as a string to keep "
+                                          "it exact)")
     except RecursionError:
         return None, (TOO_DEEP, f"objects and lists nested too deep to parse (the limit is {MAX_JSON_DEPTH} levels)")
     except ValueError:  # the only other ValueError json.loads raises on a str: Python's int-digit limit
@@ -480,6 +501,27 @@ def matched_paths(pattern: str):
     return sorted(meta.path for meta in result.metadata_list)
 
 
+def skipped_matches(pattern: str) -> List[str]:
+    """Local names ``pattern`` matches that Beam's match skips without a word (it lists files with their size,
+    and a dangling or looping symlink has none): a run over the rest would call itself complete (F13)."""
+    if "://" in pattern or re.match(r"^[^[*?]*", pattern).group(0) == pattern:  # a plain name: matched or not
+        return []
+    filesystem = FileSystems.get_filesystem(pattern)
+    directory = os.path.dirname(re.match(r"^[^[*?]*", pattern).group(0)) or "."
+    skipped = []
+    for root, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(root, name)
+            if directory == "." and not pattern.startswith("./") and path.startswith("./"):
+                path = path[2:]
+            try:
+                os.path.getsize(path)
+                os.path.getmtime(path)
+            except OSError:
+                skipped.append(FileMetadata(path, 0, 0))
+    return sorted(meta.path for meta in filesystem.match_files(skipped, pattern))
+
+
 class WriteRecords(beam.PTransform):
     """Payloads -> files ``<output>-SSSSS-of-NNNNN<ext>`` in the input's format.
 
@@ -598,7 +640,92 @@ def refuse_wide_text(flag: str, paths: Sequence[str], data_format: str) -> None:
             wide = "UTF-16, another wide encoding or binary (NUL bytes in its first 4 KiB)"
         if wide:
             raise TextdpError(f"{flag}: {path} is {wide}, not UTF-8: convert it (e.g. iconv -f UTF-16 -t UTF-8)")
+    refuse_false_compression(flag, paths)
+    refuse_undecodable_start(flag, paths)
     return check_declared_format(flag, paths, data_format)
+
+
+def _magic_fits(compression: str, head: bytes) -> bool:
+    """Whether a file's first bytes are what its compression suffix says (an empty file is read as empty)."""
+    if not head:
+        return True
+    if compression == "gzip":
+        return head[:2] == b"\x1f\x8b"
+    if compression == "bzip2":
+        return head[:3] == b"BZh"
+    if compression == "zstd":
+        return head[:4] == b"\x28\xb5\x2f\xfd"
+    if compression == "xz/lzma":
+        return head[:6] == b"\xfd7zXZ\x00" or head[:1] == b"\x5d"  # .xz, or a legacy .lzma header
+    if compression == "deflate (zlib)":
+        return len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] * 256 + head[1]) % 31 == 0
+    return True
+
+
+def refuse_false_compression(flag: str, paths: Sequence[str]) -> None:
+    """A compression suffix that lies (plain text or bzip2 data named .gz) is found from the first bytes
+    before the run (round 6 F18): refused when every matched file is local and each one lies (the run would
+    read nothing); in a glob where other files are fine, each such file is the run's unreadable_file error
+    record, as before. Never quotes the bytes (TextdpError)."""
+    from textdp.errors import TextdpError
+
+    local = [p for p in paths if "://" not in p and os.path.isfile(p)]
+    if not paths or len(local) < len(paths):
+        return
+    lying = []
+    for path in local:
+        compression = _compression_name(path)
+        if not compression:
+            return  # an uncompressed file: the run reads it
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(8)
+        except OSError:
+            return  # the guard reports what cannot be read
+        if _magic_fits(compression, head):
+            return
+        lying.append((path, compression))
+    if lying:
+        path, compression = lying[0]
+        more = f" (and so do the other {len(lying) - 1} matched file(s))" if len(lying) > 1 else ""
+        raise TextdpError(f"{flag}: {path} is named as {compression} data but its first bytes are not{more}: rename "
+                          "it to what it is (e.g. drop the .gz of a plain-text file)")
+
+
+def refuse_undecodable_start(flag: str, paths: Sequence[str]) -> None:
+    """Text and JSONL are UTF-8: a local file of which none of the first non-blank lines (up to
+    FORMAT_SAMPLE_LINES, decompressed) is valid UTF-8 (a Windows-1252 or Latin-1 export) is refused before the
+    run (round 6 F17), naming the byte offset of the first invalid byte, never the bytes; a file with some
+    undecodable lines among UTF-8 ones is the run's to report (an undecodable error record per line)."""
+    from textdp.errors import TextdpError
+
+    for path in [p for p in paths if "://" not in p and os.path.isfile(p)][:FORMAT_SAMPLE_FILES]:
+        lines = _first_lines(path, FORMAT_SAMPLE_LINES)
+        starts = []
+        for line in lines:
+            try:
+                line.decode("utf-8")
+                break  # a UTF-8 line: the run reports the others one by one
+            except UnicodeDecodeError as exc:
+                starts.append(exc.start)
+        if lines and len(starts) == len(lines):
+            first = starts[0]
+            offset = _offset_in_file(path, lines[0]) + first
+            where = "of its decompressed data" if _compression_name(path) else ""
+            raise TextdpError(f"{flag}: {path} is not UTF-8 (none of its first {len(lines)} non-blank line(s) is; the "
+                              f"first invalid byte is at offset {offset:,}{' ' + where if where else ''}): convert it, "
+                              "e.g. iconv -f WINDOWS-1252 -t UTF-8 if it came from Excel or Windows")
+
+
+def _offset_in_file(path: str, line: bytes) -> int:
+    """The byte offset of the first non-blank line ``line`` in ``path``'s (decompressed) data."""
+    try:
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
+            head = open_decompressed(raw, path).read(1 << 16)
+        found = head.find(line)
+        return found if found >= 0 else 0
+    except Exception:
+        return 0
 
 
 FORMAT_SAMPLE_LINES = 20  # non-blank lines of each of the first FORMAT_SAMPLE_FILES local files read before the run

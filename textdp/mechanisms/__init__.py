@@ -425,7 +425,23 @@ def check_mechanism(name: str, epsilon, artifact=None, **params) -> dict:
     """
     cls, public = _resolve(name, params)
     cls.check_parameters(epsilon, artifact, **_constructor_keywords(cls, public))
+    check_table_metric(cls, artifact)
     return public
+
+
+def check_table_metric(cls, artifact) -> None:
+    """A mechanism whose class declares the neighbour-table metric it is defined on (``TABLE_METRIC``, e.g.
+    "euclidean"; None: any) is refused (ParameterError, one line) on an artifact whose table has another one,
+    from the manifest alone (a launcher's ``ManifestFacts`` or a loaded artifact): before any worker starts."""
+    wanted = getattr(cls, "TABLE_METRIC", None)
+    manifest = getattr(artifact, "manifest", None)
+    if wanted is None or not isinstance(manifest, dict):
+        return
+    section = manifest.get("neighbours")
+    metric = section.get("metric") if isinstance(section, dict) else None
+    if metric is not None and metric != wanted:
+        raise ParameterError(f"--mechanism {cls.name} is defined on {wanted} distance; the artifact's neighbour table "
+                             f"is {metric!r}: build one with `textdp neighbours --metric {wanted}`")
 
 
 def mechanism_parameters(name: str) -> dict:
@@ -455,6 +471,7 @@ def make_mechanism(name: str, artifact, epsilon: float, **params):
     """
     cls, public = _resolve(name, params)
     keywords = _constructor_keywords(cls, public)
+    check_table_metric(cls, artifact)
     if built_in(cls):
         return cls(artifact, epsilon, **cls.FIXED, **keywords)
     try:

@@ -78,6 +78,7 @@ class SanText(Mechanism):
     name = "santext"
     DESCRIPTION = "exponential mechanism over the whole vocabulary"
     NEEDS_NEIGHBOUR_TABLE = True
+    TABLE_METRIC = "euclidean"  # refused on an angular table before the run (textdp.mechanisms.check_table_metric)
     EXACT_LAW = True
     AUDIT_KERNEL = True
     BOUND_TEXT = "epsilon * d(w, w'), Euclidean"
