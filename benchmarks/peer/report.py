@@ -86,8 +86,48 @@ def diffractor_section(path: str = DIFFRACTOR) -> list:
     """1-Diffractor (benchmarks/peer/bench_diffractor.py), from its own results when they are there."""
     if not os.path.exists(path):
         return []
-    from benchmarks.peer.bench_diffractor import markdown as diffractor_markdown
-
     with open(path, encoding="utf-8") as handle:
         body = diffractor_markdown(json.load(handle)).splitlines()
     return ["## " + body[0].lstrip("# "), *body[1:], ""]
+
+def diffractor_markdown(payload: dict) -> str:
+    m = payload["machine"]
+    lines = ["# 1-Diffractor (dp-diffractor 0.2.1) as a peer", "",
+             f"Machine: {m['cpu']}, {m['cores']} cores, load average at start "
+             f"{tuple(round(x, 2) for x in m['loadavg_at_start'])} ({m['date_utc']}); wall time "
+             f"{payload['wall_seconds']:.0f} s. Command: `{payload['command']}`", ""]
+    run = payload.get("diffractor") or {}
+    if run.get("error"):
+        lines += [f"**Diffractor did not run here:** `{run['error']}`", "", "Steps before it:", "",
+                  *[f"- {s}" for s in run.get("steps", [])], ""]
+    else:
+        lines += [f"Vectors: the textdp artifact's GloVe 6B 50d, filtered to Diffractor's own word list: "
+                  f"{run.get('vocab_kept', 0):,} of its {run.get('library_vocab', 0):,} words. Setup (its 1-D sort): "
+                  f"{run.get('setup_seconds', 0):.0f} s. Texts: {payload['texts']:,} IMDb reviews.", "",
+                  "| library | mechanism | epsilon | tokens (own tokenizer) | wall s | tokens/s |", "|---|---|---|---|---|---|"]
+        for r in run.get("results", []):
+            lines.append(f"| dp-diffractor 0.2.1 | geometric | {r['epsilon']:g} | {run['tokens']:,} | "
+                         f"{r['wall_seconds']:.1f} | {r['tokens_per_second']:,.0f} |")
+        for r in payload.get("textdp", []):
+            lines.append(f"| textdp (Privatizer, 1 process) | {r['mechanism']} | {r['epsilon']:g} | {r['tokens']:,} | "
+                         f"{r['wall_seconds']:.1f} | {r['tokens_per_second']:,.0f} |")
+        if payload.get("points"):
+            lines += ["", "Frontier points (same reviews and classifier as benchmarks/results/frontier.md; Wilson 95%; "
+                      "no inversion/linkage: textdp audit attacks textdp mechanisms only):", "",
+                      "| epsilon | changed (word share) | training-time acc. | test-time acc. |", "|---|---|---|---|"]
+            for p in payload["points"]:
+                cells = [f"{p['epsilon']:g}", f"{p['changed_fraction']:.3f}"]
+                for s in ("training_time", "test_time"):
+                    w = p["accuracy"][s]["wilson"]
+                    cells.append(f"{w['accuracy']:.3f} [{w['low']:.3f}, {w['high']:.3f}]")
+                lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "From its code (0.2.1): `Diffractor(model_names=[...])` fetches every name through `Downloader.fetch`, "
+              "which accepts only its five hosted embedding files, and `prepare_custom_embeddings` refers to an undefined "
+              "`output_name`, so its documented bring-your-own-embeddings path fails; the runner gives it textdp's "
+              "GloVe vectors by replacing `diffractor.core.ensure_embeddings` only. `rewrite` sends every token to a "
+              "multiprocessing pool (`starmap`, one call per token), and needs NLTK's `stopwords` and `punkt_tab` data "
+              "(downloaded from raw.githubusercontent.com at run time).",
+              "", "What its guarantee covers: metric DP in |i - j| over positions in a 1-D ordering of its word "
+              "list, per embedding; NLTK English stopwords and words outside its list pass through unchanged "
+              "(no protection), so its changed share is bounded by the share of non-stopword listed words.", ""]
+    return "\n".join(lines)
