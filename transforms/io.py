@@ -621,6 +621,7 @@ def refuse_wide_text(flag: str, paths: Sequence[str], data_format: str) -> None:
     would release every word's length. Only the first bytes are read, never quoted (TextdpError)."""
     from textdp.errors import TextdpError
 
+    refuse_duplicate_content(flag, paths)
     if data_format == "parquet":
         return []
     for path in paths:
@@ -643,6 +644,75 @@ def refuse_wide_text(flag: str, paths: Sequence[str], data_format: str) -> None:
     refuse_false_compression(flag, paths)
     refuse_undecodable_start(flag, paths)
     return check_declared_format(flag, paths, data_format)
+
+
+DUPLICATE_SAMPLE_BYTES = 1 << 16  # decompressed bytes hashed from the start (and an uncompressed file's end)
+_EMPTY_DIGEST = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"  # SHA-256 of no bytes
+
+
+def _content_digest(path: str, start: int = 0, limit: Optional[int] = None) -> str:
+    """SHA-256 (hex) of a local file's decompressed content from ``start`` (uncompressed files: a seek), at most
+    ``limit`` bytes of it; the whole content when ``limit`` is None."""
+    import hashlib
+
+    digest, left = hashlib.sha256(), limit
+    with open(path, "rb") as raw:
+        raw.seek(start)
+        handle = open_decompressed(raw, path)
+        while left is None or left > 0:
+            chunk = handle.read(1 << 20 if left is None else min(1 << 20, left))
+            if not chunk:
+                break
+            digest.update(chunk)
+            left = None if left is None else left - len(chunk)
+    return digest.hexdigest()
+
+
+def _same_content(a: str, b: str) -> bool:
+    """Whether two local files whose decompressed first DUPLICATE_SAMPLE_BYTES agree have the same content: two
+    uncompressed files compare their sizes and last DUPLICATE_SAMPLE_BYTES first, then (as any other pair) a
+    SHA-256 of the whole decompressed content."""
+    if not _compression_name(a) and not _compression_name(b):
+        size = os.path.getsize(a)
+        if size != os.path.getsize(b):
+            return False
+        tail = max(0, size - DUPLICATE_SAMPLE_BYTES)
+        if _content_digest(a, tail) != _content_digest(b, tail):
+            return False
+    return _content_digest(a) == _content_digest(b)
+
+
+def refuse_duplicate_content(flag: str, paths: Sequence[str]) -> None:
+    """Two matched local files with the same decompressed content (a ``cp`` copy, ``reviews.txt`` next to
+    ``reviews.txt.gz``) would release each record once per copy with fresh noise (round 7 F11): refused before
+    the run, naming both files, never their content. Every file's decompressed first 64 KiB are hashed; only
+    files that agree there are compared further (uncompressed pairs by size and last 64 KiB), and only then
+    by a SHA-256 of the whole decompressed content. gs:// files and unreadable or damaged ones are not compared
+    (the guard and the run report those)."""
+    from textdp.errors import TextdpError
+    from textdp.outputs import shown
+
+    local = sorted(p for p in paths if "://" not in p and os.path.isfile(p))
+    if len(local) < 2:
+        return
+    seen: dict = {}
+    for path in local:
+        try:
+            quick = _content_digest(path, 0, DUPLICATE_SAMPLE_BYTES)
+        except Exception:  # a damaged file is the run's to report
+            continue
+        if quick == _EMPTY_DIGEST:  # no records: two empty files release nothing twice
+            continue
+        for other in seen.get(quick, []):
+            try:
+                same = _same_content(other, path)
+            except Exception:
+                continue
+            if same:
+                raise TextdpError(f"{flag} matches two files with the same content: {shown(other)} and {shown(path)} "
+                                  "(compared decompressed), so each of their records would be released twice with "
+                                  f"fresh noise (two releases of a record compose); remove the copy or narrow {flag}")
+        seen.setdefault(quick, []).append(path)
 
 
 def _magic_fits(compression: str, head: bytes) -> bool:

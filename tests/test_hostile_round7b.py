@@ -1,0 +1,77 @@
+"""Round-7 hostile findings fixed on branch fix7b (issue 25): F11, F10, F5, F7.
+Real runs of the CLI on the local runner (FnApiRunner) over the real 300-word GloVe artifact, real files; nothing
+is mocked."""
+
+import gzip
+import os
+import shutil
+
+import pytest
+
+from pipelines.cli import main as cli_main
+from textdp.errors import TextdpError
+from transforms.io import DUPLICATE_SAMPLE_BYTES, refuse_duplicate_content
+
+RUNNER = "--runner=FnApiRunner"
+REVIEWS = ["The pasta was cold and the waiter forgot our drinks.", "A fine hotel, the staff were kind.",
+           "We would not go back to that place again."]
+
+
+def _input(directory, name="in.txt", lines=REVIEWS) -> str:
+    path = directory / name
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+# --- F11: the same content matched twice as different files --------------------------------------------------------
+
+
+@pytest.mark.parametrize("copy", ["cp copy", "gz beside the original"])
+def test_f11_two_files_with_the_same_content_are_refused(copy, tmp_path, tiny_artifact_dir, capsys):
+    """A cp copy, or reviews.txt beside reviews.txt.gz, was privatized once per copy with fresh noise (composing)
+    under the per-record claim; now refused in one line before the run, naming both files, never their content."""
+    directory = tmp_path / "d"
+    directory.mkdir()
+    source = _input(directory, "reviews.txt")
+    if copy == "cp copy":
+        shutil.copyfile(source, directory / "reviews copy.txt")
+    else:
+        with open(source, "rb") as plain, gzip.open(directory / "reviews.txt.gz", "wb") as packed:
+            packed.write(plain.read())
+    assert cli_main(["privatize", f"--input={directory}/*", "--format=text", f"--output={tmp_path}/o/p",
+                     "--epsilon=10", f"--artifact={tiny_artifact_dir}", RUNNER]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "same content" in err[0] and "reviews.txt" in err[0]
+    assert ("reviews copy.txt" if copy == "cp copy" else "reviews.txt.gz") in err[0]
+    assert "pasta" not in err[0]
+    assert not os.path.exists(f"{tmp_path}/o")
+
+
+def test_f11_audit_corpus_with_two_copies_is_refused(tmp_path, tiny_artifact_dir, capsys):
+    """audit --corpus reads its files through the same check."""
+    directory = tmp_path / "d"
+    directory.mkdir()
+    source = _input(directory, "a.txt")
+    shutil.copyfile(source, directory / "b.txt")
+    code = cli_main(["audit", f"--artifact={tiny_artifact_dir}", "--checks=inversion", "--epsilons=5",
+                     f"--corpus={directory}/*.txt", f"--output={tmp_path}/o", RUNNER])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "same content" in err[0] and "b.txt" in err[0]
+    assert not os.path.exists(f"{tmp_path}/o")
+
+
+def test_f11_files_equal_at_both_ends_but_not_in_the_middle_are_not_refused(tmp_path):
+    """The bounded prefix+suffix digest only selects candidates: two files of one size that agree on their first and
+    last 64 KiB but differ in the middle are read whole and kept; same-size distinct files and distinct compressed
+    files pass too."""
+    ends = b"word " * (DUPLICATE_SAMPLE_BYTES // 5 + 1)
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_bytes(ends + b"alpha\n" + ends)
+    b.write_bytes(ends + b"gamma\n" + ends)
+    with gzip.open(tmp_path / "c.txt.gz", "wb") as packed:
+        packed.write(ends + b"delta\n" + ends)
+    refuse_duplicate_content("--input", [str(a), str(b), str(tmp_path / "c.txt.gz")])
+    with gzip.open(tmp_path / "d.txt.gz", "wb") as packed:
+        packed.write(ends + b"gamma\n" + ends)
+    with pytest.raises(TextdpError, match="same content"):
+        refuse_duplicate_content("--input", [str(a), str(b), str(tmp_path / "c.txt.gz"), str(tmp_path / "d.txt.gz")])
