@@ -75,3 +75,44 @@ def test_f11_files_equal_at_both_ends_but_not_in_the_middle_are_not_refused(tmp_
         packed.write(ends + b"gamma\n" + ends)
     with pytest.raises(TextdpError, match="same content"):
         refuse_duplicate_content("--input", [str(a), str(b), str(tmp_path / "c.txt.gz"), str(tmp_path / "d.txt.gz")])
+
+
+# --- F10: a field present but never usable ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["null", "1.5"])
+def test_f10_a_user_field_never_usable_in_the_sample_is_refused(value, tmp_path, tiny_artifact_dir, capsys):
+    """A --user-field null (or an unsafe float) in every sampled record ran the whole job, then failed every record;
+    now refused in one line before the run, with the counts, never a value."""
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(f'{{"u": {value}, "text": "the pasta was cold"}}\n' for _ in range(30)), encoding="utf-8")
+    assert cli_main(["privatize", f"--input={source}", f"--output={tmp_path}/o/p", "--epsilon=5", "--shuffle",
+                     "--user-field=u", f"--artifact={tiny_artifact_dir}", RUNNER]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--user-field u" in err[0] and "none of the first 30" in err[0]
+    assert ("30 null or absent" if value == "null" else "30 a floating-point") in err[0] and "pasta" not in err[0]
+    assert not os.path.exists(f"{tmp_path}/o")
+
+
+def test_f10_a_user_field_usable_in_one_sampled_record_runs(tmp_path, tiny_artifact_dir, capsys):
+    """One usable author among nulls: the run goes ahead and reports the others per record (missing_author)."""
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"u": null, "text": "the pasta was cold"}\n{"u": 7, "text": "the pasta was cold"}\n',
+                      encoding="utf-8")
+    assert cli_main(["privatize", f"--input={source}", f"--output={tmp_path}/o/p", "--epsilon=5", "--shuffle",
+                     "--user-field=u", "--max-failed-fraction=1", f"--artifact={tiny_artifact_dir}", RUNNER]) == 0
+
+
+def test_f10_an_all_null_parquet_text_column_is_refused(tmp_path, tiny_artifact_dir, capsys):
+    """A Parquet text column null in every row ran and failed every record (not_a_string); the footer's row-group
+    statistics say so before the run: refused in one line."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    source = str(tmp_path / "nulls.parquet")
+    pq.write_table(pa.table({"text": pa.array([None, None], pa.string()), "id": [1, 2]}), source)
+    assert cli_main(["privatize", f"--input={source}", f"--output={tmp_path}/o/p", "--epsilon=5",
+                     f"--artifact={tiny_artifact_dir}", RUNNER]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--text-field text" in err[0] and "null in every row" in err[0]
+    assert not os.path.exists(f"{tmp_path}/o")

@@ -468,12 +468,11 @@ def _checked_parquet_schema(files: tuple, text_fields: tuple):
 FIELD_SAMPLE_RECORDS = 1000  # JSON objects read before the run to check --drop-fields / --user-field names
 
 
-def first_record_fields(paths: Sequence[str], limit: int = FIELD_SAMPLE_RECORDS, max_bytes: int = 64 << 20):
-    """``(field names, objects read)``: the top-level keys of the first ``limit`` JSON objects of the JSONL
-    files ``paths`` (in order; compressed files decompressed), read before the run. Lines that are not
-    objects are skipped; reading stops at the first problem of a file (the run reports it). Only names
-    are kept, never a value."""
-    names, read = set(), 0
+def _first_objects(paths: Sequence[str], limit: int, max_bytes: int):
+    """The first ``limit`` JSON objects of the JSONL files ``paths`` (in order; compressed files decompressed),
+    read before the run; lines that are not objects are skipped, reading stops at the first problem of a file
+    (the run reports it). The caller keeps no value."""
+    read = 0
     for path in paths:
         if read >= limit:
             break
@@ -488,11 +487,60 @@ def first_record_fields(paths: Sequence[str], limit: int = FIELD_SAMPLE_RECORDS,
                     consumed += len(line)
                     payload, problem = parse_json_line(line.decode("utf-8", "replace").lstrip("\ufeff"))
                     if problem is None and isinstance(payload, dict):
-                        names.update(str(key) for key in payload)
                         read += 1
+                        yield payload
         except Exception:  # a damaged file is the run's to report
             continue
+
+
+def first_record_fields(paths: Sequence[str], limit: int = FIELD_SAMPLE_RECORDS, max_bytes: int = 64 << 20):
+    """``(field names, objects read)``: the top-level keys of the first ``limit`` JSON objects of the JSONL
+    files ``paths`` (``_first_objects``). Only names are kept, never a value."""
+    names, read = set(), 0
+    for payload in _first_objects(paths, limit, max_bytes):
+        names.update(str(key) for key in payload)
+        read += 1
     return sorted(names), read
+
+
+def first_record_authors(paths: Sequence[str], user_field: str, limit: int = FIELD_SAMPLE_RECORDS,
+                         max_bytes: int = 64 << 20) -> dict:
+    """How the first ``limit`` JSON objects (``_first_objects``) name their author under ``user_field``:
+    ``{"read": n, "usable": n, MISSING_AUTHOR: n, UNSAFE_AUTHOR_ID: n}`` (``check_author``); no value is kept."""
+    from textdp.text.records import MISSING_AUTHOR, UNSAFE_AUTHOR_ID, check_author
+
+    counts = {"read": 0, "usable": 0, MISSING_AUTHOR: 0, UNSAFE_AUTHOR_ID: 0}
+    for payload in _first_objects(paths, limit, max_bytes):
+        counts["read"] += 1
+        problem = check_author(payload, user_field)
+        counts["usable" if problem is None else problem[0]] += 1
+    return counts
+
+
+def parquet_null_columns(paths: Sequence[str], names: Sequence[str]) -> List[str]:
+    """Those of the top-level Parquet columns ``names`` that are null in every row of every file, known from the
+    footers' row-group statistics (``null_count == num_values``) without reading a row; empty when any file is
+    remote, unreadable or lacks statistics for a column (the run then reports each record)."""
+    import pyarrow.parquet as pq
+
+    if not paths or any("://" in p for p in paths):
+        return []
+    nulls = set(names)
+    for path in paths:
+        try:
+            meta = pq.ParquetFile(path).metadata
+        except Exception:
+            return []
+        for name in list(nulls):
+            for group in range(meta.num_row_groups):
+                row_group = meta.row_group(group)
+                column = next((row_group.column(i) for i in range(row_group.num_columns)
+                               if row_group.column(i).path_in_schema == name), None)
+                stats = column.statistics if column is not None else None
+                if stats is None or stats.null_count is None or stats.null_count != row_group.num_rows:
+                    nulls.discard(name)
+                    break
+    return sorted(nulls)
 
 
 def matched_paths(pattern: str):
