@@ -116,3 +116,38 @@ def test_f10_an_all_null_parquet_text_column_is_refused(tmp_path, tiny_artifact_
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--text-field text" in err[0] and "null in every row" in err[0]
     assert not os.path.exists(f"{tmp_path}/o")
+
+
+# --- F5: Privatize's shape_field and text_fields -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs", [{"text_fields": ("text", "text")}, {"text_fields": ("text",), "shape_field": "text"},
+                                    {"shape_field": "text"}, {"text_fields": ("text",), "shape_field": ""}])
+def test_f5_a_repeated_text_field_or_a_shape_field_on_the_text_is_refused_at_construction(kwargs, tiny_artifact_dir):
+    """text_fields=("text", "text") privatized the field twice and double-counted its tokens; shape_field="text"
+    replaced the released text by its shape (plain strings are released under "text"): refused when built."""
+    from transforms import Privatize
+
+    with pytest.raises(TextdpError, match="more than once|shape_field"):
+        Privatize(epsilon=5, artifact=tiny_artifact_dir, **kwargs)
+
+
+def test_f5_a_record_that_has_the_shape_field_is_an_error_record_never_overwritten(tiny_artifact_dir):
+    """shape_field naming a field a record has silently replaced the record's own value (its id) by the shape; now
+    that record is an error record shape_field_taken (counted in stats: failed), the others are released with
+    their shape."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from transforms import Privatize
+
+    with beam.Pipeline("FnApiRunner", options=PipelineOptions()) as pipeline:
+        result = (pipeline | beam.Create([{"text": "the was cold", "id": "customer-4711"}, {"text": "the was cold"}])
+                  | Privatize(epsilon=5, artifact=tiny_artifact_dir, text_fields=("text",), shape_field="id"))
+        assert_that(result.released | beam.Map(lambda r: sorted(r) + [isinstance(r["id"], dict)]),
+                    equal_to([["id", "text", True]]), label="released")
+        assert_that(result.errors | beam.Map(lambda e: (e["reason"], "customer" in e["detail"])),
+                    equal_to([("shape_field_taken", False)]), label="errors")
+        assert_that(result.stats | beam.Map(lambda s: (s["records"], s["failed"], s["failed:shape_field_taken"],
+                                                       s["tokens"])), equal_to([(1, 1, 1, 3)]), label="stats")
