@@ -362,7 +362,7 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
         released | "Write" >> WriteRecords(output, data_format, checked.schema)
         records_out = released | "CountOut" >> beam.combiners.Count.Globally()
     errors = (read["errors"], privatized.errors, *authorless, *bounded) | "AllErrors" >> beam.Flatten()
-    errors | "WriteErrors" >> WriteErrors(paths["errors_prefix"])
+    errors | "WriteErrors" >> WriteErrors(paths["errors_prefix"], private=opts.keep_failed_text)  # 0600 (F7)
     parts = (
         read["counts"] | "RecordsIn" >> beam.Map(lambda path_count: {"records_in": path_count[1]}),
         privatized.batch_stats | "TokenStats" >> beam.Map(

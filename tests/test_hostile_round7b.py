@@ -151,3 +151,32 @@ def test_f5_a_record_that_has_the_shape_field_is_an_error_record_never_overwritt
                     equal_to([("shape_field_taken", False)]), label="errors")
         assert_that(result.stats | beam.Map(lambda s: (s["records"], s["failed"], s["failed:shape_field_taken"],
                                                        s["tokens"])), equal_to([(1, 1, 1, 3)]), label="stats")
+
+
+# --- F7: error shards with raw text are owner-only -----------------------------------------------------------------
+
+
+def test_f7_keep_failed_text_error_shards_are_owner_only(tmp_path, tiny_artifact_dir):
+    """--keep-failed-text wrote the raw text of failed records into an error shard of mode 0644 from a 0600 input;
+    now every local error shard of such a run is 0600 (even with a permissive umask); without the flag (no raw text)
+    the umask applies as before."""
+    import glob
+    import stat
+
+    source = tmp_path / "sec.jsonl"
+    source.write_text('{"text": "the secretcanary was cold"}\n{"text": 5, "note": "x"}\n', encoding="utf-8")
+    os.chmod(source, 0o600)
+    old = os.umask(0o022)
+    try:
+        for keep, out in ((True, "k/s"), (False, "n/s")):
+            assert cli_main(["privatize", f"--input={source}", f"--output={tmp_path}/{out}", "--epsilon=10",
+                             "--max-failed-fraction=1", f"--artifact={tiny_artifact_dir}", RUNNER]
+                            + (["--keep-failed-text"] if keep else [])) == 0
+            shards = glob.glob(f"{tmp_path}/{out}-errors-*.jsonl")
+            assert shards
+            modes = {stat.S_IMODE(os.stat(path).st_mode) for path in shards}
+            assert modes == ({0o600} if keep else {0o644}), (keep, modes)
+            text = "".join(open(path, encoding="utf-8").read() for path in shards)
+            assert ('\\"note\\"' in text) == keep  # the raw line is there only with the flag
+    finally:
+        os.umask(old)

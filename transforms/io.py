@@ -604,17 +604,48 @@ class WriteErrors(beam.PTransform):
     The shard names have no ``-of-NNNNN`` on purpose: before renaming its files, a Beam file sink
     deletes everything matching ``<prefix>-*-of-NNNNN<suffix>``, and for JSONL input the main output's
     pattern would otherwise match (and delete) the error files.
+
+    With ``private`` (``--keep-failed-text``: the records may hold raw input text) each local shard is created
+    with mode 0600 (owner only) before a byte is written, whatever the umask, and keeps it when Beam renames it
+    into place (round 7 F7); gs:// shards follow the bucket's access rules.
     """
 
-    def __init__(self, errors_prefix: str):
+    def __init__(self, errors_prefix: str, private: bool = False):
         super().__init__()
         self.errors_prefix = errors_prefix
+        self.private = bool(private)
 
     def expand(self, errors):
+        write = beam.io.WriteToText(self.errors_prefix, file_name_suffix=".jsonl",
+                                    shard_name_template=ERRORS_SHARD_TEMPLATE)
+        if self.private:
+            write._sink.__class__ = _OwnerOnlyTextSink
         return (errors
                 | "ToJson" >> beam.Map(lambda rec: json.dumps(rec, ensure_ascii=False, sort_keys=True))
-                | "Write" >> beam.io.WriteToText(self.errors_prefix, file_name_suffix=".jsonl",
-                                                shard_name_template=ERRORS_SHARD_TEMPLATE))
+                | "Write" >> write)
+
+
+PRIVATE_FILE_MODE = 0o600
+
+
+def create_owner_only(path: str) -> None:
+    """Create (or empty) local file ``path`` with mode 0600 whatever the umask; an existing file's mode is set to
+    0600 before it is emptied. gs:// paths are left to the bucket."""
+    if "://" in path:
+        return
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
+    try:
+        os.fchmod(descriptor, PRIVATE_FILE_MODE)
+    finally:
+        os.close(descriptor)
+
+
+class _OwnerOnlyTextSink(beam.io.textio._TextSink):
+    """Beam's text sink whose temporary shards are created 0600 before Beam opens (and truncates) them."""
+
+    def open(self, temp_path):
+        create_owner_only(temp_path)
+        return super().open(temp_path)
 
 
 def strict_json(value):
