@@ -223,7 +223,7 @@ def _check_fields(amplifier, data_format: str, schema, inputs: List[str], text_f
     if data_format == "jsonl":
         names += [("--text-field", name) for name in text_fields]  # Parquet: checked with the schema
     if not names or data_format == "text":
-        return
+        return _check_field_values(amplifier, data_format, inputs, text_fields)
     if data_format == "parquet":
         known, where = list(schema.names), "the Parquet schema"
     else:
@@ -235,6 +235,33 @@ def _check_fields(amplifier, data_format: str, schema, inputs: List[str], text_f
         problem = missing_fields(flag, [name], known, where)
         if problem:
             raise TextdpError(problem)
+    _check_field_values(amplifier, data_format, inputs, text_fields)
+
+
+def _check_field_values(amplifier, data_format: str, inputs: List[str], text_fields) -> None:
+    """Fields that exist but hold nothing usable (round 7 F10) are refused in one line before the run: a
+    --user-field that no sampled JSON object names a usable author in (null, absent, a float that is no safe id),
+    and a Parquet --text-field / --user-field null in every row (footer statistics). Never quotes a value."""
+    from textdp.text.records import MISSING_AUTHOR, UNSAFE_AUTHOR_ID
+    from transforms.io import first_record_authors, parquet_null_columns
+
+    if data_format == "parquet":
+        asked = list(text_fields) + ([amplifier.user_field] if amplifier.user_field else [])
+        for name in parquet_null_columns(inputs, asked):
+            flag = "--user-field" if name == amplifier.user_field else "--text-field"
+            raise TextdpError(f"{flag} {name}: the column is null in every row of the input (Parquet row-group "
+                              "statistics), so every record would fail; choose the column that holds the "
+                              f"{'author ids' if flag == '--user-field' else 'text'}")
+        return
+    if data_format != "jsonl" or not amplifier.user_field:
+        return
+    counts = first_record_authors(inputs, amplifier.user_field, FIELD_SAMPLE_RECORDS)
+    if counts["read"] and not counts["usable"]:
+        raise TextdpError(f"--user-field {amplifier.user_field}: none of the first {counts['read']} JSON object(s) of "
+                          f"the input names a usable author ({counts[MISSING_AUTHOR]} null or absent, "
+                          f"{counts[UNSAFE_AUTHOR_ID]} a floating-point number that is no exact integer below 2**53); "
+                          "every record would fail: choose the field that holds the author ids, written as integers "
+                          "or strings (docs/lac.md)")
 
 
 def _count_records(inputs: List[str], data_format: str) -> Optional[int]:
@@ -335,7 +362,7 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
         released | "Write" >> WriteRecords(output, data_format, checked.schema)
         records_out = released | "CountOut" >> beam.combiners.Count.Globally()
     errors = (read["errors"], privatized.errors, *authorless, *bounded) | "AllErrors" >> beam.Flatten()
-    errors | "WriteErrors" >> WriteErrors(paths["errors_prefix"])
+    errors | "WriteErrors" >> WriteErrors(paths["errors_prefix"], private=opts.keep_failed_text)  # 0600 (F7)
     parts = (
         read["counts"] | "RecordsIn" >> beam.Map(lambda path_count: {"records_in": path_count[1]}),
         privatized.batch_stats | "TokenStats" >> beam.Map(

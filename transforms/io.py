@@ -468,12 +468,11 @@ def _checked_parquet_schema(files: tuple, text_fields: tuple):
 FIELD_SAMPLE_RECORDS = 1000  # JSON objects read before the run to check --drop-fields / --user-field names
 
 
-def first_record_fields(paths: Sequence[str], limit: int = FIELD_SAMPLE_RECORDS, max_bytes: int = 64 << 20):
-    """``(field names, objects read)``: the top-level keys of the first ``limit`` JSON objects of the JSONL
-    files ``paths`` (in order; compressed files decompressed), read before the run. Lines that are not
-    objects are skipped; reading stops at the first problem of a file (the run reports it). Only names
-    are kept, never a value."""
-    names, read = set(), 0
+def _first_objects(paths: Sequence[str], limit: int, max_bytes: int):
+    """The first ``limit`` JSON objects of the JSONL files ``paths`` (in order; compressed files decompressed),
+    read before the run; lines that are not objects are skipped, reading stops at the first problem of a file
+    (the run reports it). The caller keeps no value."""
+    read = 0
     for path in paths:
         if read >= limit:
             break
@@ -488,11 +487,60 @@ def first_record_fields(paths: Sequence[str], limit: int = FIELD_SAMPLE_RECORDS,
                     consumed += len(line)
                     payload, problem = parse_json_line(line.decode("utf-8", "replace").lstrip("\ufeff"))
                     if problem is None and isinstance(payload, dict):
-                        names.update(str(key) for key in payload)
                         read += 1
+                        yield payload
         except Exception:  # a damaged file is the run's to report
             continue
+
+
+def first_record_fields(paths: Sequence[str], limit: int = FIELD_SAMPLE_RECORDS, max_bytes: int = 64 << 20):
+    """``(field names, objects read)``: the top-level keys of the first ``limit`` JSON objects of the JSONL
+    files ``paths`` (``_first_objects``). Only names are kept, never a value."""
+    names, read = set(), 0
+    for payload in _first_objects(paths, limit, max_bytes):
+        names.update(str(key) for key in payload)
+        read += 1
     return sorted(names), read
+
+
+def first_record_authors(paths: Sequence[str], user_field: str, limit: int = FIELD_SAMPLE_RECORDS,
+                         max_bytes: int = 64 << 20) -> dict:
+    """How the first ``limit`` JSON objects (``_first_objects``) name their author under ``user_field``:
+    ``{"read": n, "usable": n, MISSING_AUTHOR: n, UNSAFE_AUTHOR_ID: n}`` (``check_author``); no value is kept."""
+    from textdp.text.records import MISSING_AUTHOR, UNSAFE_AUTHOR_ID, check_author
+
+    counts = {"read": 0, "usable": 0, MISSING_AUTHOR: 0, UNSAFE_AUTHOR_ID: 0}
+    for payload in _first_objects(paths, limit, max_bytes):
+        counts["read"] += 1
+        problem = check_author(payload, user_field)
+        counts["usable" if problem is None else problem[0]] += 1
+    return counts
+
+
+def parquet_null_columns(paths: Sequence[str], names: Sequence[str]) -> List[str]:
+    """Those of the top-level Parquet columns ``names`` that are null in every row of every file, known from the
+    footers' row-group statistics (``null_count == num_values``) without reading a row; empty when any file is
+    remote, unreadable or lacks statistics for a column (the run then reports each record)."""
+    import pyarrow.parquet as pq
+
+    if not paths or any("://" in p for p in paths):
+        return []
+    nulls = set(names)
+    for path in paths:
+        try:
+            meta = pq.ParquetFile(path).metadata
+        except Exception:
+            return []
+        for name in list(nulls):
+            for group in range(meta.num_row_groups):
+                row_group = meta.row_group(group)
+                column = next((row_group.column(i) for i in range(row_group.num_columns)
+                               if row_group.column(i).path_in_schema == name), None)
+                stats = column.statistics if column is not None else None
+                if stats is None or stats.null_count is None or stats.null_count != row_group.num_rows:
+                    nulls.discard(name)
+                    break
+    return sorted(nulls)
 
 
 def matched_paths(pattern: str):
@@ -556,17 +604,48 @@ class WriteErrors(beam.PTransform):
     The shard names have no ``-of-NNNNN`` on purpose: before renaming its files, a Beam file sink
     deletes everything matching ``<prefix>-*-of-NNNNN<suffix>``, and for JSONL input the main output's
     pattern would otherwise match (and delete) the error files.
+
+    With ``private`` (``--keep-failed-text``: the records may hold raw input text) each local shard is created
+    with mode 0600 (owner only) before a byte is written, whatever the umask, and keeps it when Beam renames it
+    into place (round 7 F7); gs:// shards follow the bucket's access rules.
     """
 
-    def __init__(self, errors_prefix: str):
+    def __init__(self, errors_prefix: str, private: bool = False):
         super().__init__()
         self.errors_prefix = errors_prefix
+        self.private = bool(private)
 
     def expand(self, errors):
+        write = beam.io.WriteToText(self.errors_prefix, file_name_suffix=".jsonl",
+                                    shard_name_template=ERRORS_SHARD_TEMPLATE)
+        if self.private:
+            write._sink.__class__ = _OwnerOnlyTextSink
         return (errors
                 | "ToJson" >> beam.Map(lambda rec: json.dumps(rec, ensure_ascii=False, sort_keys=True))
-                | "Write" >> beam.io.WriteToText(self.errors_prefix, file_name_suffix=".jsonl",
-                                                shard_name_template=ERRORS_SHARD_TEMPLATE))
+                | "Write" >> write)
+
+
+PRIVATE_FILE_MODE = 0o600
+
+
+def create_owner_only(path: str) -> None:
+    """Create (or empty) local file ``path`` with mode 0600 whatever the umask; an existing file's mode is set to
+    0600 before it is emptied. gs:// paths are left to the bucket."""
+    if "://" in path:
+        return
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
+    try:
+        os.fchmod(descriptor, PRIVATE_FILE_MODE)
+    finally:
+        os.close(descriptor)
+
+
+class _OwnerOnlyTextSink(beam.io.textio._TextSink):
+    """Beam's text sink whose temporary shards are created 0600 before Beam opens (and truncates) them."""
+
+    def open(self, temp_path):
+        create_owner_only(temp_path)
+        return super().open(temp_path)
 
 
 def strict_json(value):
@@ -621,6 +700,7 @@ def refuse_wide_text(flag: str, paths: Sequence[str], data_format: str) -> None:
     would release every word's length. Only the first bytes are read, never quoted (TextdpError)."""
     from textdp.errors import TextdpError
 
+    refuse_duplicate_content(flag, paths)
     if data_format == "parquet":
         return []
     for path in paths:
@@ -643,6 +723,75 @@ def refuse_wide_text(flag: str, paths: Sequence[str], data_format: str) -> None:
     refuse_false_compression(flag, paths)
     refuse_undecodable_start(flag, paths)
     return check_declared_format(flag, paths, data_format)
+
+
+DUPLICATE_SAMPLE_BYTES = 1 << 16  # decompressed bytes hashed from the start (and an uncompressed file's end)
+_EMPTY_DIGEST = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"  # SHA-256 of no bytes
+
+
+def _content_digest(path: str, start: int = 0, limit: Optional[int] = None) -> str:
+    """SHA-256 (hex) of a local file's decompressed content from ``start`` (uncompressed files: a seek), at most
+    ``limit`` bytes of it; the whole content when ``limit`` is None."""
+    import hashlib
+
+    digest, left = hashlib.sha256(), limit
+    with open(path, "rb") as raw:
+        raw.seek(start)
+        handle = open_decompressed(raw, path)
+        while left is None or left > 0:
+            chunk = handle.read(1 << 20 if left is None else min(1 << 20, left))
+            if not chunk:
+                break
+            digest.update(chunk)
+            left = None if left is None else left - len(chunk)
+    return digest.hexdigest()
+
+
+def _same_content(a: str, b: str) -> bool:
+    """Whether two local files whose decompressed first DUPLICATE_SAMPLE_BYTES agree have the same content: two
+    uncompressed files compare their sizes and last DUPLICATE_SAMPLE_BYTES first, then (as any other pair) a
+    SHA-256 of the whole decompressed content."""
+    if not _compression_name(a) and not _compression_name(b):
+        size = os.path.getsize(a)
+        if size != os.path.getsize(b):
+            return False
+        tail = max(0, size - DUPLICATE_SAMPLE_BYTES)
+        if _content_digest(a, tail) != _content_digest(b, tail):
+            return False
+    return _content_digest(a) == _content_digest(b)
+
+
+def refuse_duplicate_content(flag: str, paths: Sequence[str]) -> None:
+    """Two matched local files with the same decompressed content (a ``cp`` copy, ``reviews.txt`` next to
+    ``reviews.txt.gz``) would release each record once per copy with fresh noise (round 7 F11): refused before
+    the run, naming both files, never their content. Every file's decompressed first 64 KiB are hashed; only
+    files that agree there are compared further (uncompressed pairs by size and last 64 KiB), and only then
+    by a SHA-256 of the whole decompressed content. gs:// files and unreadable or damaged ones are not compared
+    (the guard and the run report those)."""
+    from textdp.errors import TextdpError
+    from textdp.outputs import shown
+
+    local = sorted(p for p in paths if "://" not in p and os.path.isfile(p))
+    if len(local) < 2:
+        return
+    seen: dict = {}
+    for path in local:
+        try:
+            quick = _content_digest(path, 0, DUPLICATE_SAMPLE_BYTES)
+        except Exception:  # a damaged file is the run's to report
+            continue
+        if quick == _EMPTY_DIGEST:  # no records: two empty files release nothing twice
+            continue
+        for other in seen.get(quick, []):
+            try:
+                same = _same_content(other, path)
+            except Exception:
+                continue
+            if same:
+                raise TextdpError(f"{flag} matches two files with the same content: {shown(other)} and {shown(path)} "
+                                  "(compared decompressed), so each of their records would be released twice with "
+                                  f"fresh noise (two releases of a record compose); remove the copy or narrow {flag}")
+        seen.setdefault(quick, []).append(path)
 
 
 def _magic_fits(compression: str, head: bytes) -> bool:

@@ -36,7 +36,7 @@ from textdp.errors import TextdpValueError
 from textdp.mechanisms import DEFAULT_MECHANISM, artifact_for_checks, check_number, default_batch_tokens
 from textdp.spec import PrivacySpec
 from textdp.text.records import as_pair, row_fields
-from transforms.perturb import PerturbConfig, PerturbTokens
+from transforms.perturb import PerturbConfig, PerturbTokens, error_record
 from transforms.worker import WorkerConfig
 
 
@@ -81,6 +81,29 @@ class SumCounts(beam.CombineFn):
 
     def extract_output(self, accumulator):
         return accumulator
+
+
+SHAPE_FIELD_TAKEN = "shape_field_taken"  # the record already has a field named shape_field: it is not overwritten
+
+
+class _ShapeFieldFree(beam.DoFn):
+    """``(key, record)`` pairs whose record has no field named ``shape_field`` pass; the others become error
+    records ``shape_field_taken`` (and a stats dict counting them), so that the shape never replaces a field."""
+
+    def __init__(self, shape_field: str):
+        self.shape_field = shape_field
+
+    def process(self, pair):
+        fields = row_fields(pair[1])
+        if fields is None or self.shape_field not in fields:
+            yield pair
+            return
+        detail = (f"the record already has a field {self.shape_field!r}, where shape_field would put its shape; "
+                  "it is not overwritten: choose a shape_field no record has")
+        yield beam.pvalue.TaggedOutput(PerturbTokens.ERRORS, error_record(pair[0], SHAPE_FIELD_TAKEN, detail))
+        yield beam.pvalue.TaggedOutput(PerturbTokens.STATS, {"records": 0, "tokens": 0, "changed_tokens": 0,
+                                                             "unknown_tokens": 0, "failed": 1,
+                                                             f"failed:{SHAPE_FIELD_TAKEN}": 1})
 
 
 class PrivatizeResult(NamedTuple):
@@ -133,6 +156,16 @@ class Privatize(beam.PTransform):
         text_fields = list(text_fields)
         if not all(isinstance(name, str) and name.strip() for name in text_fields):
             raise TextdpValueError("text_fields must be non-empty field names (strings)")
+        repeated = sorted({name for name in text_fields if text_fields.count(name) > 1})
+        if repeated:  # the field would go through the mechanism twice and its words be counted twice (round 7 F5)
+            raise TextdpValueError(f"text_fields names {', '.join(map(repr, repeated))} more than once; name each field once")
+        if shape_field is not None:
+            if not isinstance(shape_field, str) or not shape_field.strip():
+                raise TextdpValueError("shape_field must be a non-empty field name (a string) or None")
+            taken = text_fields or ["text"]  # plain strings are released as {"text": ..., shape_field: ...}
+            if shape_field in taken:
+                raise TextdpValueError(f"shape_field {shape_field!r} is a field that holds the released text; choose "
+                                       "a name no record has (e.g. '__shape__')")
         if not is_gcs_url(spec.artifact):
             spec.check_artifact(artifact_for_checks(spec.mechanism, spec.artifact,
                                                     verify_artifact(spec.artifact, needs=spec.needs())))
@@ -156,6 +189,11 @@ class Privatize(beam.PTransform):
             records = records | "Key" >> beam.Map(lambda record: (None, record))
         else:  # anything but a (key, record) pair becomes an error record, never a failed job
             records = records | "Pairs" >> beam.Map(as_pair)
+        clashes = None
+        if self.config.shape_field is not None:  # a record that already has the field: an error record, never overwritten
+            split = records | "ShapeFieldFree" >> beam.ParDo(_ShapeFieldFree(self.config.shape_field)).with_outputs(
+                PerturbTokens.ERRORS, PerturbTokens.STATS, main="free")
+            records, clashes = split.free, split
         batches = (records
                    | "Batch" >> beam.BatchElements(
                        min_batch_size=self.batch_tokens, max_batch_size=self.batch_tokens,
@@ -169,10 +207,13 @@ class Privatize(beam.PTransform):
         released = outputs.released
         if schema is not None and fields and not keyed and self.config.shape_field is None:
             released.element_type = schema  # Rows / NamedTuples out as they came in: downstream keeps the schema
-        batch_stats = outputs[PerturbTokens.STATS]
+        batch_stats, errors = outputs[PerturbTokens.STATS], outputs[PerturbTokens.ERRORS]
+        if clashes is not None:
+            batch_stats = (batch_stats, clashes[PerturbTokens.STATS]) | "AllBatchStats" >> beam.Flatten()
+            errors = (errors, clashes[PerturbTokens.ERRORS]) | "AllErrors" >> beam.Flatten()
         sum_stats = beam.CombineGlobally(SumCounts())
         if not isinstance(records.windowing.windowfn, beam.window.GlobalWindows):  # windowed (streaming): one per window
             sum_stats = sum_stats.without_defaults()
         stats = batch_stats | "SumStats" >> sum_stats
-        return PrivatizeResult(released, outputs[PerturbTokens.ERRORS], batch_stats, stats,
+        return PrivatizeResult(released, errors, batch_stats, stats,
                                outputs[PerturbTokens.DIAGNOSTICS])
