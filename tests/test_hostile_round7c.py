@@ -2,7 +2,30 @@
 Real Privatizers, real subprocesses of the command on the local runner (FnApiRunner) and the small GloVe fixture; no
 mocks. No test here is randomized in a way that can fail: the assertions hold for every draw of the noise."""
 
+import glob
+import io
+import json
+import os
+import subprocess
+import sys
+
 import textdp
+from textdp.progress import console_print, console_write
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUNNER = "--runner=FnApiRunner"
+
+
+def _close_stderr():
+    os.close(2)  # as `2>&-`: Python then starts with sys.stderr None
+
+
+def _privatize(arguments, env=None, close_stderr=False):
+    """A real subprocess of the command; stdout and stderr as text (stderr empty when it was closed)."""
+    return subprocess.run([sys.executable, "-m", "pipelines.cli", "privatize", RUNNER, "--epsilon=5"] + arguments,
+                          cwd=ROOT, env=dict(os.environ, **(env or {})), capture_output=not close_stderr,
+                          stdout=subprocess.PIPE if close_stderr else None,
+                          preexec_fn=_close_stderr if close_stderr else None, timeout=300, text=True, errors="replace")
 
 # --- F15: privacy_statement() after a seeded call ----------------------------------------------------------------
 
@@ -23,3 +46,81 @@ def test_f15_privacy_statement_after_a_seeded_call_states_the_seed(tiny_artifact
         assert statement["output_coverage"]["covered"] == "none"
         assert not statement["seed"].startswith("No seed")
     assert p.seeded is True and fresh.seeded is False
+
+
+# --- F12/F13: console writes after a committed release ------------------------------------------------------------
+
+
+def test_f12_console_write_escapes_what_the_stream_cannot_hold_and_skips_a_closed_or_missing_stream():
+    """The one place console lines go through (textdp/progress.py): an ASCII stream gets a backslash escape, a closed
+    stream or None gets nothing, and neither raises."""
+    raw = io.BytesIO()
+    ascii_stream = io.TextIOWrapper(raw, encoding="ascii")
+    assert console_print("output: /tmp/\u00e9/p", ascii_stream) is True
+    assert raw.getvalue() == b"output: /tmp/\\xe9/p\n"
+    closed = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    closed.close()
+    assert console_write("x\n", closed) is False
+    saved = sys.stderr
+    try:
+        sys.stderr = None
+        assert console_write("x\n") is False
+    finally:
+        sys.stderr = saved
+
+
+def test_f12_a_non_ascii_output_path_on_an_ascii_console_ends_in_exit_0(tiny_artifact_dir, tmp_path):
+    """PYTHONIOENCODING=ascii (LANG=C, a Latin-1 or Windows console) and an output folder named with an accent: the
+    run released, then printing its report raised UnicodeEncodeError, exit 1 (a scheduler retries: a second noisy
+    release). Now the report escapes the accent, exit 0, for a first run and for an --overwrite run, whose new
+    release stays (nothing put back)."""
+    folder = tmp_path / "\u00e9"
+    folder.mkdir()
+    source = folder / "r.txt"
+    source.write_text("the president said our police were cold\n", encoding="utf-8")
+    arguments = [f"--input={source}", f"--output={folder / 'o' / 'p'}", f"--artifact={tiny_artifact_dir}"]
+    env = {"PYTHONIOENCODING": "ascii", "LANG": "C", "LC_ALL": "C"}
+    for extra in ([], ["--overwrite"]):
+        done = _privatize(arguments + extra, env=env)
+        assert done.returncode == 0, done.stderr[-400:]
+        assert "Traceback" not in done.stderr and "\\xe9" in done.stdout
+        assert "president" not in done.stdout + done.stderr
+        shards = glob.glob(str(folder / "o" / "p-0*"))
+        assert len(shards) == 1 and not glob.glob(str(folder / "o" / ".textdp-earlier-*"))
+
+
+def test_f13_a_closed_stderr_does_not_fail_a_run(tiny_artifact_dir, tmp_path):
+    """With stderr closed (2>&-) the progress reporter raised AttributeError after the release was written: "the
+    pipeline failed", exit 1 (with --overwrite the new release was thrown away). Now no progress is shown, exit 0,
+    the report on stdout, the public summary written, with and without --overwrite."""
+    source = tmp_path / "r.txt"
+    source.write_text("the president said our police were cold\n", encoding="utf-8")
+    arguments = [f"--input={source}", f"--output={tmp_path / 'o' / 'p'}", f"--artifact={tiny_artifact_dir}",
+                 f"--public-summary={tmp_path / 'o' / 'pub.json'}"]
+    for extra in ([], ["--overwrite"]):
+        done = _privatize(arguments + extra, env={"TEXTDP_PROGRESS_INTERVAL": "0.1"}, close_stderr=True)
+        assert done.returncode == 0, done.stdout[-400:]
+        assert "error:" not in done.stdout and "public summary:" in done.stdout
+        with open(tmp_path / "o" / "pub.json", encoding="utf-8") as handle:
+            assert json.load(handle)["records_released"] == 1
+        assert not glob.glob(str(tmp_path / "o" / ".textdp-earlier-*"))
+
+
+API_AND_NOTEBOOK = """
+import sys
+import textdp
+from pipelines import notebook
+assert sys.stderr is None
+released = textdp.Privatizer(epsilon=5, artifact=sys.argv[1], progress=True).privatize(["the was cold", "our police"])
+result = notebook.calibrate([5.0], artifact=sys.argv[1], words=5, samples=20, runner="FnApiRunner")
+print("ok", len(released), type(result).__name__)
+"""
+
+
+def test_f13_the_api_and_notebook_calibrate_run_with_sys_stderr_none(tiny_artifact_dir):
+    """sys.stderr None (pythonw, a GUI or service host): Privatizer(progress=True).privatize and notebook.calibrate
+    raised a bare AttributeError. Now the bar is not shown and calibrate's job output is kept only: both return."""
+    done = subprocess.run([sys.executable, "-c", API_AND_NOTEBOOK, tiny_artifact_dir], cwd=ROOT, stdout=subprocess.PIPE,
+                          text=True, preexec_fn=_close_stderr, timeout=300)
+    assert done.returncode == 0, done.stdout[-400:]
+    assert done.stdout.strip().splitlines()[-1] == "ok 2 CalibrationResult"
