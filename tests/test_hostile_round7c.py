@@ -9,7 +9,12 @@ import os
 import subprocess
 import sys
 
+import numpy as np
+
 import textdp
+from pipelines.cli import main as cli_main
+from tests.custom_mechanism import CappedExponential
+from textdp.mechanisms import PROBE_IDS, probe_ids, trial_build
 from textdp.progress import console_print, console_write
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -124,3 +129,52 @@ def test_f13_the_api_and_notebook_calibrate_run_with_sys_stderr_none(tiny_artifa
                           text=True, preexec_fn=_close_stderr, timeout=300)
     assert done.returncode == 0, done.stdout[-400:]
     assert done.stdout.strip().splitlines()[-1] == "ok 2 CalibrationResult"
+
+
+# --- F6: the launcher's trial of a custom mechanism covers the whole vocabulary ----------------------------------
+
+
+class TopTableOnly(CappedExponential):
+    """Right on the 64 most frequent words only (a precomputed table for the top N), -1 (no entry) for the others."""
+
+    name = "r7c-top-table"
+
+    def privatize_ids(self, ids, rng):
+        ids = np.asarray(ids, dtype=np.int64)
+        out = CappedExponential.privatize_ids(self, ids, rng)
+        out[ids >= 64] = -1
+        return out
+
+
+def test_f6_the_trial_ids_are_spread_over_the_whole_vocabulary():
+    """The trial released ids 0..63 only. Now PROBE_IDS distinct ids from the most frequent (0) to the rarest (size-1),
+    evenly spaced; every id of a smaller vocabulary."""
+    for size in (300, 5000, 391311):
+        probe = probe_ids(size)
+        assert len(probe) == len(np.unique(probe)) == PROBE_IDS and probe[0] == 0 and probe[-1] == size - 1
+        assert np.diff(probe).max() <= -(-(size - 1) // (PROBE_IDS - 1))
+        assert np.count_nonzero(probe < 64) <= 1 + 63 * (PROBE_IDS - 1) // (size - 1)
+    assert list(probe_ids(10)) == list(range(10))
+
+
+def test_f6_a_mechanism_right_only_on_the_frequent_words_is_refused_by_the_trial(tiny_artifact_dir, tmp_path, capsys):
+    """A custom mechanism that is right on the first 64 ids and wrong on every other passed the launcher's trial (it
+    was found on the workers only, after the run started). Now the trial covers the tail: refused before the run in
+    one line (exit 2), nothing written, no word quoted."""
+    from textdp.artifact.store import Artifact
+
+    artifact = Artifact(tiny_artifact_dir)
+    try:
+        trial_build(TopTableOnly, artifact, 5.0)
+    except textdp.TextdpError as exc:
+        assert "privatize_ids returned the id -1" in str(exc)
+    else:
+        raise AssertionError("the trial passed a mechanism wrong on every id >= 64")
+    source = tmp_path / "in.txt"
+    source.write_text("the president said our police were cold\n", encoding="utf-8")
+    output = tmp_path / "o"
+    code = cli_main(["privatize", RUNNER, "--epsilon=5", f"--input={source}", f"--output={output / 'p'}",
+                     f"--artifact={tiny_artifact_dir}", "--mechanism=tests.test_hostile_round7c:TopTableOnly"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "president" not in err
+    assert not output.exists() or not os.listdir(output)
