@@ -11,6 +11,7 @@ import logging
 import sys
 
 from pipelines.jobs import JOBS, run_job
+from textdp.progress import robust_console
 
 
 def usage() -> str:
@@ -29,6 +30,7 @@ class _NoGcpNoise(logging.Filter):
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    robust_console()  # stdout/stderr escape what their encoding cannot hold (an accented path on an ASCII console)
     logging.getLogger().addFilter(_NoGcpNoise())
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())

@@ -33,6 +33,7 @@ from typing import Dict, Optional
 
 from pipelines.jobs import EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED, run_job
 from textdp.errors import TextdpError, TextdpTypeError, TextdpValueError
+from textdp.progress import console_write
 
 
 class _Tee(io.TextIOBase):
@@ -44,10 +45,12 @@ class _Tee(io.TextIOBase):
 
     def write(self, text):
         self.kept.append(text)
-        return self.stream.write(text)
+        if self.stream is not None:  # stderr None (pythonw, a service) or closed: kept only, never an AttributeError
+            console_write(text, self.stream)
+        return len(text)
 
     def flush(self):
-        self.stream.flush()
+        pass  # console_write flushes each write
 
     def isatty(self):
         return bool(getattr(self.stream, "isatty", lambda: False)())

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from tests.custom_mechanism import CappedExponential
+from textdp.mechanisms import probe_ids
 from textdp.mechanisms.base import Mechanism, Parameter
 
 # --- N3: what privatize_ids returns ------------------------------------------------------------------------------
@@ -141,12 +142,12 @@ class CaseVariant(CappedExponential):
 
 
 class LateBadIds(CappedExponential):
-    """Releases properly the ids a launcher tries first (textdp.mechanisms.PROBE_IDS) and -1 for the others: found
+    """Releases properly the ids a launcher tries (textdp.mechanisms.probe_ids) and -1 for the others: found
     only in the worker, where the run must fail rather than release."""
 
     name = "rt-latebad"
 
     def privatize_ids(self, ids, rng):
         out = CappedExponential.privatize_ids(self, ids, rng)
-        out[np.asarray(ids) >= 64] = -1
+        out[~np.isin(np.asarray(ids), probe_ids(self.vocab_size))] = -1
         return out

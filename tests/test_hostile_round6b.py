@@ -19,6 +19,7 @@ from pipelines.jobs import RUNNER_DOWNLOADS, _reachable
 from tests.custom_mechanism import CappedExponential
 from tests.test_neighbours import copy_artifact, run_neighbours
 from textdp.errors import TextdpError
+from textdp.mechanisms import probe_ids
 from textdp.outputs import EARLIER_FOLDER_PREFIX, FAILED_FOLDER_PREFIX
 
 RUNNER = "--runner=FnApiRunner"
@@ -28,14 +29,14 @@ REVIEWS = ["The pasta was cold and the waiter forgot our drinks.", "A fine hotel
 
 
 class LateFailure(CappedExponential):
-    """Passes the launcher's trial (its first 64 vocabulary ids, in order), then fails on every worker batch: a
+    """Passes the launcher's trial (its 64 vocabulary ids, textdp.mechanisms.probe_ids), then fails on every worker batch: a
     failure found only once the pipeline runs."""
 
     name = "r6b-late-failure"
 
     def privatize_ids(self, ids, rng):
         ids = np.asarray(ids, dtype=np.int64)
-        if not np.array_equal(ids, np.arange(len(ids))):
+        if not np.array_equal(ids, probe_ids(self.vocab_size)):
             raise RuntimeError("a worker failure")
         return super().privatize_ids(ids, rng)
 

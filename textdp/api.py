@@ -200,6 +200,7 @@ class Privatizer:
                                     unk_token)
         self._fresh_generator()  # OS entropy, tagged with this process's id (a forked child draws its own: _after_fork)
         self.last_stats: dict = {}
+        self.seeded = False  # True once any call of this Privatizer used a seed: privacy_statement() then says so
         _LIVE.add(self)
 
     def _fresh_generator(self) -> None:
@@ -244,6 +245,8 @@ class Privatizer:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0):
             raise TextdpValueError("seed must be an integer >= 0")
         seed = None if seed is None else int(seed)
+        if seed is not None:
+            self.seeded = True  # sticky: output made with a seed may be among what the caller publishes
         texts = list(texts)  # the caller's iterable is consumed before the lock: it may call this Privatizer too
         if self._owner == threading.get_ident():
             raise TextdpError("privatize was called again from inside a call of the same Privatizer on the "
@@ -447,9 +450,16 @@ class Privatizer:
     def parameters(self) -> dict:
         return dict(self.mechanism.parameters(), oov_policy=self.oov_policy)
 
-    def privacy_statement(self, seed_used: bool = False) -> dict:
-        """The privacy statement of the public summary for output made by this Privatizer."""
-        return privacy_section(statement_of(self.mechanism), self.oov_policy, self.unk_token, None, seed_used)
+    def privacy_statement(self, seed_used: Optional[bool] = None) -> dict:
+        """The privacy statement of the public summary for output made by this Privatizer.
+
+        It states a seed (output covered by nothing) when any call of this Privatizer was given one (``seeded``;
+        the object cannot tell which of its outputs is published) or when ``seed_used`` is True; ``seed_used=False``
+        cannot hide a seeded call. For a private release after seeded tests, build a new Privatizer."""
+        if seed_used is not None and not isinstance(seed_used, bool):
+            raise TextdpTypeError("seed_used must be True, False or None")
+        return privacy_section(statement_of(self.mechanism), self.oov_policy, self.unk_token, None,
+                               bool(seed_used) or self.seeded)
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.parameters().items())

@@ -21,6 +21,59 @@ import time
 import uuid
 from typing import Callable, Dict, Optional, TextIO
 
+# --- console writes: the one place a line reaches stdout or stderr (round 7, F12/F13) -------------------------------
+
+
+def usable_stream(stream) -> bool:
+    """False for a stream a line cannot go to: None (stderr closed with ``2>&-``, pythonw, a daemon) or closed."""
+    if stream is None or not hasattr(stream, "write"):
+        return False
+    try:
+        return not stream.closed
+    except (AttributeError, ValueError):
+        return True
+
+
+def console_text(text: str, stream) -> str:
+    """``text`` as ``stream``'s encoding can hold it: what it cannot (an accented path on an ASCII or Latin-1
+    console) is written as a backslash escape, never a UnicodeEncodeError."""
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    try:
+        return text.encode(encoding, "backslashreplace").decode(encoding, "replace")
+    except LookupError:  # an encoding name Python does not know: ASCII holds every escape
+        return text.encode("ascii", "backslashreplace").decode("ascii")
+
+
+def console_write(text: str, stream=None) -> bool:
+    """Write ``text`` to ``stream`` (default: sys.stderr at the time of the call) and flush; never raises. Nothing
+    is written to a None or closed stream, or when the write fails (a closed pipe, a full disk): a line on the
+    console is never worth failing a run whose output is written. True when it was written."""
+    stream = sys.stderr if stream is None else stream
+    if not usable_stream(stream):
+        return False
+    try:
+        stream.write(console_text(text, stream))
+        stream.flush()
+        return True
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def console_print(line: str, stream=None) -> bool:
+    """``console_write`` of one line (``print`` that never raises); stdout unless ``stream`` is given."""
+    return console_write(line + "\n", sys.stdout if stream is None else stream)
+
+
+def robust_console() -> None:
+    """The command's start: stdout and stderr write what their encoding cannot hold as backslash escapes (so every
+    ``print`` of the jobs is safe on an ASCII console), where the streams allow it."""
+    for stream in (sys.stdout, sys.stderr):
+        if usable_stream(stream) and hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (OSError, ValueError, AttributeError, TypeError):
+                pass
+
 
 class ProgressFile:
     """A worker's cumulative counts in ``<directory>/<pid>-<uuid>.json`` (rewritten, never appended)."""
@@ -142,7 +195,7 @@ class ProgressMonitor:
         self.unit = unit
         self.total = total
         self.rate_of = rate_of or unit
-        self.stream = stream or sys.stderr
+        self.stream = stream or sys.stderr  # None (stderr closed): the monitor counts but writes nothing
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.interval = tty_interval if self.tty else log_interval
         if os.environ.get("TEXTDP_PROGRESS_INTERVAL"):  # seconds between lines (tests, impatient operators)
@@ -182,10 +235,9 @@ class ProgressMonitor:
         line = progress_line(self.job, totals, now - self._started, self.unit, self.total, self.rate_of,
                              None if final else recent, self.startup if final else None)
         if self.tty:
-            self.stream.write("\r\x1b[2K" + line + ("\n" if final else ""))
+            console_write("\r\x1b[2K" + line + ("\n" if final else ""), self.stream)
         else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+            console_write(line + "\n", self.stream)
         self.lines += 1
         return line
 
@@ -196,7 +248,7 @@ class ProgressMonitor:
         if final_line and (self.lines or read_totals(self.directory)):
             self.print_line(final=True)
         elif self.tty and self.lines:
-            self.stream.write("\n")
+            console_write("\n", self.stream)
 
 
 # --- a progress bar for calls of the Python API (textdp.Privatizer), issue 27 item 2 ------------------------
@@ -238,7 +290,7 @@ def progress_bar(setting: Optional[bool], total: int, unit: str, desc: str):
     """A ``tqdm.auto`` bar of ``total`` ``unit``s (a widget in a notebook with ipywidgets, text on stderr
     otherwise), or a silent stand-in when ``wants_progress(setting)`` is False or tqdm is not installed (then
     ``setting=True`` was refused earlier, by the caller). Counts only: no text is ever passed to it."""
-    if not wants_progress(setting):
+    if not wants_progress(setting) or not usable_stream(sys.stderr):  # stderr closed or None: no bar to show
         return _NoBar()
     try:
         from tqdm.std import tqdm

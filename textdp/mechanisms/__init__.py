@@ -492,12 +492,25 @@ def built_in(cls) -> bool:
 PROBE_IDS = 64  # vocabulary ids a launcher releases once with a mechanism that is not built in, before the run
 
 
+def probe_ids(size: int):
+    """The ids of ``trial_build``'s trial in a vocabulary of ``size`` words: PROBE_IDS ids evenly spaced over the
+    whole frequency ranking, from the most frequent word (0) to the rarest (size - 1), so that a mechanism that is
+    right on the frequent words only (a table built for the top N, an index offset) is seen (round 7, F6); every id
+    when the vocabulary is smaller. Deterministic: one launcher's trial is another's."""
+    import numpy as np
+
+    if size <= PROBE_IDS:
+        return np.arange(max(0, size), dtype=np.int64)
+    return np.unique(np.round(np.linspace(0, size - 1, PROBE_IDS)).astype(np.int64))
+
+
 def trial_build(reference, artifact, epsilon: float, **params) -> Optional[int]:
     """Build a mechanism that is not one of textdp's built-in ones once over the loaded ``artifact`` and release
-    its first PROBE_IDS vocabulary ids (``textdp.text.privatizer.released_ids``: integer ids, one per input, each in
-    the vocabulary), so that a constructor that raises or a ``privatize_ids`` that returns something else is
-    refused on the launcher in one line (TextdpError), not in a worker. Built-in mechanisms are trusted and not
-    built here. Cost: one construction of the user's class and one call on 64 ids, on the launcher.
+    PROBE_IDS vocabulary ids spread over the whole vocabulary (``probe_ids``) through
+    ``textdp.text.privatizer.released_ids`` (integer ids, one per input, each in the vocabulary), so that a
+    constructor that raises or a ``privatize_ids`` that returns something else is refused on the launcher in one line
+    (TextdpError), not in a worker. Built-in mechanisms are trusted and not built here. Cost: one construction of the
+    user's class and one call on 64 ids, on the launcher.
     Returns how many of the probe ids were released as another id (None for a built-in mechanism): 0 means the
     mechanism acted as the identity on every probe (``textdp.privacy.statements.trial_warnings``)."""
     import numpy as np
@@ -508,7 +521,7 @@ def trial_build(reference, artifact, epsilon: float, **params) -> Optional[int]:
         return None
     mechanism = make_mechanism(reference, artifact, epsilon, **params)
     size = int(artifact.vocab_size)
-    probe = np.arange(min(size, PROBE_IDS), dtype=np.int64)
+    probe = probe_ids(size)
     try:
         return int(np.count_nonzero(released_ids(mechanism, probe, np.random.default_rng(), size) != probe))
     except TextdpError:
@@ -516,8 +529,8 @@ def trial_build(reference, artifact, epsilon: float, **params) -> Optional[int]:
     except Exception as exc:  # the user's privatize_ids
         first = str(exc).splitlines()[0][:200] if str(exc) else ""
         cls = type(mechanism)
-        raise TextdpError(f"mechanism {cls.name!r} ({cls.__module__}.{cls.__qualname__}) failed on its first "
-                          f"{min(size, PROBE_IDS)} vocabulary ids: {type(exc).__name__}: {first}") from None
+        raise TextdpError(f"mechanism {cls.name!r} ({cls.__module__}.{cls.__qualname__}) failed on the "
+                          f"{len(probe)} vocabulary ids of the launcher's trial: {type(exc).__name__}: {first}") from None
 
 
 def _constructor_keywords(cls, public: dict) -> dict:
