@@ -171,12 +171,18 @@ def test_santext_attacks_use_the_closed_form(neighbour_artifact_dir, imdb_rows, 
 
 @pytest.mark.parametrize("content", [b"", bytes(range(256)) * 8, b"\x81\xfe\xff" * 999], ids=["empty", "bytes", "binary"])
 def test_corpus_with_no_usable_record_is_a_failure_not_a_success(tiny_artifact_dir, tmp_path, capsys, content):
-    """Issue 25 item 10: an empty or binary --corpus used to exit 0 having audited 0 records."""
+    """Issue 25 item 10: an empty or binary --corpus used to exit 0 having audited 0 records. A corpus none of whose
+    first lines is UTF-8 is refused before the run (exit 2, one line, the byte offset but never the bytes); the others
+    run and fail in one line (exit 1)."""
     corpus = tmp_path / "corpus.txt"
     corpus.write_bytes(content)
     code = cli_main(["audit", f"--artifact={tiny_artifact_dir}", "--checks=inversion,linkage", f"--corpus={corpus}",
                      "--epsilons=5", "--mc-draws=500", f"--output={tmp_path / 'audit'}"] + RUNNER)
     err = capsys.readouterr().err
+    if content.startswith(b"\x81"):
+        assert code == 2 and "is not UTF-8" in err and len(err.strip().splitlines()) == 1
+        assert not (tmp_path / "audit").exists()
+        return
     assert code == 1
     assert "--corpus yielded no record to attack" in err
     assert "report:" not in capsys.readouterr().out
