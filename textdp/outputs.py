@@ -538,10 +538,11 @@ class OutputGuard:
     def _refuse_recorded_inputs(self) -> None:
         """An input that an earlier run's record lists as textdp's own output (its release shards, error
         records, summaries, public summary) or that is a run record: refused (round 7 F3: a glob sweeping them
-        in would release them as records)."""
+        in would release them as records). Only ``--input`` (the records privatize releases): audit's --corpus may
+        well be a release, and an artifact directory holds the neighbours job's run record."""
         cache: Dict[str, Tuple[set, set]] = {}
         for flag, path in self.inputs:
-            if is_remote(path):
+            if is_remote(path) or flag != "--input":
                 continue
             directory = os.path.dirname(path)
             if directory not in cache:
