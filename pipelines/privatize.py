@@ -41,7 +41,7 @@ from textdp.artifact import gcs
 from textdp.artifact.locate import check_unk_marker, verify_artifact
 from textdp.errors import TextdpError
 from textdp.mechanisms import artifact_needs
-from textdp.outputs import OutputGuard, missing_fields
+from textdp.outputs import RUN_RECORD_SUFFIX, OutputGuard, missing_fields, read_attached
 from textdp.privacy.statements import run_warnings
 from textdp.privacy.summary import FAILED_PREFIX
 from textdp.text.privatizer import check_oov
@@ -233,6 +233,8 @@ def _refuse_foreign_public_summary(path: str, output: str, overwrite: bool) -> N
     prefix = described.split(f"-{FIVE_DIGITS}", 1)[0]
     if prefix == output or os.path.realpath(prefix) == os.path.realpath(output):
         return
+    if "://" not in output and os.path.realpath(path) in read_attached(os.path.realpath(output) + RUN_RECORD_SUFFIX):
+        return  # this release's run record lists it (an --output given relative to another directory)
     raise TextdpError(f"--public-summary {path} is the public summary of another release (its output is {prefix}, not "
                       f"--output {output}); --overwrite replaces only this release's public summary: choose another "
                       "--public-summary")
