@@ -197,3 +197,31 @@ def test_f4_an_output_under_dev_or_at_a_fifo_is_refused(tmp_path, tiny_artifact_
         err = capsys.readouterr().err
         assert "--dry-run" in err and len(err.strip().splitlines()) == 1
     assert not glob.glob("/dev/null-*") and not glob.glob("/dev/textdp-r7-test*")
+
+
+def test_f1_after_a_sigkilled_overwrite_run_the_next_run_is_refused_and_the_mv_restores_the_release(
+        tmp_path, tiny_artifact_dir, capsys):
+    """The finding's own sequence: an --overwrite run SIGKILLed while privatizing (a real subprocess, killed after
+    its first progress line), then a run without --overwrite: refused in one line naming the hidden folder (it used
+    to run, exit 0, and overwrite the run record). The mv it names puts the earlier release back byte-identical."""
+    source, output, before = _earlier_release(tmp_path, tiny_artifact_dir)
+    big = _input(tmp_path, "big.txt", REVIEWS * 30000)
+    env = dict(os.environ, TEXTDP_PROGRESS_INTERVAL="0.3")
+    process = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "privatize", f"--input={big}",
+                                f"--output={output}", "--epsilon=10", "--overwrite", f"--artifact={tiny_artifact_dir}",
+                                RUNNER], cwd=ROOT, env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    for line in process.stderr:
+        if " records (" in line:
+            process.kill()
+            break
+    process.communicate(timeout=120)
+    folders = glob.glob(f"{tmp_path}/o/{EARLIER_FOLDER_PREFIX}*")
+    assert len(folders) == 1
+    capsys.readouterr()
+    assert _run(tiny_artifact_dir, f"--input={source}", f"--output={output}") == 2
+    err = capsys.readouterr().err
+    assert folders[0] in err and "mv" in err and len(err.strip().splitlines()) == 1
+    subprocess.run(f"mv {folders[0]}/* {tmp_path}/o/ && rmdir {folders[0]}", shell=True, check=True)
+    after = {k: v for k, v in _snapshot(f"{tmp_path}/o").items()  # the killed run's stale locks and Beam temp files
+             if not k.endswith(".lock") and not k.startswith("beam-temp-")}
+    assert after == before

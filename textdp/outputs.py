@@ -500,6 +500,7 @@ class OutputGuard:
                     where = a.flag if a.flag == b.flag else f"{a.flag} and {b.flag}"
                     raise TextdpError(f"{where}: {a.what} ({a.pattern}) and {b.what} ({b.pattern}) would be the "
                                       "same files or delete each other's; give each output its own path")
+        self._refuse_leftover_earlier(unlocked=True)
         self.earlier = self._earlier()
         return self.earlier
 
@@ -562,13 +563,18 @@ class OutputGuard:
                                   f"{shown(directory)} lists it as its output), which would be read as records; "
                                   f"narrow {flag} (e.g. '*.txt') or move the earlier run's files")
 
-    def _refuse_leftover_earlier(self) -> None:
+    def _refuse_leftover_earlier(self, unlocked: bool = False) -> None:
         """A hidden ``.textdp-earlier-*`` folder holding files at this run's names: an --overwrite run was
         killed (SIGKILL, OOM, power) before it could put the earlier release back. Refused with where the
         release is and how to restore it (never restored automatically: which of the files at the names are
-        whose cannot be proven after a crash). Round 7 F1."""
+        whose cannot be proven after a crash). Round 7 F1. ``unlocked`` (before this run holds the locks, so that
+        this refusal comes before one about the killed run's files at the names): a directory whose lock a live
+        run holds is skipped (its folder is that run's; ``acquire`` refuses it by the lock)."""
         directories = sorted({os.path.dirname(out.pattern) for out in self.outputs if not is_remote(out.pattern)})
         for directory in directories:
+            lock = os.path.join(directory, DIRECTORY_LOCK)
+            if unlocked and os.path.lexists(lock) and _lock_holder(lock)[0] != "stale":
+                continue
             for folder in sorted(glob.glob(glob.escape(directory) + "/" + EARLIER_FOLDER_PREFIX + "*")):
                 if not os.path.isdir(folder) or os.path.islink(folder):
                     continue
