@@ -493,12 +493,22 @@ def _noting_interrupts(noted: list):
         noted.append(signum)
         signal.default_int_handler(signal.SIGINT, frame)
 
-    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+                + _termination_signals()}
     try:
         yield
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
+
+
+def _termination_signals() -> tuple:
+    """The other catchable signals whose default action ends the process (Ctrl-\\, SIGUSR1/2, SIGALRM, a CPU-time
+    limit's SIGXCPU): handled like SIGTERM, so that --overwrite puts the earlier release back (round 7 F14)."""
+    import signal
+
+    return tuple(getattr(signal, name) for name in ("SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGXCPU")
+                 if hasattr(signal, name))
 
 
 def _interruption(name: str, noted: list, what: str) -> int:
@@ -509,6 +519,10 @@ def _interruption(name: str, noted: list, what: str) -> int:
     if signal.SIGHUP in noted:
         print(f"textdp {name}: hung up (SIGHUP){what}", file=sys.stderr)
         return EXIT_HUNG_UP
+    other = [signum for signum in noted if signum in _termination_signals()]
+    if other:
+        print(f"textdp {name}: terminated ({signal.Signals(other[0]).name}){what}", file=sys.stderr)
+        return 128 + int(other[0])
     terminated = signal.SIGTERM in noted
     print(f"textdp {name}: {'terminated (SIGTERM)' if terminated else 'interrupted'}{what}", file=sys.stderr)
     return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED

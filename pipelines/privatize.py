@@ -41,7 +41,7 @@ from textdp.artifact import gcs
 from textdp.artifact.locate import check_unk_marker, verify_artifact
 from textdp.errors import TextdpError
 from textdp.mechanisms import artifact_needs
-from textdp.outputs import OutputGuard, missing_fields
+from textdp.outputs import RUN_RECORD_SUFFIX, OutputGuard, missing_fields, read_attached
 from textdp.privacy.statements import run_warnings
 from textdp.privacy.summary import FAILED_PREFIX
 from textdp.text.privatizer import check_oov
@@ -154,6 +154,7 @@ def check(options: PipelineOptions) -> Checked:
                           "remove it, or narrow --input, so that no matched file is left out")
     paths = output_paths(out.output, data_format)
     guard = _check_outputs(options, paths, data_format, inputs)  # before any input is opened: refuses unreadable ones
+    _refuse_empty_inputs(inputs, data_format)  # round 7 F2
     format_warnings = refuse_wide_text("--input", inputs, data_format)  # and JSONL/text against the first lines
     schema = parquet_schema(opts.input, text_fields) if data_format == "parquet" else None  # refuses mismatches
     _check_fields(amplifier, data_format, schema, inputs, text_fields)
@@ -204,14 +205,67 @@ def _check_outputs(options: PipelineOptions, paths: dict, data_format: str, inpu
             except Exception:
                 return False
 
+        _refuse_foreign_public_summary(opts.public_summary, out.output, out.overwrite)
         guard.file("--public-summary", "the public summary", opts.public_summary, lock=True,
-                   replaceable=_is_public_summary, replaceable_what='an earlier public summary ("publishable": true)')
+                   replaceable=_is_public_summary, replaceable_what='an earlier public summary ("publishable": true)',
+                   attach_to="--output")  # the run record lists it: the next --overwrite replaces it (round 7 F8)
     if opts.diagnostics_output:
         diagnostics = guard.prefix("--diagnostics-output", opts.diagnostics_output)
         guard.sharded("--diagnostics-output", "the diagnostics", diagnostics, shard, ".jsonl", SHARD_SAMPLES,
                       (f"{diagnostics}-*-of-*.jsonl",))
     guard.check()
     return guard
+
+
+def _refuse_foreign_public_summary(path: str, output: str, overwrite: bool) -> None:
+    """--overwrite onto a public summary that describes another release (its ``output`` names another --output
+    prefix): refused in one line, so that release keeps its public summary (round 7 F9)."""
+    if not overwrite or "://" in path or not os.path.isfile(path):
+        return
+    try:
+        with open(path, "rb") as handle:
+            document = json.loads(handle.read(1 << 24).decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return  # not a public summary: the guard's own check refuses it
+    described = document.get("output") if isinstance(document, dict) and document.get("publishable") is True else None
+    if not isinstance(described, str):
+        return
+    prefix = described.split(f"-{FIVE_DIGITS}", 1)[0]
+    if prefix == output or os.path.realpath(prefix) == os.path.realpath(output):
+        return
+    if "://" not in output and os.path.realpath(path) in read_attached(os.path.realpath(output) + RUN_RECORD_SUFFIX):
+        return  # this release's run record lists it (an --output given relative to another directory)
+    raise TextdpError(f"--public-summary {path} is the public summary of another release (its output is {prefix}, not "
+                      f"--output {output}); --overwrite replaces only this release's public summary: choose another "
+                      "--public-summary")
+
+
+def _refuse_empty_inputs(inputs: List[str], data_format: str) -> None:
+    """Every matched file holds no record at all (0 bytes, an empty .gz, a 0-row Parquet file): refused before
+    the run (round 7 F2; typically an upstream export that failed). Files whose emptiness cannot be known cheaply
+    (remote, other compressions) let the run go on: a run that read no record then exits 1."""
+    for path in inputs:
+        if "://" in path:
+            return
+        try:
+            if data_format == "parquet":
+                import pyarrow.parquet as pq
+
+                if pq.ParquetFile(path).metadata.num_rows > 0:
+                    return
+            elif path.lower().endswith(".gz"):
+                import gzip
+
+                with gzip.open(path, "rb") as handle:
+                    if handle.read(1):
+                        return
+            elif path.lower().endswith((".bz2", ".zst", ".xz", ".deflate", ".lzma")) or os.path.getsize(path) > 0:
+                return
+        except Exception:  # unreadable or corrupt: the run's own checks and error records say so
+            return
+    raise TextdpError(f"--input matches {len(inputs)} file(s) and none holds a record (e.g. {inputs[0]} is empty); "
+                      "nothing would be released (with --overwrite, an empty release would replace the earlier one): "
+                      "check the input")
 
 
 def _check_fields(amplifier, data_format: str, schema, inputs: List[str], text_fields=()) -> None:
@@ -453,6 +507,9 @@ def _refuse_empty_release(records: dict, paths: dict) -> None:
     what the flags say, or sub-sampling dropped everything): TextdpError, so that run_job exits 1 in one
     line, never 0."""
     dropped = records.get("dropped", 0)
+    if records["in"] == 0:  # no record at all (an input whose emptiness the launcher could not know): round 7 F2
+        raise TextdpError(f"no record was read: the input held no record, so nothing was released; the counts are in "
+                          f"{paths['summary']}")
     if records["out"] == 0 and records["failed"] > 0:
         reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(records["failed_by_reason"].items()))
         also = f" and {dropped} dropped by --subsample" if dropped else ""

@@ -188,6 +188,27 @@ def refuse_glob_characters(flag: str, path: str) -> None:
                           "another name")
 
 
+SYSTEM_PLACES = ("/dev", "/proc", "/sys")  # pseudo file systems: never a place for a release (round 7 F4)
+
+
+def refuse_system_place(flag: str, given: str, resolved: str) -> None:
+    """An output prefix under /dev, /proc or /sys (``--output /dev/null``: "discard it"), or at an existing
+    file that is not a regular one (a device, a FIFO, a socket): refused in one line (round 7 F4)."""
+    if is_remote(resolved):
+        return
+    place = next((p for p in SYSTEM_PLACES if resolved == p or resolved.startswith(p + "/")), None)
+    if place is not None:
+        raise TextdpError(f"{flag} {shown(given)} is under {place}, a system folder, not a place for the run's "
+                          "files (to check a run without writing anything, use --dry-run); choose another " + flag)
+    try:
+        mode = os.stat(given).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        raise TextdpError(f"{flag} {shown(given)} is an existing file that is not a regular file (a device, FIFO or "
+                          f"socket); it is a file-name prefix (to write nothing, use --dry-run); choose another {flag}")
+
+
 def shown(path: str) -> str:
     """A path for a message: bytes that are not UTF-8 (surrogate escapes from argv) as \\xNN."""
     return os.fsencode(path).decode("utf-8", "backslashreplace") if not is_remote(path) else \
@@ -241,6 +262,30 @@ def read_record(path: str) -> Optional[List[str]]:
     return [name for name in content["files"] if isinstance(name, str)]
 
 
+def read_attached(path: str) -> List[str]:
+    """The files a run record says belong to its release outside its own names (the public summary: an
+    absolute path); [] when there are none or ``path`` is not a run record."""
+    if read_record(path) is None:
+        return []
+    try:
+        with open(path, "rb") as handle:
+            content = json.loads(handle.read(1 << 22).decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return []
+    found = content.get("attached", [])
+    return [name for name in found if isinstance(name, str) and os.path.isabs(name)] if isinstance(found, list) else []
+
+
+def _is_public_summary_file(path: str) -> bool:
+    from textdp.privacy.summary import is_public_summary
+
+    try:
+        with open(path, "rb") as handle:
+            return is_public_summary(handle.read(1 << 24))
+    except OSError:
+        return False
+
+
 @dataclass(frozen=True)
 class Output:
     """One thing a run writes: its flag, what it is, the pattern of its own files, example file names
@@ -289,6 +334,8 @@ class OutputGuard:
         self.records: Dict[str, Tuple[str, str]] = {}  # flag -> (its run record, the flag's value)
         self.directory_locks: Dict[str, str] = {}  # <dir>/.textdp.lock -> what it guards (set by check())
         self._inside: List[Tuple[str, str, str]] = []  # (flag, real directory, what): no output may be in it
+        self._attach: Dict[str, str] = {}  # flag -> the flag whose run record lists its file (--public-summary)
+        self._earlier_attached: Dict[str, List[str]] = {}  # record flag -> attached files its earlier record lists
 
     # --- registering --------------------------------------------------------------------------
     def prefix(self, flag: str, prefix: str) -> str:
@@ -302,6 +349,7 @@ class OutputGuard:
             raise TextdpError(f"{flag} {prefix} is a directory: it is a file-name prefix (e.g. {prefix}/run writes "
                               "run-00000-of-00001... inside it)")
         resolved = _real_pattern(prefix)
+        refuse_system_place(flag, prefix, resolved)
         if resolved + LOCK_SUFFIX == os.path.join(os.path.dirname(resolved), DIRECTORY_LOCK):  # a prefix '.textdp'
             raise TextdpError(f"{flag} {prefix}: the file-name prefix {DIRECTORY_LOCK[:-len(LOCK_SUFFIX)]} is textdp's "
                               f"own name (its lock file would be {DIRECTORY_LOCK}, the lock textdp keeps for the "
@@ -360,11 +408,13 @@ class OutputGuard:
                              "a temporary file of the shuffle writer")
 
     def file(self, flag: str, what: str, path: str, lock: bool = False, label: str = "",
-             replaceable: Optional[Callable[[str], bool]] = None, replaceable_what: str = "") -> str:
+             replaceable: Optional[Callable[[str], bool]] = None, replaceable_what: str = "",
+             attach_to: str = "") -> str:
         """One output file (a summary, a report); ``lock``: it gets its own lock file (a path of its own
         flag); ``label``: the flag's value when the file is one of a prefix's (messages group by it);
         ``replaceable(path)``: whether an existing file there is one --overwrite may replace
-        (``replaceable_what`` names it in the refusal)."""
+        (``replaceable_what`` names it in the refusal); ``attach_to``: the flag whose run record lists this file
+        as part of its release (``attached``), so that the next --overwrite of that release replaces it too."""
         refuse_undecodable(flag, path)
         refuse_glob_characters(flag, path)
         if path.endswith(("/", os.sep)) or (not is_remote(path) and os.path.isdir(path)):
@@ -376,6 +426,8 @@ class OutputGuard:
         if lock:
             self.lock_targets.setdefault(resolved + LOCK_SUFFIX, f"{flag} {path}")
             refuse_long_name(flag, path, resolved + LOCK_SUFFIX, "its lock file")
+        if attach_to:
+            self._attach[flag] = attach_to
         return resolved
 
     def read(self, flag: str, paths: Iterable[str], pattern: str = "") -> None:
@@ -427,6 +479,7 @@ class OutputGuard:
                     raise TextdpError(f"{flag} matches {path}, which this run would overwrite or delete as one of "
                                       f"its outputs ({out.what}, {out.flag}); choose another {out.flag}")
         self._check_places()
+        self._refuse_recorded_inputs()
         for flag, pattern in self.input_patterns:
             for lock, target in sorted(self.lock_targets.items()):
                 if pattern_matches(pattern, lock):
@@ -447,6 +500,7 @@ class OutputGuard:
                     where = a.flag if a.flag == b.flag else f"{a.flag} and {b.flag}"
                     raise TextdpError(f"{where}: {a.what} ({a.pattern}) and {b.what} ({b.pattern}) would be the "
                                       "same files or delete each other's; give each output its own path")
+        self._refuse_leftover_earlier(unlocked=True)
         self.earlier = self._earlier()
         return self.earlier
 
@@ -481,6 +535,63 @@ class OutputGuard:
             for made_path, what in made:
                 if path == made_path:
                     raise TextdpError(f"{flag} matches {path}, which is {what}; choose another {flag}")
+
+    def _refuse_recorded_inputs(self) -> None:
+        """An input that an earlier run's record lists as textdp's own output (its release shards, error
+        records, summaries, public summary) or that is a run record: refused (round 7 F3: a glob sweeping them
+        in would release them as records). Only ``--input`` (the records privatize releases): audit's --corpus may
+        well be a release, and an artifact directory holds the neighbours job's run record."""
+        cache: Dict[str, Tuple[set, set]] = {}
+        for flag, path in self.inputs:
+            if is_remote(path) or flag != "--input":
+                continue
+            directory = os.path.dirname(path)
+            if directory not in cache:
+                names, attached = set(), set()
+                for record in glob.glob(glob.escape(directory) + "/*" + RUN_RECORD_SUFFIX) + \
+                        [os.path.join(directory, DIRECTORY_RUN_RECORD)]:
+                    listed = read_record(record)
+                    if listed is None:
+                        continue
+                    names |= set(listed) | {os.path.basename(record)}
+                    attached |= {real_path(a) for a in read_attached(record)}
+                cache[directory] = (names, attached)
+            names, _ = cache[directory]
+            attached = set().union(*(a for _, a in cache.values()))
+            if os.path.basename(path) in names or path in attached:
+                raise TextdpError(f"{flag} matches {shown(path)}, a file an earlier textdp run wrote (a run record in "
+                                  f"{shown(directory)} lists it as its output), which would be read as records; "
+                                  f"narrow {flag} (e.g. '*.txt') or move the earlier run's files")
+
+    def _refuse_leftover_earlier(self, unlocked: bool = False) -> None:
+        """A hidden ``.textdp-earlier-*`` folder holding files at this run's names: an --overwrite run was
+        killed (SIGKILL, OOM, power) before it could put the earlier release back. Refused with where the
+        release is and how to restore it (never restored automatically: which of the files at the names are
+        whose cannot be proven after a crash). Round 7 F1. ``unlocked`` (before this run holds the locks, so that
+        this refusal comes before one about the killed run's files at the names): a directory whose lock a live
+        run holds is skipped (its folder is that run's; ``acquire`` refuses it by the lock)."""
+        directories = sorted({os.path.dirname(out.pattern) for out in self.outputs if not is_remote(out.pattern)})
+        for directory in directories:
+            lock = os.path.join(directory, DIRECTORY_LOCK)
+            if unlocked and os.path.lexists(lock) and _lock_holder(lock)[0] != "stale":
+                continue
+            for folder in sorted(glob.glob(glob.escape(directory) + "/" + EARLIER_FOLDER_PREFIX + "*")):
+                if not os.path.isdir(folder) or os.path.islink(folder):
+                    continue
+                try:
+                    names = sorted(os.listdir(folder))
+                except OSError:
+                    continue
+                ours = [n for n in names for out in self.outputs if out.catches(os.path.join(directory, n))]
+                if not ours:
+                    continue
+                out = next(o for o in self.outputs if o.catches(os.path.join(directory, ours[0])))
+                raise TextdpError(f"{out.flag} {shown(out.label)}: {shown(folder)} holds an earlier release "
+                                  f"({len(names)} file(s), e.g. {shown(ours[0])}) that an --overwrite run moved aside "
+                                  f"and could not put back (it was killed); restore it with: mv "
+                                  f"{shown(folder)}/* {shown(directory)}/ && rmdir {shown(folder)} (after removing "
+                                  f"the killed run's files at those names), or delete the folder if it is not wanted; "
+                                  "then run again")
 
     def _at_names(self, out: Output) -> List[str]:
         """Everything that exists at ``out``'s names (its own pattern and what its sink deletes): local
@@ -556,6 +667,13 @@ class OutputGuard:
                 raise TextdpError(f"{out.flag} {own[0]} exists and is not {out.replaceable_what}: --overwrite "
                                   f"replaces only that; choose another {out.flag}")
             own_by_flag.setdefault((out.flag, out.label), []).extend(own)
+        for flag, (record, label) in self.records.items():  # the earlier release's public summary (round 7 F8)
+            attached = [a for a in read_attached(record) if os.path.isfile(a) and not os.path.islink(a)
+                        and _is_public_summary_file(a)]
+            self._earlier_attached[flag] = attached
+            for path in attached:
+                self.lock_targets.setdefault(path + LOCK_SUFFIX, f"{flag} {label} (its earlier public summary)")
+                own_by_flag.setdefault((flag, label), []).append(path)
         singles = {(out.flag, out.label) for out in self.outputs if out.single}
         for (flag, label), own in own_by_flag.items():
             if own and not self.overwrite:
@@ -578,6 +696,7 @@ class OutputGuard:
                 if is_remote(lock):
                     continue
                 self._create(lock, target)
+            self._refuse_leftover_earlier()  # under the locks: a running --overwrite's folder is not a leftover
             if self._earlier() != self.earlier:
                 raise TextdpError("the outputs changed since they were checked (another run wrote them meanwhile); "
                                   "nothing was run, run again")
@@ -724,6 +843,9 @@ class OutputGuard:
                 found = ([out.pattern] if os.path.isfile(out.pattern) else []) if out.single else \
                     glob.glob(glob.escape(os.path.dirname(out.pattern)) + "/" + os.path.basename(out.pattern))
                 names |= {os.path.basename(p) for p in found if os.path.isfile(p)}
+            attached = {out.pattern for out in self.outputs if self._attach.get(out.flag) == flag and out.single
+                        and not is_remote(out.pattern) and os.path.isfile(out.pattern)}
+            attached |= {p for p in self._earlier_attached.get(flag, ()) if os.path.isfile(p)}  # put back after a failure
             try:
                 if not names:
                     if read_record(record) is not None:
@@ -732,6 +854,7 @@ class OutputGuard:
                 temporary = f"{record}.tmp-{os.getpid()}"
                 with open(temporary, "w", encoding="utf-8") as handle:
                     json.dump({RECORD_KEY: 1, "job": self.job, "flag": flag, "files": sorted(names),
+                               "attached": sorted(attached),
                                "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, handle, indent=1)
                     handle.write("\n")
                 os.replace(temporary, record)
