@@ -291,7 +291,9 @@ def test_a_k_threshold_above_the_authors_warns_that_every_word_was_masked(tiny_a
     # K = 1 masks nothing and says nothing
     code, out, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data), "--shuffle",
                                              "--user-field", "u", "--k-threshold", "1", "--overwrite"))
-    assert code == 0 and "--k-threshold" not in out + err and _summary(tmp_path)["warnings"] == []
+    # (the run may still say it changed no vocabulary word: on three records that is chance, and a warning of its own)
+    assert code == 0 and "--k-threshold" not in out + err
+    assert not [w for w in _summary(tmp_path)["warnings"] if "k-threshold" in w or "fewer than" in w]
     # every word type below K though K is within the authors: the other warning (the stage's own counts)
     stats = {"records_out": 4, "authors": 4, "per_author": False, "word_types": 6, "rare_word_types": 6}
     assert "every word type was used by fewer than 2 distinct authors (each record" in k_threshold_warnings(2, stats)[0]
