@@ -20,7 +20,7 @@ Every other block runs, in a fresh temporary working directory per doc page hold
 outputs), with ``TEXTDP_CACHE_DIR`` the one cache of the session fixture ``docs_cache`` (the default
 artifact is built there at most once, by ``ensure_default_artifact``, and every page reuses it) and
 ``PYTHONPATH`` this checkout. Shell blocks run in ``bash -e -o pipefail`` with ``textdp`` on the PATH
-as this checkout's CLI: a Beam job given without ``--runner`` gets ``--runner FnApiRunner`` appended
+as this checkout's CLI: a Beam job (``JOBS[name].beam``) given without ``--runner`` gets ``--runner FnApiRunner`` appended
 (the jobs' default anyway); the command is otherwise the doc's. ``pip install ...`` and
 ``python -m pip install ...`` are skipped (they would reinstall the package under test) and only parsed:
 the README's quick start thus runs its ``textdp privatize`` part. The Python blocks of one page share
@@ -229,7 +229,7 @@ TEXTDP_SCRIPT = """#!/bin/bash
 extra=()
 case " $* " in
   *" --runner"*|*" --help "*|*" -h "*) ;;
-  *) if [ "$1" != build-index ]; then extra=(--runner FnApiRunner); fi ;;
+  *) case " {beam_jobs} " in *" $1 "*) extra=(--runner FnApiRunner) ;; esac ;;
 esac
 exec "{python}" -m pipelines.cli "$@" "${{extra[@]}}"
 """
@@ -257,10 +257,13 @@ def docs_cache():
 
 @pytest.fixture(scope="session")
 def docs_bin(tmp_path_factory):
+    from pipelines.jobs import JOBS
+
+    beam_jobs = " ".join(name for name, job in JOBS.items() if job.beam)  # build-index and ledger take no --runner
     directory = tmp_path_factory.mktemp("docs-bin")
     for name, script in (("textdp", TEXTDP_SCRIPT), ("python", PYTHON_SCRIPT), ("python3", PYTHON_SCRIPT), ("pip", PIP_SCRIPT)):
         path = directory / name
-        path.write_text(script.format(python=sys.executable))
+        path.write_text(script.format(python=sys.executable, beam_jobs=beam_jobs))
         path.chmod(0o755)
     return str(directory)
 
