@@ -69,6 +69,26 @@ def _earlier_release(tmp_path, artifact) -> tuple:
     return source, output, before
 
 
+def signal_during_overwrite(tmp_path, artifact, signum) -> tuple:
+    """Run the CLI with --overwrite over an earlier release (a real subprocess, 90,000 records) and send ``signum``
+    once it is privatizing (after its first progress line, TEXTDP_PROGRESS_INTERVAL 0.3 s): (the earlier release's
+    snapshot, exit code, stderr). Shared by the round-6 (SIGTERM) and round-7 (SIGQUIT) tests."""
+    _, output, before = _earlier_release(tmp_path, artifact)
+    big = _input(tmp_path, "big.txt", REVIEWS * 30000)
+    env = dict(os.environ, TEXTDP_PROGRESS_INTERVAL="0.3")
+    process = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "privatize", f"--input={big}",
+                                f"--output={output}", "--epsilon=10", "--overwrite", f"--artifact={artifact}",
+                                RUNNER], cwd=ROOT, env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    lines = []
+    for line in process.stderr:
+        lines.append(line)
+        if " records (" in line:
+            process.send_signal(signum)
+            break
+    _, rest = process.communicate(timeout=120)
+    return before, process.returncode, "".join(lines) + rest
+
+
 # --- F14: --overwrite keeps the earlier release until the run succeeded ----------------------------------------
 
 
@@ -111,21 +131,8 @@ def test_f14_sigterm_during_an_overwrite_run_puts_the_earlier_release_back(tmp_p
     """SIGTERM (what timeout and schedulers send) once the pipeline is privatizing: exit 143, one line, the earlier
     release byte-identical. A real subprocess of the CLI over 90,000 records, signalled after its first progress
     line (TEXTDP_PROGRESS_INTERVAL 0.3 s)."""
-    _, output, before = _earlier_release(tmp_path, tiny_artifact_dir)
-    big = _input(tmp_path, "big.txt", REVIEWS * 30000)
-    env = dict(os.environ, TEXTDP_PROGRESS_INTERVAL="0.3")
-    process = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "privatize", f"--input={big}",
-                                f"--output={output}", "--epsilon=10", "--overwrite", f"--artifact={tiny_artifact_dir}",
-                                RUNNER], cwd=ROOT, env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    lines = []
-    for line in process.stderr:
-        lines.append(line)
-        if " records (" in line:
-            process.send_signal(signal.SIGTERM)
-            break
-    _, rest = process.communicate(timeout=120)
-    err = "".join(lines) + rest
-    assert process.returncode == 143, err
+    before, code, err = signal_during_overwrite(tmp_path, tiny_artifact_dir, signal.SIGTERM)
+    assert code == 143, err
     assert "terminated (SIGTERM)" in err and "the earlier run's files were put back" in err
     assert _snapshot(f"{tmp_path}/o") == before
     assert not glob.glob(f"{tmp_path}/o/{EARLIER_FOLDER_PREFIX}*")

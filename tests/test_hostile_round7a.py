@@ -4,7 +4,6 @@ Real runs of the CLI on the local runner (FnApiRunner) over the real GloVe test 
 import bz2
 import glob
 import gzip
-import json
 import os
 import shutil
 import signal
@@ -16,33 +15,17 @@ import pyarrow.parquet as pq
 
 from pipelines.cli import main as cli_main
 from pipelines.jobs import _termination_signals
+from tests.test_hostile_round6b import REVIEWS, _earlier_release, _input, _snapshot, signal_during_overwrite
 from textdp.outputs import EARLIER_FOLDER_PREFIX, read_attached
 
 RUNNER = "--runner=FnApiRunner"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-REVIEWS = ["The pasta was cold and the waiter forgot our drinks.", "A fine hotel, the staff were kind.",
-           "We would not go back to that place again."]
 
-
-def _input(tmp_path, name="in.txt", lines=REVIEWS) -> str:
-    path = tmp_path / name
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return str(path)
 
 
 def _run(artifact, *args) -> int:
     return cli_main(["privatize", "--epsilon=10", f"--artifact={artifact}", RUNNER, *args])
 
-
-def _snapshot(directory) -> dict:
-    found = {}
-    for path in sorted(glob.glob(f"{directory}/**", recursive=True)):
-        if os.path.isfile(path):
-            name = os.path.relpath(path, directory)
-            with open(path, "rb") as handle:
-                data = handle.read()
-            found[name] = json.loads(data)["files"] if name.endswith(".textdp-run.json") else data
-    return found
 
 
 # --- F8/F9: the public summary belongs to its release ---------------------------------------------------------
@@ -83,11 +66,6 @@ def test_f9_overwrite_refuses_the_public_summary_of_another_release(tmp_path, ti
 # --- F2: an input with no record at all ---------------------------------------------------------------------------
 
 
-def _earlier_release(tmp_path, artifact) -> tuple:
-    source, output = _input(tmp_path), f"{tmp_path}/o/p"
-    assert _run(artifact, f"--input={source}", f"--output={output}") == 0
-    return source, output, _snapshot(f"{tmp_path}/o")
-
 
 def test_f2_an_input_with_no_record_is_refused_before_the_run(tmp_path, tiny_artifact_dir, capsys):
     """A 0-byte file, an empty .gz and a 0-row Parquet file: refused before the run (exit 2), the earlier release
@@ -125,21 +103,8 @@ def test_f14_the_catchable_termination_signals_are_handled_like_sigterm():
 def test_f14_sigquit_during_an_overwrite_run_puts_the_earlier_release_back(tmp_path, tiny_artifact_dir):
     """Ctrl-\\ (SIGQUIT) once the pipeline is privatizing: exit 131, one line, the earlier release byte-identical.
     A real subprocess over 90,000 records, signalled after its first progress line."""
-    _, output, before = _earlier_release(tmp_path, tiny_artifact_dir)
-    big = _input(tmp_path, "big.txt", REVIEWS * 30000)
-    env = dict(os.environ, TEXTDP_PROGRESS_INTERVAL="0.3")
-    process = subprocess.Popen([sys.executable, "-m", "pipelines.cli", "privatize", f"--input={big}",
-                                f"--output={output}", "--epsilon=10", "--overwrite", f"--artifact={tiny_artifact_dir}",
-                                RUNNER], cwd=ROOT, env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    lines = []
-    for line in process.stderr:
-        lines.append(line)
-        if " records (" in line:
-            process.send_signal(signal.SIGQUIT)
-            break
-    _, rest = process.communicate(timeout=120)
-    err = "".join(lines) + rest
-    assert process.returncode == 128 + signal.SIGQUIT, err
+    before, code, err = signal_during_overwrite(tmp_path, tiny_artifact_dir, signal.SIGQUIT)
+    assert code == 128 + signal.SIGQUIT, err
     assert "terminated (SIGQUIT)" in err and "the earlier run's files were put back" in err
     assert _snapshot(f"{tmp_path}/o") == before
     assert not glob.glob(f"{tmp_path}/o/{EARLIER_FOLDER_PREFIX}*")

@@ -732,18 +732,23 @@ _EMPTY_DIGEST = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b85
 def _content_digest(path: str, start: int = 0, limit: Optional[int] = None) -> str:
     """SHA-256 (hex) of a local file's decompressed content from ``start`` (uncompressed files: a seek), at most
     ``limit`` bytes of it; the whole content when ``limit`` is None."""
+    with open(path, "rb") as raw:
+        raw.seek(start)
+        return stream_digest(open_decompressed(raw, path), limit)
+
+
+def stream_digest(handle, limit: Optional[int] = None) -> str:
+    """SHA-256 (hex) of what ``handle.read`` gives, at most ``limit`` bytes (all when None), read 1 MiB at a time: the
+    one content hash of the input checks and the streaming watch (transforms/streaming.py)."""
     import hashlib
 
     digest, left = hashlib.sha256(), limit
-    with open(path, "rb") as raw:
-        raw.seek(start)
-        handle = open_decompressed(raw, path)
-        while left is None or left > 0:
-            chunk = handle.read(1 << 20 if left is None else min(1 << 20, left))
-            if not chunk:
-                break
-            digest.update(chunk)
-            left = None if left is None else left - len(chunk)
+    while left is None or left > 0:
+        chunk = handle.read(1 << 20 if left is None else min(1 << 20, left))
+        if not chunk:
+            break
+        digest.update(chunk)
+        left = None if left is None else left - len(chunk)
     return digest.hexdigest()
 
 

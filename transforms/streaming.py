@@ -45,7 +45,7 @@ from textdp.privacy import accounting
 from textdp.privacy.statements import unbounded_epsilon0_reason
 from textdp.privacy.summary import FAILED_PREFIX
 from textdp.text.records import check_author
-from transforms.io import OUTPUT_SUFFIX, ReadFileRecords, error_record
+from transforms.io import OUTPUT_SUFFIX, ReadFileRecords, error_record, stream_digest
 from transforms.worker import NAMESPACE
 
 LATE = "late"
@@ -627,15 +627,8 @@ def content_digest(path: str, limit: Optional[int] = None) -> str:
     """The SHA-256 (hex) of a file's content, or of its first ``limit`` bytes."""
     from apache_beam.io.filesystems import FileSystems
 
-    digest, left = hashlib.sha256(), limit
     with FileSystems.open(path, compression_type="uncompressed") as handle:
-        while left is None or left > 0:
-            chunk = handle.read(1 << 20 if left is None else min(1 << 20, left))
-            if not chunk:
-                break
-            digest.update(chunk)
-            left = None if left is None else left - len(chunk)
-    return digest.hexdigest()
+        return stream_digest(handle, limit)
 
 
 def skipped_file(path: str, reason: str, detail: str) -> dict:
