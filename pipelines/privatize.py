@@ -23,6 +23,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines.fields import check_fields_and_artifact
 from pipelines.flags import (
     MAX_RECORD_BYTES,
     AmplifierOptions,
@@ -38,9 +39,7 @@ from pipelines.flags import (
 from pipelines.jobs import Plan, is_dry_run, run_job
 from pipelines.ledger import LedgerRun, release_path, report_line
 from textdp.artifact import gcs
-from textdp.artifact.locate import check_unk_marker, verify_artifact
 from textdp.errors import TextdpError
-from textdp.mechanisms import artifact_needs
 from textdp.outputs import RUN_RECORD_SUFFIX, OutputGuard, missing_fields, read_attached
 from textdp.privacy.statements import run_warnings
 from textdp.privacy.summary import FAILED_PREFIX
@@ -126,22 +125,7 @@ def check(options: PipelineOptions) -> Checked:
                           "(text|jsonl|parquet)")
     if opts.text_field and data_format == "text":
         raise TextdpError("--text-field applies to JSONL and Parquet input only")
-    text_fields = opts.text_fields(data_format)
-    amplifier = options.view_as(AmplifierOptions).amplifier_config()
-    if data_format == "text" and amplifier.user_field:
-        raise TextdpError("--user-field needs JSONL or Parquet input (plain-text lines have no author field)")
-    if data_format == "text" and amplifier.drop_fields:
-        raise TextdpError("--drop-fields needs JSONL or Parquet input (plain-text lines have no fields to drop)")
-    if any(not name.strip() for name in (opts.text_field or [])) or (data_format != "text" and not text_fields):
-        raise TextdpError("--text-field must name a field (it is empty)")
-    if set(amplifier.drop_fields) & set(text_fields) or amplifier.user_field in text_fields:
-        raise TextdpError("a text field cannot also be the author field or a dropped field")
-    artifact = options.view_as(ArtifactOptions).artifact
-    if artifact and not artifact.startswith("gs://") and not os.path.isdir(artifact):
-        raise TextdpError(f"--artifact {artifact!r} is not a directory")
-    manifest = verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
-    spec = mech.validate_mechanism((opts.epsilon,), artifact, manifest)  # checks that depend on the vocabulary
-    check_unk_marker(artifact, options.view_as(OovOptions).oov_policy, options.view_as(OovOptions).unk_token)
+    text_fields, amplifier, artifact, manifest, spec = check_fields_and_artifact(options, data_format, "JSONL or Parquet")
     gcs.preflight([opts.input], writes=False)  # gs:// refused in seconds, not after minutes of retries
     gcs.preflight([out.output, opts.public_summary or "", opts.diagnostics_output or ""], writes=True)
     inputs = _matches(opts.input)

@@ -23,9 +23,9 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from pipelines.fields import check_fields_and_artifact
 from pipelines.flags import (
     MAX_RECORD_BYTES,
-    AmplifierOptions,
     ArtifactOptions,
     MechanismOptions,
     OovOptions,
@@ -38,9 +38,7 @@ from pipelines.flags import (
 from pipelines.jobs import Plan, is_local
 from pipelines.ledger import LedgerRun
 from textdp.artifact import gcs
-from textdp.artifact.locate import check_unk_marker, verify_artifact
 from textdp.errors import TextdpError
-from textdp.mechanisms import artifact_needs
 from textdp.outputs import OutputGuard, pattern_matches
 from textdp.privacy.statements import run_warnings
 from textdp.text.privatizer import check_oov
@@ -149,22 +147,7 @@ def check(options: PipelineOptions) -> dict:
         raise TextdpError("--streaming reads text or JSONL (one record per line or message); Parquet is batch only")
     if opts.text_field and data_format == "text":
         raise TextdpError("--text-field applies to JSONL input only")
-    text_fields = opts.text_fields(data_format)
-    if any(not name.strip() for name in (opts.text_field or [])) or (data_format != "text" and not text_fields):
-        raise TextdpError("--text-field must name a field (it is empty)")
-    amplifier = options.view_as(AmplifierOptions).amplifier_config()
-    if data_format == "text" and amplifier.user_field:
-        raise TextdpError("--user-field needs JSONL input (plain-text lines have no author field)")
-    if data_format == "text" and amplifier.drop_fields:
-        raise TextdpError("--drop-fields needs JSONL input (plain-text lines have no fields to drop)")
-    if set(amplifier.drop_fields) & set(text_fields) or amplifier.user_field in text_fields:
-        raise TextdpError("a text field cannot also be the author field or a dropped field")
-    artifact = options.view_as(ArtifactOptions).artifact
-    if artifact and not artifact.startswith("gs://") and not os.path.isdir(artifact):
-        raise TextdpError(f"--artifact {artifact!r} is not a directory")
-    manifest = verify_artifact(artifact, needs=artifact_needs(mech.mechanism, mech.nn))
-    spec = mech.validate_mechanism((opts.epsilon,), artifact, manifest)
-    check_unk_marker(artifact, options.view_as(OovOptions).oov_policy, options.view_as(OovOptions).unk_token)
+    text_fields, amplifier, artifact, manifest, spec = check_fields_and_artifact(options, data_format, "JSONL")
     if opts.input:
         gcs.preflight([opts.input], writes=False)
     gcs.preflight([out.output, opts.public_summary or ""], writes=True)
