@@ -7,10 +7,19 @@ import os
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.flags import AmplifierOptions, ArtifactOptions, MechanismOptions, OovOptions, PrivatizeOptions
+from pipelines.flags import (
+    MAX_RECORD_BYTES,
+    AmplifierOptions,
+    ArtifactOptions,
+    MechanismOptions,
+    OovOptions,
+    PrivatizeOptions,
+    SeedOptions,
+)
 from textdp.artifact.locate import check_unk_marker, verify_artifact
 from textdp.errors import TextdpError
 from textdp.mechanisms import artifact_needs
+from textdp.text.privatizer import check_oov
 
 
 def check_fields_and_artifact(options: PipelineOptions, data_format: str, record_formats: str) -> tuple:
@@ -35,3 +44,16 @@ def check_fields_and_artifact(options: PipelineOptions, data_format: str, record
     spec = mech.validate_mechanism((opts.epsilon,), artifact, manifest)  # checks that depend on the vocabulary
     check_unk_marker(artifact, options.view_as(OovOptions).oov_policy, options.view_as(OovOptions).unk_token)
     return text_fields, amplifier, artifact, manifest, spec
+
+
+def check_run_flags(options: PipelineOptions) -> None:
+    """The flag values batch and --streaming privatize check first: epsilon's range and the mechanism's own checks,
+    the seed, the unknown-word policy, record and batch sizes, --max-failed-fraction."""
+    opts = options.view_as(PrivatizeOptions)
+    options.view_as(MechanismOptions).validate_mechanism((opts.epsilon,))
+    options.view_as(SeedOptions).validate_seed()
+    check_oov(options.view_as(OovOptions).oov_policy, options.view_as(OovOptions).unk_token)
+    if not 1 <= opts.max_record_bytes <= MAX_RECORD_BYTES or (opts.batch_tokens is not None and opts.batch_tokens < 1):
+        raise TextdpError(f"--max-record-bytes must be between 1 and {MAX_RECORD_BYTES:,} and --batch-tokens >= 1")
+    if not 0 <= opts.max_failed_fraction <= 1:
+        raise TextdpError(f"--max-failed-fraction must be a number from 0 to 1, got {opts.max_failed_fraction:g}")

@@ -23,9 +23,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.fields import check_fields_and_artifact
+from pipelines.fields import check_fields_and_artifact, check_run_flags
 from pipelines.flags import (
-    MAX_RECORD_BYTES,
     AmplifierOptions,
     ArtifactOptions,
     LedgerOptions,
@@ -43,7 +42,6 @@ from textdp.errors import TextdpError
 from textdp.outputs import RUN_RECORD_SUFFIX, OutputGuard, missing_fields, read_attached
 from textdp.privacy.statements import run_warnings
 from textdp.privacy.summary import FAILED_PREFIX
-from textdp.text.privatizer import check_oov
 from transforms.amplifier import Amplify, SplitAuthorless
 from transforms.io import (
     FIELD_SAMPLE_RECORDS,
@@ -105,20 +103,14 @@ def check(options: PipelineOptions) -> Checked:
     """Every check that needs no worker: flags, the artifact, inputs and outputs. Raises TextdpError."""
     opts = options.view_as(PrivatizeOptions)
     out = options.view_as(OutputOptions)
-    mech = options.view_as(MechanismOptions)
+    options.view_as(MechanismOptions)
     if not opts.input:
         raise TextdpError("--input is required (a file pattern, local or gs://)")
     if not out.output:
         raise TextdpError("--output is required (an output prefix, local or gs://)")
     if opts.epsilon is None:
         raise TextdpError("--epsilon is required (a finite number > 0)")
-    mech.validate_mechanism((opts.epsilon,))  # the one epsilon range and the mechanism's own checks
-    options.view_as(SeedOptions).validate_seed()
-    check_oov(options.view_as(OovOptions).oov_policy, options.view_as(OovOptions).unk_token)
-    if not 1 <= opts.max_record_bytes <= MAX_RECORD_BYTES or (opts.batch_tokens is not None and opts.batch_tokens < 1):
-        raise TextdpError(f"--max-record-bytes must be between 1 and {MAX_RECORD_BYTES:,} and --batch-tokens >= 1")
-    if not 0 <= opts.max_failed_fraction <= 1:
-        raise TextdpError(f"--max-failed-fraction must be a number from 0 to 1, got {opts.max_failed_fraction:g}")
+    check_run_flags(options)
     data_format = opts.format or infer_format(opts.input)
     if data_format is None:
         raise TextdpError(f"cannot infer the format of {opts.input!r} from its extension; give --format "

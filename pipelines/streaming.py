@@ -23,9 +23,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from pipelines.fields import check_fields_and_artifact
+from pipelines.fields import check_fields_and_artifact, check_run_flags
 from pipelines.flags import (
-    MAX_RECORD_BYTES,
     ArtifactOptions,
     MechanismOptions,
     OovOptions,
@@ -41,7 +40,6 @@ from textdp.artifact import gcs
 from textdp.errors import TextdpError
 from textdp.outputs import OutputGuard, pattern_matches
 from textdp.privacy.statements import run_warnings
-from textdp.text.privatizer import check_oov
 from transforms.io import OUTPUT_SUFFIX, infer_format, matched_paths
 from transforms.privatize import Privatize
 from transforms.streaming import WATCH_REASONS, PrivatizeWindows, read_subscription, sample_pane_names, watch_files
@@ -98,7 +96,7 @@ def check(options: PipelineOptions) -> dict:
     opts = options.view_as(PrivatizeOptions)
     out = options.view_as(OutputOptions)
     stream = options.view_as(StreamingOptions)
-    mech = options.view_as(MechanismOptions)
+    options.view_as(MechanismOptions)
     if bool(opts.input) == bool(stream.input_subscription):
         raise TextdpError("--streaming reads either --input (a file pattern to watch) or --input-subscription "
                           "(Pub/Sub): give exactly one")
@@ -107,13 +105,7 @@ def check(options: PipelineOptions) -> dict:
     if opts.epsilon is None:
         raise TextdpError("--epsilon is required (a finite number > 0)")
     _refuse_batch_only(options)
-    mech.validate_mechanism((opts.epsilon,))
-    options.view_as(SeedOptions).validate_seed()
-    check_oov(options.view_as(OovOptions).oov_policy, options.view_as(OovOptions).unk_token)
-    if not 1 <= opts.max_record_bytes <= MAX_RECORD_BYTES or (opts.batch_tokens is not None and opts.batch_tokens < 1):
-        raise TextdpError(f"--max-record-bytes must be between 1 and {MAX_RECORD_BYTES:,} and --batch-tokens >= 1")
-    if not 0 <= opts.max_failed_fraction <= 1:
-        raise TextdpError(f"--max-failed-fraction must be a number from 0 to 1, got {opts.max_failed_fraction:g}")
+    check_run_flags(options)
     if not 1 <= stream.window_size <= 366 * 86400:
         raise TextdpError(f"--window-size must be a whole number of seconds from 1 to {366 * 86400}, "
                           f"got {stream.window_size}")
