@@ -103,7 +103,6 @@ def check(options: PipelineOptions) -> Checked:
     """Every check that needs no worker: flags, the artifact, inputs and outputs. Raises TextdpError."""
     opts = options.view_as(PrivatizeOptions)
     out = options.view_as(OutputOptions)
-    options.view_as(MechanismOptions)
     if not opts.input:
         raise TextdpError("--input is required (a file pattern, local or gs://)")
     if not out.output:

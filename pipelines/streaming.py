@@ -96,7 +96,6 @@ def check(options: PipelineOptions) -> dict:
     opts = options.view_as(PrivatizeOptions)
     out = options.view_as(OutputOptions)
     stream = options.view_as(StreamingOptions)
-    options.view_as(MechanismOptions)
     if bool(opts.input) == bool(stream.input_subscription):
         raise TextdpError("--streaming reads either --input (a file pattern to watch) or --input-subscription "
                           "(Pub/Sub): give exactly one")
