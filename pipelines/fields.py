@@ -35,6 +35,11 @@ def check_fields_and_artifact(options: PipelineOptions, data_format: str, record
         raise TextdpError(f"--drop-fields needs {record_formats} input (plain-text lines have no fields to drop)")
     if any(not name.strip() for name in (opts.text_field or [])) or (data_format != "text" and not text_fields):
         raise TextdpError("--text-field must name a field (it is empty)")
+    named = [f.strip() for value in (opts.text_field or []) for f in value.split(",") if f.strip()]
+    if len(named) != len(set(named)):
+        twice = sorted({f for f in named if named.count(f) > 1})
+        raise TextdpError(f"--text-field names {', '.join(map(repr, twice))} more than once (each field is privatized "
+                          "once: name it once)")
     if set(amplifier.drop_fields) & set(text_fields) or amplifier.user_field in text_fields:
         raise TextdpError("a text field cannot also be the author field or a dropped field")
     artifact = options.view_as(ArtifactOptions).artifact

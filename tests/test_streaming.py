@@ -40,7 +40,7 @@ def _msg(position, payload, at):
     return TimestampedValue(("sub", position, data), at)
 
 
-def run_stream(tmp_path, stream, window=10, lateness=0, amplifier=None, epsilon=1e6, public=None):
+def run_stream(tmp_path, stream, window=10, lateness=0, amplifier=None, epsilon=1e6, public=None, keep_failed_text=False):
     """Runs ``stream`` (a TestStream of messages) through ParseMessages + PrivatizeWindows on the
     BundleBasedDirectRunner in streaming mode; returns the output prefix. ``public``: the public summary prefix."""
     options = PipelineOptions(["--runner=BundleBasedDirectRunner"])
@@ -53,9 +53,9 @@ def run_stream(tmp_path, stream, window=10, lateness=0, amplifier=None, epsilon=
     context = dict(CONTEXT, amplifier_steps=amplifier.steps() if amplifier else None)
     with beam.Pipeline(options=options) as pipeline:
         _ = (pipeline | stream
-             | beam.ParDo(ParseMessages("jsonl", ("text",), 10_000, False))
+             | beam.ParDo(ParseMessages("jsonl", ("text",), 10_000, keep_failed_text))
              | PrivatizeWindows(privatize, out, "jsonl", window, lateness,
-                                amplifier=amplifier,
+                                amplifier=amplifier, keep_failed_text=keep_failed_text,
                                 shape_field=shape, context=context, public_prefix=public))
     return out
 

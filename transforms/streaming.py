@@ -45,7 +45,7 @@ from textdp.privacy import accounting
 from textdp.privacy.statements import unbounded_epsilon0_reason
 from textdp.privacy.summary import FAILED_PREFIX
 from textdp.text.records import check_author
-from transforms.io import OUTPUT_SUFFIX, ReadFileRecords, error_record, stream_digest
+from transforms.io import OUTPUT_SUFFIX, ReadFileRecords, create_owner_only, error_record, stream_digest
 from transforms.worker import NAMESPACE
 
 LATE = "late"
@@ -176,11 +176,13 @@ class CloseLateWindows(beam.DoFn):
 
 
 class WriteLate(beam.DoFn):
-    """A batch of late error records -> ``<output>-late-<UTC time>-<random>-errors.jsonl`` (never overwritten)."""
+    """A batch of late error records -> ``<output>-late-<UTC time>-<random>-errors.jsonl`` (never overwritten).
+    With ``private`` (--keep-failed-text: the records may hold raw text) a local file is created 0600 first."""
 
-    def __init__(self, output: str):
+    def __init__(self, output: str, private: bool = False):
         super().__init__()
         self.output = output
+        self.private = bool(private)
 
     def process(self, keyed):
         from apache_beam.io.filesystems import FileSystems
@@ -190,6 +192,8 @@ class WriteLate(beam.DoFn):
             return
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
         path = f"{self.output}-late-{now}-{uuid.uuid4().hex[:8]}-errors.jsonl"
+        if self.private:
+            create_owner_only(path)
         with FileSystems.create(path) as handle:
             for record in records:
                 handle.write((json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8"))
@@ -333,9 +337,11 @@ class WriteWindowPane(beam.DoFn):
     """
 
     def __init__(self, shared_handle, perturb_config, output: str, data_format: str, amplifier, shape_field,
-                 context: dict, worker=None, public_prefix: Optional[str] = None, ledger=None):
+                 context: dict, worker=None, public_prefix: Optional[str] = None, ledger=None, private_errors=False):
         super().__init__()
         from transforms.perturb import holder_state
+
+        self.private_errors = bool(private_errors)  # --keep-failed-text: the error file is created 0600 first
 
         self.ledger = ledger  # transforms.ledger.WindowLedger (--ledger), or None
 
@@ -406,7 +412,7 @@ class WriteWindowPane(beam.DoFn):
                               records[index * per_shard:(index + 1) * per_shard])
         if errors:
             errors.sort(key=lambda e: (str(e.get("source")), str(e.get("position"))))
-            self._write_lines(f"{prefix}-errors.jsonl", errors, sort_keys=True)
+            self._write_lines(f"{prefix}-errors.jsonl", errors, sort_keys=True, private=self.private_errors)
         mechanism = holder.mechanism
         context = dict(self.context)
         warnings = list(context.pop("warnings", None) or []) + (section or {}).get("warnings", [])
@@ -490,8 +496,11 @@ class WriteWindowPane(beam.DoFn):
             self._random.shuffle(released)
         return section, released
 
-    def _write_lines(self, path: str, rows, sort_keys: bool = False) -> None:
+    def _write_lines(self, path: str, rows, sort_keys: bool = False, private: bool = False) -> None:
         from apache_beam.io.filesystems import FileSystems
+
+        if private:
+            create_owner_only(path)
 
         with FileSystems.create(path) as handle:
             for row in rows:
@@ -557,7 +566,7 @@ class PrivatizeWindows(beam.PTransform):
                     trigger.AfterCount(1)), accumulation_mode=trigger.AccumulationMode.DISCARDING)
                 | "LateKey" >> beam.Map(lambda record: (None, record))
                 | "LateGroup" >> beam.GroupByKey()
-                | "WriteLate" >> beam.ParDo(WriteLate(self.output)))
+                | "WriteLate" >> beam.ParDo(WriteLate(self.output, private=self.keep_failed_text)))
         windowed = gated["items"] | "Window" >> beam.WindowInto(  # offset: see CloseLateWindows
             window.FixedWindows(size, offset=self.allowed_lateness % size), trigger=trigger.AfterWatermark(),
             allowed_lateness=Duration(0), accumulation_mode=trigger.AccumulationMode.DISCARDING)
@@ -579,7 +588,8 @@ class PrivatizeWindows(beam.PTransform):
                       | "GroupPane" >> beam.GroupByKey())
         summaries = pane_items | "WritePane" >> beam.ParDo(WriteWindowPane(
             self.privatize.shared_handle, self.privatize.config, self.output, self.data_format, self.amplifier,
-            self.shape_field, self.context, self.worker, self.public_prefix, self.ledger))
+            self.shape_field, self.context, self.worker, self.public_prefix, self.ledger,
+            private_errors=self.keep_failed_text))
         return {"summaries": summaries, "late": late}
 
 

@@ -52,7 +52,7 @@ import re
 import sys
 import warnings
 from collections.abc import Mapping
-from typing import Dict, Iterator, Optional, Tuple
+from typing import Dict, Iterator, NamedTuple, Optional, Tuple
 
 from textdp.errors import ParameterError, TextdpError
 from textdp.mechanisms.base import (  # noqa: F401
@@ -504,15 +504,34 @@ def probe_ids(size: int):
     return np.unique(np.round(np.linspace(0, size - 1, PROBE_IDS)).astype(np.int64))
 
 
-def trial_build(reference, artifact, epsilon: float, **params) -> Optional[int]:
+TRIAL_BAND_NAMES = ("most frequent", "second most frequent", "third most frequent", "rarest")
+TRIAL_BANDS = len(TRIAL_BAND_NAMES)  # the trial's probe ids, in frequency-rank order, are judged in bands (quarters)
+TRIAL_RETRIES = 15  # a band the trial left unchanged is released this many times more before it is reported
+
+
+class Trial(NamedTuple):
+    """What ``trial_build``'s trial release showed: ``changed`` of ``probes`` ids released as another id, and the
+    bands (quarters of the frequency ranking) whose probe ids were all released as themselves in 1 + TRIAL_RETRIES
+    releases while other probes changed: ``silent_bands`` holds (band index 0..TRIAL_BANDS-1, probe ids in it,
+    lowest rank, highest rank)."""
+
+    probes: int
+    changed: int
+    silent_bands: tuple = ()
+
+
+def trial_build(reference, artifact, epsilon: float, **params) -> Optional[Trial]:
     """Build a mechanism that is not one of textdp's built-in ones once over the loaded ``artifact`` and release
     PROBE_IDS vocabulary ids spread over the whole vocabulary (``probe_ids``) through
     ``textdp.text.privatizer.released_ids`` (integer ids, one per input, each in the vocabulary), so that a
     constructor that raises or a ``privatize_ids`` that returns something else is refused on the launcher in one line
     (TextdpError), not in a worker. Built-in mechanisms are trusted and not built here. Cost: one construction of the
-    user's class and one call on 64 ids, on the launcher.
-    Returns how many of the probe ids were released as another id (None for a built-in mechanism): 0 means the
-    mechanism acted as the identity on every probe (``textdp.privacy.statements.trial_warnings``)."""
+    user's class and one call on 64 ids, on the launcher (and one more on a band's ids per silent band).
+    Returns the ``Trial`` (None for a built-in mechanism): ``changed`` 0 means the mechanism acted as the identity
+    on every probe; a silent band, that it changed other probes but none of a quarter of the vocabulary even in
+    1 + TRIAL_RETRIES releases (a mechanism right on part of the vocabulary only: round 7, F6; a mechanism that
+    changes a band's word with probability p is reported with probability (1 - p)^(16 * 16), about 1.4e-7 for p = 0.06)
+    (``textdp.privacy.statements.trial_warnings``)."""
     import numpy as np
 
     from textdp.text.privatizer import released_ids
@@ -522,8 +541,18 @@ def trial_build(reference, artifact, epsilon: float, **params) -> Optional[int]:
     mechanism = make_mechanism(reference, artifact, epsilon, **params)
     size = int(artifact.vocab_size)
     probe = probe_ids(size)
+    rng = np.random.default_rng()
     try:
-        return int(np.count_nonzero(released_ids(mechanism, probe, np.random.default_rng(), size) != probe))
+        changed = released_ids(mechanism, probe, rng, size) != probe
+        silent = []
+        if changed.any() and len(probe) >= 2 * TRIAL_BANDS:
+            for band, positions in enumerate(np.array_split(np.arange(len(probe)), TRIAL_BANDS)):
+                if changed[positions].any():
+                    continue
+                again = np.tile(probe[positions], TRIAL_RETRIES)
+                if not (released_ids(mechanism, again, rng, size) != again).any():
+                    silent.append((band, len(positions), int(probe[positions[0]]), int(probe[positions[-1]])))
+        return Trial(int(len(probe)), int(np.count_nonzero(changed)), tuple(silent))
     except TextdpError:
         raise
     except Exception as exc:  # the user's privatize_ids

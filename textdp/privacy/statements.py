@@ -222,13 +222,26 @@ def scale_warnings(epsilon: float, distance: Optional[dict]) -> list:
             "unchanged (choose epsilon on this artifact's scale)"]
 
 
-def trial_warnings(changed: Optional[int], probes: int) -> list:
-    """One line when the launcher's trial release (``textdp.mechanisms.trial_build``, a mechanism that is not built
-    in) changed none of its ``probes`` vocabulary ids: the mechanism acts as the identity at these settings."""
-    if changed is None or changed > 0 or probes <= 0:
+def trial_warnings(trial) -> list:
+    """The launcher's trial release (``textdp.mechanisms.trial_build``, a mechanism that is not built in; a
+    ``textdp.mechanisms.Trial`` or None): one line when it changed none of its probe ids (the mechanism acts as the
+    identity at these settings), else one line when some quarter of the vocabulary's frequency ranking had every
+    probe id released as itself in every one of its releases while other probes changed."""
+    if trial is None or trial.probes <= 0:
         return []
-    return [f"the mechanism released each of the {probes} vocabulary words of the launcher's trial as itself: at these "
-            "settings it acts as the identity, and the guarantee it declares is not what the output shows"]
+    if trial.changed == 0:
+        return [f"the mechanism released each of the {trial.probes} vocabulary words of the launcher's trial as itself: "
+                "at these settings it acts as the identity, and the guarantee it declares is not what the output shows"]
+    if not trial.silent_bands:
+        return []
+    from textdp.mechanisms import TRIAL_BAND_NAMES, TRIAL_RETRIES
+
+    bands = "; ".join(f"the {TRIAL_BAND_NAMES[band]} quarter (frequency ranks "
+                      f"{low + 1:,} to {high + 1:,}: {count} words)" for band, count, low, high in trial.silent_bands)
+    return [f"the launcher's trial changed {trial.changed} of its {trial.probes} vocabulary words, but released every "
+            f"trial word of {bands} as itself in all {1 + TRIAL_RETRIES} of its releases: the mechanism may act as the "
+            "identity on that part of the vocabulary (e.g. a table built for some words only), where the guarantee it "
+            "declares would not be what the output shows"]
 
 
 def run_warnings(spec, location: Optional[str], manifest: dict, artifact=None) -> tuple:
@@ -238,7 +251,7 @@ def run_warnings(spec, location: Optional[str], manifest: dict, artifact=None) -
     from textdp.artifact.gcs import is_gcs_url
     from textdp.artifact.locate import resolve_artifact
     from textdp.artifact.store import Artifact, artifact_neighbour_distance
-    from textdp.mechanisms import PROBE_IDS, built_in, trial_build
+    from textdp.mechanisms import built_in, trial_build
 
     remote = location is not None and is_gcs_url(location)
     distance = artifact_neighbour_distance(None if remote else resolve_artifact(location), manifest)
@@ -246,8 +259,7 @@ def run_warnings(spec, location: Optional[str], manifest: dict, artifact=None) -
     if not built_in(spec.mechanism_class):
         if artifact is None or not hasattr(artifact, "vectors"):
             artifact = Artifact(resolve_artifact(location), verify=False)
-        changed = trial_build(spec.mechanism, artifact, spec.epsilon, **spec.keywords())
-        warnings += trial_warnings(changed, min(int(artifact.vocab_size), PROBE_IDS))
+        warnings += trial_warnings(trial_build(spec.mechanism, artifact, spec.epsilon, **spec.keywords()))
     return warnings, scale_section(spec.epsilon, distance)
 
 

@@ -1,0 +1,138 @@
+"""Issue 25 items left open after round 7, and round-8 hostile findings, each on the real component (the local
+Beam runners, the real 300-word GloVe artifact, real files); nothing is mocked."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import stat
+
+import pytest
+
+from pipelines.cli import main as cli_main
+
+RUNNER = "--runner=FnApiRunner"
+
+
+def _input(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+# --- --text-field naming one field twice ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flags", [["--text-field=text,text"], ["--text-field=text", "--text-field=text"],
+                                   ["--text-field=text, text"]])
+def test_a_text_field_named_twice_is_refused_in_one_line(flags, tmp_path, tiny_artifact_dir, capsys):
+    """`--text-field text,text` was silently de-duplicated (the API refuses the same); now one line, exit 2, before
+    any output exists."""
+    source = _input(tmp_path, "in.jsonl", '{"text": "the cat sat"}\n')
+    code = cli_main(["privatize", f"--input={source}", f"--output={tmp_path}/o/p", "--epsilon=10",
+                     f"--artifact={tiny_artifact_dir}", RUNNER, *flags])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "'text'" in err[0] and "more than once" in err[0], err
+    assert not os.path.exists(tmp_path / "o")
+
+
+def test_two_different_text_fields_still_run(tmp_path, tiny_artifact_dir):
+    source = _input(tmp_path, "in.jsonl", '{"text": "the cat sat", "title": "a dog"}\n')
+    assert cli_main(["privatize", f"--input={source}", f"--output={tmp_path}/o/p", "--epsilon=10",
+                     f"--artifact={tiny_artifact_dir}", RUNNER, "--text-field=text,title"]) == 0
+
+
+# --- streaming error files with --keep-failed-text are owner-only -------------------------------------------------
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_streaming_error_and_late_files_with_raw_text_are_owner_only(keep, tmp_path):
+    """The batch job's error shards were made 0600 under --keep-failed-text (round 7 F7) but the streaming job's
+    per-pane error file and late-record files were not: now both are created 0600 before a byte is written
+    (whatever the umask) when they may hold raw text; without the flag the umask applies."""
+    from tests.test_streaming import Events, _msg, run_stream
+
+    stream = (Events().advance_watermark_to(0)
+              .add_elements([_msg(1, {"text": "the cat sat"}, 2), _msg(2, b"secretcanary not json", 3)])
+              .advance_watermark_to(21)
+              .add_elements([_msg(3, b"latecanary not json", 4)])  # window [0, 10) closed: a late record
+              .advance_watermark_to_infinity())
+    old = os.umask(0o022)
+    try:
+        out = run_stream(tmp_path, stream, keep_failed_text=keep)
+    finally:
+        os.umask(old)
+    pane_errors = glob.glob(out + "-19700101T000000Z-*-errors.jsonl")
+    late = glob.glob(out + "-late-*-errors.jsonl")
+    assert len(pane_errors) == 1 and len(late) == 1
+    for path in pane_errors + late:
+        assert stat.S_IMODE(os.stat(path).st_mode) == (0o600 if keep else 0o644), path
+    pane_text = open(pane_errors[0], encoding="utf-8").read()
+    assert ("secretcanary" in pane_text) == keep  # the raw text is there only with the flag
+    assert ("latecanary" in open(late[0], encoding="utf-8").read()) == keep
+    assert all(json.loads(line)["reason"] == "malformed_json" for line in pane_text.splitlines())
+
+
+# --- round 7 F6 in full: a custom mechanism that is the identity on part of the vocabulary only --------------------
+
+import numpy as np  # noqa: E402
+
+from tests.custom_mechanism import CappedExponential  # noqa: E402
+
+
+class RareIdentity(CappedExponential):
+    """Right (the capped exponential mechanism) on the more frequent half of the vocabulary, the identity on the
+    rarer half: the kind of mechanism round 7's F6 found passing the launcher (a table built for the top N words)."""
+
+    name = "r8-rare-identity"
+
+    def privatize_ids(self, ids, rng):
+        ids = np.asarray(ids, dtype=np.int64)
+        out = CappedExponential.privatize_ids(self, ids, rng)
+        rare = ids >= self.vocab_size // 2
+        out[rare] = ids[rare]
+        return out
+
+
+def test_the_trial_names_the_quarters_a_mechanism_leaves_unchanged(tiny_artifact_dir):
+    """The trial (64 probe ids over the whole ranking) judged only "changed none": a mechanism right on the frequent
+    half and the identity on the rare half changed some and passed. Now each quarter of the ranking is judged: the
+    two rare quarters (every probe id there >= 150 of 300) are reported, the frequent ones not. Deterministic on the
+    rare side; on the frequent side the capped exponential mechanism at epsilon 1 keeps a word with probability
+    < 0.1 on this artifact, so a frequent quarter is wrongly reported with probability < 0.1^256."""
+    from textdp.artifact.store import Artifact
+    from textdp.mechanisms import TRIAL_RETRIES, probe_ids, trial_build
+    from textdp.privacy.statements import trial_warnings
+
+    artifact = Artifact(tiny_artifact_dir)
+    trial = trial_build(RareIdentity, artifact, 1.0)
+    assert trial.probes == 64 and 0 < trial.changed < 64
+    assert [band for band, *_ in trial.silent_bands] == [2, 3]
+    probe = probe_ids(300)
+    assert [(count, low, high) for _, count, low, high in trial.silent_bands] == [
+        (16, int(probe[32]), int(probe[47])), (16, int(probe[48]), int(probe[63]))]
+    (line,) = trial_warnings(trial)
+    assert "third most frequent quarter (frequency ranks 153 to 224: 16 words)" in line
+    assert "rarest quarter (frequency ranks 229 to 300: 16 words)" in line
+    assert f"in all {1 + TRIAL_RETRIES} of its releases" in line
+    right = trial_build(CappedExponential, artifact, 1.0)
+    assert right.changed > 0 and right.silent_bands == () and trial_warnings(right) == []
+
+
+def test_a_mechanism_that_is_the_identity_on_the_rare_words_is_warned_before_the_run(tmp_path, tiny_artifact_dir,
+                                                                                      capsys):
+    """The CLI run: one WARNING line before the run names the rare quarters, and both summaries carry it; the run
+    still releases (a warning, not a refusal: the trial cannot prove the mechanism wrong)."""
+    source = _input(tmp_path, "in.txt", "the president said our police were cold\n")
+    out = tmp_path / "o" / "p"
+    code = cli_main(["privatize", RUNNER, "--epsilon=1", f"--input={source}", f"--output={out}",
+                     f"--public-summary={tmp_path}/o/pub.json", f"--artifact={tiny_artifact_dir}",
+                     "--mechanism=tests.test_hostile_round8:RareIdentity"])
+    err = capsys.readouterr().err
+    assert code == 0
+    assert "rarest quarter" in err and "president" not in err
+    summary = json.load(open(f"{out}-summary.json", encoding="utf-8"))
+    public = json.load(open(f"{tmp_path}/o/pub.json", encoding="utf-8"))
+    for document in (summary, public):
+        assert any("rarest quarter" in w for w in document["warnings"])
