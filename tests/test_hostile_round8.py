@@ -136,3 +136,32 @@ def test_a_mechanism_that_is_the_identity_on_the_rare_words_is_warned_before_the
     public = json.load(open(f"{tmp_path}/o/pub.json", encoding="utf-8"))
     for document in (summary, public):
         assert any("rarest quarter" in w for w in document["warnings"])
+
+
+# --- --unk-token look-alikes of vocabulary words ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("marker,why", [("th\u0435", "mixes"),         # Latin t, h + Cyrillic ie: "the"
+                                        ("\u0430", "looks like"),      # Cyrillic a alone: the vocabulary word "a"
+                                        ("\u0399\u03a4", "looks like"),  # Greek IOTA TAU: "it"
+                                        ("\u0456n", "mixes")])         # Cyrillic i + Latin n: "in"
+def test_an_unk_marker_that_looks_like_a_vocabulary_word_is_refused(marker, why, tmp_path, tiny_artifact_dir, capsys):
+    """`--unk-token thе` (a Cyrillic е) passed the vocabulary check: every unknown word was released as what any
+    reader takes for "the". Now a marker mixing scripts, or one that is a vocabulary word once its Cyrillic/Greek
+    look-alike letters are read as the Latin ones, is refused in one line before the run."""
+    source = _input(tmp_path, "in.txt", "the zyzzyvaqq said\n")
+    code = cli_main(["privatize", RUNNER, "--epsilon=10", f"--input={source}", f"--output={tmp_path}/o/p",
+                     f"--artifact={tiny_artifact_dir}", "--oov-policy=unk", f"--unk-token={marker}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and why in err[0] and "zyzzyvaqq" not in err[0], err
+    assert not os.path.exists(tmp_path / "o")
+
+
+@pytest.mark.parametrize("marker", ["<unk>", "\u043d\u0435\u0438\u0437\u0432", "[REDACTED]", "\u2588\u2588"])
+def test_markers_in_one_script_that_are_no_word_still_work(marker, tmp_path, tiny_artifact_dir):
+    """An all-Cyrillic marker that reads as no Latin word, <unk>, [REDACTED] and a redaction bar are accepted and
+    released."""
+    import textdp
+
+    private = textdp.Privatizer(epsilon=1e6, artifact=tiny_artifact_dir, oov_policy="unk", unk_token=marker)
+    assert private.privatize(["the zyzzyvaqq said"], seed=1) == [f"the {marker} said"]

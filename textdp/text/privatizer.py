@@ -78,6 +78,33 @@ def check_unk_token(unk_token: str, word_to_id) -> None:
     if len(batch.ids) == 1 and int(batch.ids[0]) >= 0:
         raise ParameterError(f"unk_token {unk_token!r} is read as the vocabulary word {batch.words[0]!r}: an unknown "
                              "word would look like a released one; choose a marker that is not a word, such as <unk>")
+    scripts = sorted({script for script in map(_letter_script, unk_token) if script})
+    if len(scripts) > 1:
+        raise ParameterError(f"unk_token {unk_token!r} mixes {' and '.join(scripts)} letters, the way a look-alike of a "
+                             "word is made: a reader could take the marker for a released word; choose a marker in one "
+                             "script, such as <unk>")
+    if len(batch.ids) == 1:
+        word = batch.words[0]
+        seen = "".join(LOOKALIKES.get(char, char) for char in unicodedata.normalize("NFKC", word))
+        for form in dict.fromkeys((seen, seen.lower())):
+            if form != word and form in word_to_id:
+                raise ParameterError(f"unk_token {unk_token!r} looks like the vocabulary word {form!r} (it differs only "
+                                     "by look-alike letters): an unknown word would look like a released one; choose a "
+                                     "marker that is not a word, such as <unk>")
+
+
+# Cyrillic and Greek letters drawn like a Latin one (Unicode's confusables for the Latin alphabet, the common part):
+# an --unk-token made of them reads as a vocabulary word (check_unk_token).
+LOOKALIKES = {**dict(zip("аеорсухіјѕһԁԛԝӏАВЕКМНОРСТХІЈЅ", "aeopcyxijshdqwlABEKMHOPCTXIJS")),
+              **dict(zip("οαντικρυχΑΒΕΖΗΙΚΜΝΟΡΤΥΧ", "oavtikpyxABEZHIKMNOPTYX"))}
+
+
+def _letter_script(char: str) -> Optional[str]:
+    """LATIN, CYRILLIC, GREEK... for a letter (the first word of its Unicode name), None for any other character."""
+    if not char.isalpha():
+        return None
+    name = unicodedata.name(char, "")
+    return name.split(" ", 1)[0] if name else None
 
 
 _UNK_MARK = -2
