@@ -165,3 +165,41 @@ def test_markers_in_one_script_that_are_no_word_still_work(marker, tmp_path, tin
 
     private = textdp.Privatizer(epsilon=1e6, artifact=tiny_artifact_dir, oov_policy="unk", unk_token=marker)
     assert private.privatize(["the zyzzyvaqq said"], seed=1) == [f"the {marker} said"]
+
+
+# --- R8-3: a Privatizer's settings cannot be re-assigned ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,value", [("oov_policy", "random"), ("mechanism", None), ("epsilon", 0.001),
+                                        ("seeded", False), ("unk_token", "<x>"), ("spec", None), ("artifact", None)])
+def test_a_privatizers_settings_cannot_be_reassigned(name, value, tiny_artifact_dir):
+    """`p.oov_policy = "random"` on a keep Privatizer made privacy_statement() claim every word covered while
+    privatize() still released unknown words verbatim (the statement read the attribute, the release used the objects
+    built at construction); `p.seeded = False` hid a seeded call. Now every public setting is fixed: assigning or
+    deleting one raises TextdpAttributeError (an AttributeError) naming it, and the statement and the release agree."""
+    import textdp
+
+    p = textdp.Privatizer(epsilon=10, artifact=tiny_artifact_dir, oov_policy="keep")
+    p.privatize(["the cat"], seed=1)
+    before = (p.privacy_statement(), p.parameters())
+    with pytest.raises(textdp.TextdpAttributeError, match=f"Privatizer.{name} cannot be set"):
+        setattr(p, name, value)
+    with pytest.raises(AttributeError):
+        delattr(p, name)
+    assert (p.privacy_statement(), p.parameters()) == before and p.seeded
+    assert p.privacy_statement()["output_coverage"]["covered"] != "all"  # keep: unknown words are not covered
+    assert p.privatize(["the zzqxsecret"], seed=2)[0].endswith("zzqxsecret")  # what the statement says: kept
+
+
+def test_a_privatizer_still_pickles_previews_and_keeps_its_stats(tiny_artifact_dir):
+    """The guard leaves what the object does itself: last_stats after a call, pickling (re-built from its
+    arguments), and a fresh one is unseeded."""
+    import pickle
+
+    import textdp
+
+    p = textdp.Privatizer(epsilon=10, artifact=tiny_artifact_dir)
+    p.privatize(["the cat sat"])
+    assert p.last_stats["tokens"] == 3 and not p.seeded
+    q = pickle.loads(pickle.dumps(p))
+    assert q.parameters() == p.parameters() and q.privatize(["the cat"])[0].count(" ") == 1

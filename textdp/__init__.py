@@ -8,8 +8,16 @@ under the package's name (adapters that ``import textdp`` never loads).
 """
 
 from textdp.api import Privatizer  # the public Python API: docs/api.md
-from textdp.errors import ArtifactError, ArtifactNotFoundError, ParameterError, TextdpError, TextdpTypeError, TextdpValueError
+from textdp.errors import (
+                           ArtifactError,
+                           ArtifactNotFoundError,
+                           ParameterError,
+                           TextdpAttributeError,
+                           TextdpError,
+                           TextdpTypeError,
+                           TextdpValueError,
+)
 from textdp.version import __version__
 
 __all__ = ["Privatizer", "TextdpError", "__version__", "ArtifactError", "ArtifactNotFoundError", "ParameterError",
-           "TextdpTypeError", "TextdpValueError"]
+           "TextdpAttributeError", "TextdpTypeError", "TextdpValueError"]

@@ -56,7 +56,7 @@ from threadpoolctl import threadpool_limits
 
 from textdp.artifact.compact_vocab import SharedVocabularyArtifact
 from textdp.artifact.locate import resolve_artifact, verify_artifact
-from textdp.errors import TextdpError, TextdpTypeError, TextdpValueError
+from textdp.errors import TextdpAttributeError, TextdpError, TextdpTypeError, TextdpValueError
 from textdp.mechanisms import (  # noqa: F401
     ALL_MECHANISMS,
     DEFAULT_MECHANISM,
@@ -200,8 +200,28 @@ class Privatizer:
                                     unk_token)
         self._fresh_generator()  # OS entropy, tagged with this process's id (a forked child draws its own: _after_fork)
         self.last_stats: dict = {}
-        self.seeded = False  # True once any call of this Privatizer used a seed: privacy_statement() then says so
+        self._seeded = False  # True once any call of this Privatizer used a seed: privacy_statement() then says so
         _LIVE.add(self)
+        self._frozen = True  # the settings above are fixed: __setattr__
+
+    # What it releases with and what privacy_statement() describes are the same objects: no public setting can be
+    # re-assigned after construction (round 8, R8-3: `p.oov_policy = "random"` changed the statement only).
+    def __setattr__(self, name: str, value) -> None:
+        if self.__dict__.get("_frozen") and not name.startswith("_") and name != "last_stats":
+            raise TextdpAttributeError(
+                f"Privatizer.{name} cannot be set: a Privatizer's settings are fixed when it is built (its privacy "
+                f"statement describes what it releases with); build a new textdp.Privatizer(...) instead")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if self.__dict__.get("_frozen") and not name.startswith("_"):
+            raise TextdpAttributeError(f"Privatizer.{name} cannot be deleted: its settings are fixed when it is built")
+        object.__delattr__(self, name)
+
+    @property
+    def seeded(self) -> bool:
+        """True once any call of this Privatizer used a seed (sticky: privacy_statement() then says so)."""
+        return self._seeded
 
     def _fresh_generator(self) -> None:
         """A new generator from OS entropy, owned by this process, and a new lock (one inherited through fork may be
@@ -246,7 +266,7 @@ class Privatizer:
             raise TextdpValueError("seed must be an integer >= 0")
         seed = None if seed is None else int(seed)
         if seed is not None:
-            self.seeded = True  # sticky: output made with a seed may be among what the caller publishes
+            self._seeded = True  # sticky: output made with a seed may be among what the caller publishes
         texts = list(texts)  # the caller's iterable is consumed before the lock: it may call this Privatizer too
         if self._owner == threading.get_ident():
             raise TextdpError("privatize was called again from inside a call of the same Privatizer on the "
@@ -436,7 +456,7 @@ class Privatizer:
         """This Privatizer (same artifact, OOV policy, limits) over another mechanism object: for preview."""
         clone = object.__new__(Privatizer)
         clone.__dict__.update(self.__dict__)
-        clone.spec, clone.mechanism = spec, mechanism
+        clone.__dict__.update(spec=spec, mechanism=mechanism)  # settings, fixed (__setattr__) once set
         nearest = getattr(mechanism, "nearest", None)
         if hasattr(nearest, "threads"):
             nearest.threads = self.threads

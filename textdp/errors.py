@@ -30,6 +30,10 @@ class TextdpTypeError(TextdpError, TypeError):
     """A value of the wrong kind (the message names the kind expected and the kind given, never the value)."""
 
 
+class TextdpAttributeError(TextdpError, AttributeError):
+    """An attribute textdp does not let a caller set: a Privatizer's settings are fixed at construction."""
+
+
 class EmbeddingFormatError(TextdpValueError):
     """An embedding source is malformed; the message names the file and, where known, the line."""
 
