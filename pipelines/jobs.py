@@ -493,8 +493,12 @@ def _noting_interrupts(noted: list):
         noted.append(signum)
         signal.default_int_handler(signal.SIGINT, frame)
 
-    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-                + _termination_signals()}
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) + _termination_signals():
+        try:
+            previous[signum] = signal.signal(signum, handler)
+        except (OSError, ValueError):  # a signal this platform does not let Python catch
+            continue
     try:
         yield
     finally:
@@ -502,13 +506,43 @@ def _noting_interrupts(noted: list):
             signal.signal(signum, old)
 
 
-def _termination_signals() -> tuple:
-    """The other catchable signals whose default action ends the process (Ctrl-\\, SIGUSR1/2, SIGALRM, a CPU-time
-    limit's SIGXCPU): handled like SIGTERM, so that --overwrite puts the earlier release back (round 7 F14)."""
+# Signals whose default action does not end the process (or that cannot be caught), and the synchronous faults (a
+# handler for a real SIGSEGV would run again forever): left alone by _termination_signals.
+_NOT_TERMINATING = frozenset({"SIGCHLD", "SIGCLD", "SIGCONT", "SIGURG", "SIGWINCH", "SIGTSTP", "SIGTTIN", "SIGTTOU",
+                              "SIGSTOP", "SIGKILL"})
+_FAULTS = frozenset({"SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT", "SIGIOT", "SIGTRAP", "SIGSYS", "SIGEMT"})
+
+
+def signal_name(signum: int) -> str:
+    """SIGQUIT..., or SIGRTMIN+n for a real-time signal that has no name of its own."""
     import signal
 
-    return tuple(getattr(signal, name) for name in ("SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGXCPU")
-                 if hasattr(signal, name))
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        low = getattr(signal, "SIGRTMIN", None)
+        return f"SIGRTMIN+{int(signum) - int(low)}" if low is not None and signum > low else f"signal {int(signum)}"
+
+
+def _termination_signals() -> tuple:
+    """Every other catchable signal whose default action ends the process and that this process does not ignore
+    (Ctrl-\\, SIGUSR1/2, SIGALRM, SIGXCPU, SIGPWR, SIGVTALRM, SIGPROF, SIGIO, SIGSTKFLT, the real-time signals...;
+    not SIGINT/SIGTERM/SIGHUP, handled on their own, nor one this process ignores, such as Python's SIGPIPE and
+    SIGXFSZ): handled like SIGTERM, so that --overwrite puts the earlier release back (round 7 F14; round 8 R8-1
+    found the list of five names missing SIGPWR, SIGVTALRM, SIGSTKFLT, SIGIO and the real-time signals)."""
+    import signal
+
+    found = []
+    for signum in sorted(int(s) for s in signal.valid_signals()):
+        name = signal_name(signum)
+        if name in _NOT_TERMINATING or name in _FAULTS or signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            continue
+        try:
+            if signal.getsignal(signum) != signal.SIG_IGN:  # one the process ignores stays ignored
+                found.append(signum)
+        except (OSError, ValueError):
+            continue
+    return tuple(found)
 
 
 def _interruption(name: str, noted: list, what: str) -> int:
@@ -519,9 +553,9 @@ def _interruption(name: str, noted: list, what: str) -> int:
     if signal.SIGHUP in noted:
         print(f"textdp {name}: hung up (SIGHUP){what}", file=sys.stderr)
         return EXIT_HUNG_UP
-    other = [signum for signum in noted if signum in _termination_signals()]
+    other = [signum for signum in noted if signum not in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)]
     if other:
-        print(f"textdp {name}: terminated ({signal.Signals(other[0]).name}){what}", file=sys.stderr)
+        print(f"textdp {name}: terminated ({signal_name(other[0])}){what}", file=sys.stderr)
         return 128 + int(other[0])
     terminated = signal.SIGTERM in noted
     print(f"textdp {name}: {'terminated (SIGTERM)' if terminated else 'interrupted'}{what}", file=sys.stderr)

@@ -203,3 +203,45 @@ def test_a_privatizer_still_pickles_previews_and_keeps_its_stats(tiny_artifact_d
     assert p.last_stats["tokens"] == 3 and not p.seeded
     q = pickle.loads(pickle.dumps(p))
     assert q.parameters() == p.parameters() and q.privatize(["the cat"])[0].count(" ") == 1
+
+
+# --- R8-1: every catchable signal that would end the process puts the earlier release back ------------------------
+
+
+def test_every_catchable_terminating_signal_is_handled_and_no_other():
+    """Round 7 handled five named signals; SIGPWR, SIGVTALRM, SIGSTKFLT, SIGIO and the real-time signals still killed
+    an --overwrite run silently. Now the set is derived: every signal whose default action ends the process and that
+    this process does not ignore; never one that stops, continues or is ignored, nor a synchronous fault."""
+    import signal
+
+    from pipelines.jobs import _termination_signals, signal_name
+
+    found = set(_termination_signals())
+    for name in ("SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGXCPU", "SIGPWR", "SIGVTALRM", "SIGPROF", "SIGIO",
+                 "SIGSTKFLT", "SIGRTMIN", "SIGRTMAX"):
+        if hasattr(signal, name):
+            assert getattr(signal, name) in found, name
+    assert signal.SIGRTMIN + 5 in found and signal_name(signal.SIGRTMIN + 5) == "SIGRTMIN+5"
+    for name in ("SIGCHLD", "SIGWINCH", "SIGCONT", "SIGTSTP", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGABRT", "SIGPIPE",
+                 "SIGINT", "SIGTERM", "SIGHUP", "SIGKILL", "SIGSTOP"):
+        assert getattr(signal, name) not in found, name
+    old = signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a signal the process ignores is left ignored
+    try:
+        assert signal.SIGUSR1 not in _termination_signals()
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+
+
+def test_sigpwr_during_an_overwrite_run_puts_the_earlier_release_back(tmp_path, tiny_artifact_dir):
+    """SIGPWR (a power-management shutdown notice) once the pipeline is privatizing: one line, exit 128 + 30, the
+    earlier release byte-identical and no hidden folder left. A real subprocess, as round 7's SIGQUIT test."""
+    import signal
+
+    from tests.test_hostile_round6b import _snapshot, signal_during_overwrite
+    from textdp.outputs import EARLIER_FOLDER_PREFIX
+
+    before, code, err = signal_during_overwrite(tmp_path, tiny_artifact_dir, signal.SIGPWR)
+    assert code == 128 + signal.SIGPWR, err
+    assert "terminated (SIGPWR)" in err and "the earlier run's files were put back" in err
+    assert _snapshot(f"{tmp_path}/o") == before
+    assert not glob.glob(f"{tmp_path}/o/{EARLIER_FOLDER_PREFIX}*")
