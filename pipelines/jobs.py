@@ -429,6 +429,14 @@ class Plan:
     progress: Optional[Tuple[str, Optional[int], str]] = None
     guard: object = None
     settle: object = None  # settle(stage): after the run however it ended (the exposure ledger: pipelines/ledger.py)
+    abandon: object = None  # abandon(): the run was refused before anything ran: undo what prepare() made (lines)
+
+
+def _abandon(name: str, plan: Optional[Plan]) -> None:
+    """A run refused after its job's ``prepare()``: what prepare() made is undone (``Plan.abandon``)."""
+    if plan is not None and plan.abandon is not None:
+        for note in plan.abandon() or []:
+            print(f"textdp {name}: {note}", file=sys.stderr)
 
 
 def _temp_folders(parents: Sequence[str]) -> set:
@@ -644,7 +652,10 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
             plan.guard.release()
         return _interruption(name, interrupted, " before the run started; nothing was written")
     except (JobRefused, TextdpError, ValueError, LookupError) as exc:
+        if plan is not None and plan.guard is not None:
+            plan.guard.release()
         say(_one_line(exc, ran=False))
+        _abandon(name, plan)
         return EXIT_REFUSED
     stage = "build"  # "build": nothing ran or was removed; "removed": --overwrite moved files aside; "run"
     finished = False  # the pipeline ran to its end: the locks stay held until the report judged it
@@ -691,6 +702,8 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
                 print(f"textdp {name}: {note}", file=sys.stderr)
         if plan.guard is not None and not finished:
             plan.guard.release()
+        if stage == "build" and not finished:  # refused (or interrupted) while building: nothing ran
+            _abandon(name, plan)
     try:
         if is_dry_run(options):  # Beam built and validated the job graph and returned: nothing ran or was written
             from apache_beam.options.pipeline_options import StandardOptions

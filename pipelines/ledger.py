@@ -284,6 +284,27 @@ class LedgerRun:
     def committed(self) -> bool:
         return bool(self.outcome) and " committed" in self.outcome
 
+    def discard_created(self) -> List[str]:
+        """``Plan.abandon``: the run was refused before anything ran (a lock, the runner, the build). A ledger this
+        run created (--ledger-create) is removed again, so that a refusal leaves no file behind and the same command
+        can be given again once fixed (round 8, R8-2); a ledger that existed before is never touched. Never raises."""
+        if not self.ledger.created or self.reserved:
+            return []
+        self.ledger.created = False
+        try:
+            self.ledger.close()
+            if self.ledger.file is not None:
+                for name in (self.ledger.file, *(self.ledger.file + s for s in ("-journal", "-wal", "-shm"))):
+                    if os.path.lexists(name):
+                        os.remove(name)
+            else:  # an empty database this run filled with the ledger's tables
+                self.ledger.metadata.drop_all(self.ledger.engine)
+                self.ledger.close()
+        except Exception as exc:
+            return [f"ledger: the new ledger {self.shown} this refused run created could not be removed "
+                    f"({type(exc).__name__}): remove it before giving --ledger-create again"]
+        return [f"ledger: the new ledger {self.shown} was removed again (the run was refused)"]
+
 
 def refuse_budget_below_epsilon(budget: Optional[float], epsilon: Optional[float], what: str) -> None:
     """A budget below one word's epsilon-mass (epsilon x 1 token) releases no word: refused before the run."""
@@ -300,7 +321,7 @@ def guard_ledger(guard, location: str) -> None:
     """The ledger file (an embedded SQLite ledger, and its -journal/-wal/-shm files) against the run's outputs and
     inputs, registered with its output guard: refused in one line before the ledger is opened or created."""
     from textdp.ledger.store import sqlite_file
-    from textdp.outputs import identity, pattern_matches, real_path
+    from textdp.outputs import LOCK_SUFFIX, RUN_RECORD_SUFFIX, identity, pattern_matches, real_path
 
     path = sqlite_file(location)  # refuses an in-memory SQLite URL
     if path is None:
@@ -308,6 +329,12 @@ def guard_ledger(guard, location: str) -> None:
     real = real_path(path)
     shown = shown_url(location)
     names = [real] + [real + suffix for suffix in ("-journal", "-wal", "-shm")]
+    base = os.path.basename(real)
+    if base.endswith(LOCK_SUFFIX) or base.endswith(RUN_RECORD_SUFFIX) or base.startswith(".textdp-"):
+        # textdp's own lock / run-record / hidden-folder names: a run would take the ledger for a stale lock or a
+        # run record of its own (and an operator unblocking a directory would delete it) (round 8, R8-2)
+        raise TextdpError(f"--ledger {shown}: a name ending in {LOCK_SUFFIX} or {RUN_RECORD_SUFFIX} (or starting with "
+                          ".textdp-) is one textdp uses for its locks and run records; give the ledger another name")
     for out in guard.outputs:
         if any(out.catches(name) for name in names):
             raise TextdpError(f"--ledger {shown} is one of this run's outputs ({out.what}, {out.flag} {out.label}): "

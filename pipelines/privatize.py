@@ -465,7 +465,8 @@ def prepare(options: PipelineOptions) -> Plan:
         return build_pipeline(options, progress_dir, checked, spent)
 
     return Plan(build=build, report=report, temp_parents=parents, progress=("records", total, "tokens"),
-                guard=checked.guard, settle=checked.ledger.settle if checked.ledger is not None else None)
+                guard=checked.guard, settle=checked.ledger.settle if checked.ledger is not None else None,
+                abandon=checked.ledger.discard_created if checked.ledger is not None else None)
 
 
 def _read_summary(summary_path: str) -> Optional[dict]:

@@ -278,7 +278,8 @@ def prepare(options: PipelineOptions) -> Plan:
 
     parent = FileSystems.split(output)[0] if "://" in output else os.path.dirname(os.path.abspath(output))
     return Plan(build=build, report=report, temp_parents=(parent,), progress=None, guard=checked["guard"],
-                settle=ledger.settle if ledger is not None else None)
+                settle=ledger.settle if ledger is not None else None,
+                abandon=ledger.discard_created if ledger is not None else None)
 
 
 def watch_skipped_line(summaries: list) -> Optional[str]:

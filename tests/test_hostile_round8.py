@@ -245,3 +245,123 @@ def test_sigpwr_during_an_overwrite_run_puts_the_earlier_release_back(tmp_path, 
     assert "terminated (SIGPWR)" in err and "the earlier run's files were put back" in err
     assert _snapshot(f"{tmp_path}/o") == before
     assert not glob.glob(f"{tmp_path}/o/{EARLIER_FOLDER_PREFIX}*")
+
+
+# --- R8-2: a ledger at textdp's own lock / run-record names; a refused run leaves no new ledger -------------------
+
+
+def _ledger_args(tmp_path, artifact, output, ledger, *extra):
+    from tests.test_ledger import KEY, write_corpus
+
+    key = tmp_path / "ledger.key"
+    key.write_bytes(KEY)
+    source = tmp_path / "in.jsonl"
+    if not source.exists():
+        write_corpus(source, [("a", 5), ("b", 5)])
+    return ["privatize", f"--input={source}", f"--output={output}", "--epsilon=1", f"--artifact={artifact}",
+            "--user-field=author", f"--ledger={ledger}", f"--ledger-key-file={key}", "--ledger-create", RUNNER, *extra]
+
+
+@pytest.mark.parametrize("name", [".textdp.lock", "w.lock", "w.textdp-run.json", "x.textdp-run.json",
+                                  ".textdp-earlier-x"])
+def test_a_ledger_at_textdps_lock_or_run_record_names_is_refused_before_it_is_created(name, tmp_path,
+                                                                                         tiny_artifact_dir, capsys):
+    """`--ledger <dir>/.textdp.lock --ledger-create` created the SQLite ledger, then the run was refused ("not
+    textdp's lock"), leaving a budget database disguised as a lock that blocked every later run there. Now a name
+    textdp uses for its locks, run records or hidden folders is refused in one line before anything is created."""
+    out = tmp_path / "o"
+    out.mkdir()
+    code = cli_main(_ledger_args(tmp_path, tiny_artifact_dir, out / "w", out / name))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "textdp uses for its locks and run records" in err[0], err
+    assert os.listdir(out) == []
+
+
+def test_a_run_refused_after_it_created_its_ledger_removes_the_new_ledger(tmp_path, tiny_artifact_dir, capsys):
+    """A refusal that comes after the ledger was created (here: a file that is not textdp's lock at the output's lock
+    name, found when the locks are taken) removes the new ledger again and says so, so the same command works once
+    the cause is fixed; a ledger that existed before a refused run is left byte-identical."""
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "w.lock").write_text("not a textdp lock\n", encoding="utf-8")
+    ledger = tmp_path / "L.sqlite"
+    code = cli_main(_ledger_args(tmp_path, tiny_artifact_dir, out / "w", ledger))
+    err = capsys.readouterr().err
+    assert code == 2 and "not textdp's lock" in err and "was removed again" in err, err
+    assert not ledger.exists() and not glob.glob(f"{ledger}-*")
+    (out / "w.lock").unlink()
+    assert cli_main(_ledger_args(tmp_path, tiny_artifact_dir, out / "w", ledger)) == 0  # the same command, fixed
+    before = ledger.read_bytes()
+    (out / "v.lock").write_text("not a textdp lock\n", encoding="utf-8")
+    args = [a for a in _ledger_args(tmp_path, tiny_artifact_dir, out / "v", ledger) if a != "--ledger-create"]
+    assert cli_main(args) == 2
+    assert ledger.read_bytes() == before
+
+
+# --- R8b-1, R8b-2: a custom mechanism's declared epsilon ------------------------------------------------------------
+
+from textdp.mechanisms.madlib import Madlib  # noqa: E402
+
+
+class TinyEps(Madlib):
+    """Madlib at the epsilon it was built with, reporting epsilon / 1000 (the ledger counted that)."""
+
+    name = "r8-tiny-eps"
+
+    def parameters(self):
+        return dict(super().parameters(), epsilon=self.epsilon / 1000)
+
+
+class NoEps(Madlib):
+    name = "r8-no-eps"
+
+    def parameters(self):
+        return {k: v for k, v in super().parameters().items() if k != "epsilon"}
+
+
+class NanEps(Madlib):
+    name = "r8-nan-eps"
+
+    def parameters(self):
+        return dict(super().parameters(), epsilon=float("nan"))
+
+
+class StrEps(Madlib):
+    name = "r8-str-eps"
+
+    def parameters(self):
+        return dict(super().parameters(), epsilon="lots")
+
+
+@pytest.mark.parametrize("cls,phrase", [("TinyEps", "is 0.001, not the epsilon 1"), ("NoEps", "with the key 'epsilon'"),
+                                        ("NanEps", "not a finite number"), ("StrEps", "a str that is not a finite number")])
+def test_a_custom_mechanism_declaring_another_epsilon_is_refused_before_the_ledger(cls, phrase, tmp_path,
+                                                                                  tiny_artifact_dir, capsys):
+    """R8b-1: a class whose parameters() said epsilon / 1000 ran at epsilon 1 while the ledger counted 0.001 per word
+    (budgets exceeded 1000-fold, two epsilons in one summary). R8b-2: a missing, NaN or string epsilon failed only
+    after the whole job ran and left the new ledger behind. Now the launcher's trial refuses each in one line (exit 2)
+    before the ledger is created; the API refuses the same."""
+    import textdp
+
+    out = tmp_path / "o"
+    ledger = tmp_path / "L.sqlite"
+    code = cli_main(_ledger_args(tmp_path, tiny_artifact_dir, out / "w", ledger,
+                                 f"--mechanism=tests.test_hostile_round8:{cls}"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and phrase in err[0], err
+    assert not ledger.exists() and not out.exists()
+    with pytest.raises(textdp.TextdpError, match="parameters()"):
+        textdp.Privatizer(epsilon=1, artifact=tiny_artifact_dir, mechanism=globals()[cls])
+
+
+def test_a_custom_mechanism_declaring_its_own_epsilon_runs_with_the_ledger(tmp_path, tiny_artifact_dir):
+    class Honest(Madlib):
+        name = "r8-honest"
+
+    assert textdp_privatizer_ok(tiny_artifact_dir, Honest)
+
+
+def textdp_privatizer_ok(artifact, cls) -> bool:
+    import textdp
+
+    return len(textdp.Privatizer(epsilon=1, artifact=artifact, mechanism=cls).privatize(["the cat"])) == 1

@@ -467,7 +467,8 @@ def make_mechanism(name: str, artifact, epsilon: float, **params):
     A parameter of another mechanism is accepted only at its default value (callers that pass one set
     of flags to every mechanism keep working); any other value, or an unknown keyword, is an error.
     A mechanism that is not one of textdp's built-in ones and whose constructor raises anything but a TextdpError
-    is refused in one line, "mechanism X could not be built: <ExceptionType>: <first line>" (TextdpError).
+    is refused in one line, "mechanism X could not be built: <ExceptionType>: <first line>" (TextdpError); so is one
+    whose ``parameters()["epsilon"]`` is not the epsilon it was built with (``_check_declared_epsilon``).
     """
     cls, public = _resolve(name, params)
     keywords = _constructor_keywords(cls, public)
@@ -475,13 +476,15 @@ def make_mechanism(name: str, artifact, epsilon: float, **params):
     if built_in(cls):
         return cls(artifact, epsilon, **cls.FIXED, **keywords)
     try:
-        return cls(artifact, epsilon, **cls.FIXED, **keywords)
+        mechanism = cls(artifact, epsilon, **cls.FIXED, **keywords)
     except TextdpError:
         raise
     except Exception as exc:  # the user's constructor
         first = str(exc).splitlines()[0][:200] if str(exc) else ""
         raise TextdpError(f"mechanism {cls.name!r} ({cls.__module__}.{cls.__qualname__}) could not be built: "
                           f"{type(exc).__name__}: {first}") from None
+    _check_declared_epsilon(mechanism, epsilon)  # what the summaries print and the ledger counts
+    return mechanism
 
 
 def built_in(cls) -> bool:
@@ -560,6 +563,33 @@ def trial_build(reference, artifact, epsilon: float, **params) -> Optional[Trial
         cls = type(mechanism)
         raise TextdpError(f"mechanism {cls.name!r} ({cls.__module__}.{cls.__qualname__}) failed on the "
                           f"{len(probe)} vocabulary ids of the launcher's trial: {type(exc).__name__}: {first}") from None
+
+
+def _check_declared_epsilon(mechanism, epsilon: float) -> None:
+    """A mechanism that is not built in must report, in ``parameters()["epsilon"]``, the epsilon it was built with:
+    the summaries print it and the exposure ledger counts it (round 8, R8b-1: a class reporting epsilon / 1000 let
+    every author spend 1000 times the budget; R8b-2: a missing or NaN value failed only after the whole job ran).
+    TextdpError, one line, on the launcher."""
+    import math
+
+    cls = type(mechanism)
+    what = f"mechanism {getattr(cls, 'name', '')!r} ({cls.__module__}.{cls.__qualname__})"
+    try:
+        parameters = mechanism.parameters()
+    except Exception as exc:
+        raise TextdpError(f"{what}: parameters() raised {type(exc).__name__}") from None
+    if not isinstance(parameters, Mapping) or "epsilon" not in parameters:
+        raise TextdpError(f"{what}: parameters() must return a mapping with the key 'epsilon' (the summaries print it "
+                          "and the exposure ledger counts it)")
+    value = parameters["epsilon"]
+    try:
+        number = float(value) if not isinstance(value, (bool, str, bytes)) else float("nan")
+    except (TypeError, ValueError):
+        number = float("nan")
+    if not math.isfinite(number) or number != float(epsilon):
+        shown = f"{number:g}" if math.isfinite(number) else f"a {type(value).__name__} that is not a finite number"
+        raise TextdpError(f"{what}: parameters()['epsilon'] is {shown}, not the epsilon {float(epsilon):g} it was built "
+                          "with: the summaries and the exposure ledger would count another epsilon than the one it runs at")
 
 
 def _constructor_keywords(cls, public: dict) -> dict:
