@@ -365,3 +365,53 @@ def textdp_privatizer_ok(artifact, cls) -> bool:
     import textdp
 
     return len(textdp.Privatizer(epsilon=1, artifact=artifact, mechanism=cls).privatize(["the cat"])) == 1
+
+
+# --- R8-6, R8b-9: one author id in another Unicode form or stored as bytes is one author ---------------------------
+
+
+def test_author_ids_are_compared_in_one_normal_form():
+    """NFC and NFD "José", a zero-width space or a bidi mark inside, surrounding spaces, full-width digits, and UTF-8
+    bytes (a Parquet BINARY column) were each another author (two budgets, two k-threshold votes). Now one; ASCII ids
+    keep the key they had (a ledger's hashes do not change); case is kept; bytes that are not UTF-8 stay bytes."""
+    import unicodedata
+
+    from textdp.text.records import author_identity
+
+    jose = "Jos\u00e9"
+    forms = [jose, unicodedata.normalize("NFD", jose), "Jo\u200bs\u00e9", "\u200fJos\u00e9", " Jos\u00e9 ", jose.encode("utf-8"),
+             unicodedata.normalize("NFD", jose).encode("utf-8")]
+    assert len({author_identity(f) for f in forms}) == 1
+    assert author_identity("\uff11\uff12") == author_identity("12") == ("str", "12")  # full-width digits; "12" is no 12
+    assert author_identity("alice") == ("str", "alice") and author_identity("Alice") != author_identity("alice")
+    assert author_identity(b"\xff\xfe") == ("bytes", b"\xff\xfe")
+    assert author_identity({"u": jose}) == author_identity({"u": unicodedata.normalize("NFD", jose)})
+    assert author_identity([b"bob"]) == author_identity(["bob"])
+
+
+def test_a_binary_author_column_counts_against_the_same_ledger_budget(tmp_path, tiny_artifact_dir):
+    """R8b-9: authors at their budget from a JSONL run started again at 0 when the same ids came in a Parquet BINARY
+    column. Now the second run withholds every record (budget_exhausted), as for the same ids as strings.
+    Deterministic: admission is exact arithmetic."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.test_ledger import KEY, WORDS
+
+    key = tmp_path / "ledger.key"
+    key.write_bytes(KEY)
+    rows = [("alice", 5), ("bob", 5)]
+    text = lambda n: " ".join(WORDS[i % len(WORDS)] for i in range(n))  # noqa: E731
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"author": a, "text": text(n)}) + "\n" for a, n in rows),
+                                      encoding="utf-8")
+    pq.write_table(pa.table({"author": pa.array([a.encode() for a, _ in rows], pa.binary()),
+                             "text": [text(n) for _, n in rows]}), tmp_path / "b.parquet")
+    ledger = tmp_path / "L.sqlite"
+    common = ["--epsilon=1", f"--artifact={tiny_artifact_dir}", "--user-field=author", f"--ledger={ledger}",
+              f"--ledger-key-file={key}", RUNNER]
+    assert cli_main(["privatize", f"--input={tmp_path}/a.jsonl", f"--output={tmp_path}/o/a", "--ledger-create",
+                     "--author-budget=6", *common]) == 0
+    cli_main(["privatize", f"--input={tmp_path}/b.parquet", f"--output={tmp_path}/o/b", "--max-failed-fraction=1",
+              *common])
+    summary = json.load(open(f"{tmp_path}/o/b-summary.json", encoding="utf-8"))
+    assert summary["records"]["out"] == 0 and summary["records"]["failed_by_reason"] == {"budget_exhausted": 2}

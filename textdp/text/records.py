@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import math
 import numbers
+import unicodedata
 from typing import List, Optional, Sequence, Tuple
 
 # reason codes of error records (the same as the readers': transforms/io.py)
@@ -152,15 +153,23 @@ def unsafe_author_id(value) -> bool:
 
 def _canonical_author(value):
     """``value`` with every number inside written as the integer it equals when it is an integral float (1.0 -> 1,
-    2.0 inside a list or object -> 2), numpy scalars and arrays as Python ones; booleans, strings and nulls as they
-    are. A float that is no safe identity is refused first (``unsafe_author_id``)."""
+    2.0 inside a list or object -> 2), numpy scalars and arrays as Python ones, strings (and UTF-8 bytes) in their
+    normal form (``_normal_author_text``); booleans and nulls as they are. A float that is no safe identity is
+    refused first (``unsafe_author_id``)."""
     if isinstance(value, dict):
         return {key: _canonical_author(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [_canonical_author(item) for item in value]
     if hasattr(value, "tolist") and getattr(value, "ndim", 0):
         return _canonical_author(value.tolist())
-    if isinstance(value, bool) or value is None or isinstance(value, (str, bytes)):
+    if isinstance(value, str):
+        return _normal_author_text(value)
+    if isinstance(value, bytes):
+        try:
+            return _normal_author_text(value.decode("utf-8"))
+        except UnicodeDecodeError:
+            return value
+    if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, numbers.Integral):
         return int(value)
@@ -176,7 +185,9 @@ def author_identity(value):
     that has a null; a float that is no exact integer below 2**53 is refused by ``check_author``), a string is
     not a number ("1" is another author than 1), a boolean is neither; a list or object by its canonical JSON
     (keys sorted, every number inside written as above: {"uid": 1} and {"uid": 1.0}, [2] and [2.0] are one
-    author; ids without floats keep the key they had, so a ledger's hashes do not change). Hashable; never None
+    author; ids without floats keep the key they had, so a ledger's hashes do not change); a string by its NFKC
+    form without format characters or surrounding whitespace (``_normal_author_text``), and UTF-8 bytes as that
+    string (a Parquet BINARY column). Hashable; never None
     (a null author is MISSING_AUTHOR; a null inside a list or object is a value like any other)."""
     if isinstance(value, bool):
         return ("bool", value)
@@ -185,11 +196,28 @@ def author_identity(value):
     if isinstance(value, numbers.Real):  # numpy's floats too; one that is no safe identity is refused first (check_author)
         value = float(value)
         return ("number", int(value) if math.isfinite(value) and value.is_integer() else value)
-    if isinstance(value, (str, bytes)):
-        return (type(value).__name__, value)
+    if isinstance(value, bytes):  # a Parquet BINARY column is how some writers store UTF-8 text (round 8, R8b-9)
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError:
+            return ("bytes", value)
+    if isinstance(value, str):
+        return ("str", _normal_author_text(value))
     import json
 
     return ("json", json.dumps(_canonical_author(value), sort_keys=True, default=str))
+
+
+def _normal_author_text(text: str) -> str:
+    """A string author id as it is compared: NFKC (canonical and compatibility forms of one text are one id: "José"
+    composed or decomposed, full-width digits), without format characters (zero-width spaces, bidi marks) and without
+    surrounding whitespace (round 8, R8-6: each form counted as another author). Case is kept ("Alice" and "alice"
+    are two ids). Merging forms only ever makes fewer authors: a stricter --k-threshold and --author-budget, never a
+    looser one. An id already in this form keeps its key (a ledger's hashes do not change)."""
+    if text.isascii():
+        return text.strip()
+    normal = unicodedata.normalize("NFKC", "".join(c for c in text if unicodedata.category(c) != "Cf"))
+    return normal.strip()
 
 
 def record_texts(record, text_fields: Sequence[str]) -> List[str]:
