@@ -13,6 +13,29 @@ from textdp.artifact.embeddings import BUNDLED_GLOVE, EmbeddingSource
 from textdp.artifact.locate import open_artifact
 from textdp.artifact.store import build_artifact, ensure_default_artifact
 
+SHARED_ART300 = "/tmp/art300"  # the 300-word artifact several test modules read by path (read-only: never write into it)
+
+
+def pytest_configure(config):
+    """Build the shared 300-word artifact at SHARED_ART300 before collection when it is not there (a fresh machine:
+    the modules that read it by path would otherwise skip or fail). Built beside it and renamed into place, so two
+    sessions starting at once cannot see half of it."""
+    if os.path.isfile(os.path.join(SHARED_ART300, "manifest.json")):
+        return
+    import shutil
+    import tempfile
+
+    staging = tempfile.mkdtemp(prefix="art300-", dir=os.path.dirname(SHARED_ART300))
+    try:
+        build_artifact(EmbeddingSource("bundled", BUNDLED_GLOVE), os.path.join(staging, "a"), vocab_size=300, trees=5,
+                       seed=0)
+        try:
+            os.rename(os.path.join(staging, "a"), SHARED_ART300)
+        except OSError:  # another session put it there first
+            pass
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
 
 @pytest.fixture(scope="session")
 def imdb_rows():
