@@ -287,7 +287,9 @@ def test_a_k_threshold_above_the_authors_warns_that_every_word_was_masked(tiny_a
     with open(public) as handle:
         assert any(expected in w for w in json.load(handle)["warnings"])
     released = [json.loads(line)["text"] for line in _lines(str(tmp_path / "o" / "x-*-of-*.jsonl"))]
-    assert released and all(set(text.split()) == {"<rare>"} for text in released)  # the warning is true
+    # the warning is true: no word is left, only markers (and punctuation a released vocabulary word such as "'s"
+    # brings: the stage masks the word part, the apostrophe is structure; seen once as "'<rare> <rare>")
+    assert released and all(not any(c.isalnum() for c in text.replace("<rare>", "")) for text in released), released
     # K = 1 masks nothing and says nothing
     code, out, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(data), "--shuffle",
                                              "--user-field", "u", "--k-threshold", "1", "--overwrite"))
