@@ -930,8 +930,10 @@ def watch_files(pipeline, pattern: str, poll_interval: float, stop_after: Option
                   | "Watch" >> fileio.MatchContinuously(
                       pattern, interval=float(poll_interval), has_deduplication=True, match_updated_files=True,
                       start_timestamp=Timestamp.now(), stop_timestamp=stop_timestamp(stop_after))
-                  | "Digest" >> beam.ParDo(DigestFiles()).with_outputs(SKIPPED, main="digests"))
-        once = polled.digests | "OncePerContent" >> beam.ParDo(OncePerContent()).with_outputs(SKIPPED, main="files")
+                  | "Digest" >> beam.ParDo(DigestFiles()).with_output_types(
+                      beam.typehints.Tuple[str, beam.typehints.Any]).with_outputs(SKIPPED, main="digests"))
+        once = polled.digests | "OncePerContent" >> beam.ParDo(OncePerContent()).with_output_types(
+            beam.typehints.Any).with_outputs(SKIPPED, main="files")
         polled = {"files": once.files, SKIPPED: ((polled[SKIPPED], once[SKIPPED]) | "NotRead" >> beam.Flatten())}
     files = polled.files if local else polled["files"]
     read = files | "ReadFiles" >> ReadFiles(*reader_args, opened=local)
