@@ -29,6 +29,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import os
 import random
 import uuid
 from collections import Counter
@@ -623,22 +624,131 @@ def stop_timestamp(seconds: Optional[float]) -> Timestamp:
     return MAX_TIMESTAMP if seconds is None else Timestamp.now() + Duration(float(seconds))
 
 
-# A watched file's identity (docs/streaming.md, "Which files are read"): its content (SHA-256), not its name.
-# Each outcome other than "read" is one error item (counted as one item in and one failed, so the counts
-# reconcile and the console names it), its source the file's path, never its text.
-DUPLICATE_FILE = "duplicate_file"  # the same content as a file already read (a rename, a copy): not read again
+# A watched file's identity (docs/streaming.md, "Which files are read"): its records, not its name or its exact
+# bytes: the SHA-256 of its normalised content (records_digest). Each outcome other than "read" is one error item
+# (counted as one item in and one failed, so the counts reconcile and the console names it), its source the file's
+# path, never its text.
+DUPLICATE_FILE = "duplicate_file"  # the same records as a file already read (a rename, a copy, a re-send): not read again
 FILE_CHANGED = "file_changed_after_read"  # a file read earlier grew or was rewritten in place keeping its start
 FILE_UNSETTLED = "file_not_settled"  # still changing (size or time) when the watch stopped: not read
-WATCH_REASONS = (DUPLICATE_FILE, FILE_CHANGED, FILE_UNSETTLED)
+NOT_REGULAR = "not_a_regular_file"  # a pipe, socket, device or directory matched: never opened (R8b-5)
+WATCH_REASONS = (DUPLICATE_FILE, FILE_CHANGED, FILE_UNSETTLED, NOT_REGULAR)
 SKIPPED = "skipped"
+_BOM = b"\xef\xbb\xbf"
 
 
-def content_digest(path: str, limit: Optional[int] = None) -> str:
-    """The SHA-256 (hex) of a file's content, or of its first ``limit`` bytes."""
+def normalised(content: bytes) -> bytes:
+    """A file's content as its records are read (ReadFileRecords): a leading UTF-8 byte order mark dropped, CRLF
+    line endings made LF, and one final line ending dropped (a last line is a record with or without it)."""
+    if content.startswith(_BOM):
+        content = content[len(_BOM):]
+    content = content.replace(b"\r\n", b"\n")
+    return content[:-1] if content.endswith(b"\n") else content
+
+
+def records_digest(handle) -> str:
+    """The SHA-256 (hex) of ``normalised`` of what ``handle.read`` gives (the decompressed content), read 1 MiB
+    at a time: a watched file's identity, so that a re-sent file differing only by its line endings, a byte
+    order mark or its final newline is the same content (``duplicate_file``)."""
+    digest, held, start = hashlib.sha256(), b"", True
+    for chunk in iter(lambda: handle.read(1 << 20), b""):
+        held += chunk
+        if start:
+            if len(held) < len(_BOM):
+                continue
+            held, start = (held[len(_BOM):] if held.startswith(_BOM) else held), False
+        keep = 2 if held.endswith(b"\r\n") else 1 if held.endswith((b"\r", b"\n")) else 0  # may still change
+        digest.update(held[:len(held) - keep].replace(b"\r\n", b"\n"))
+        held = held[len(held) - keep:]
+    digest.update(normalised(held) if start else normalised(b"x" + held)[1:])
+    return digest.hexdigest()
+
+
+def not_regular(path: str) -> Optional[str]:
+    """Why a matched local path is not read as a file (a FIFO, socket, device or directory: opening a FIFO
+    blocks until a writer comes), or None (a regular file, or a remote object). From ``os.stat``: nothing is
+    opened."""
+    import stat
+
+    from textdp.outputs import is_remote
+
+    if is_remote(path):
+        return None
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None  # gone: the open says so
+    if stat.S_ISREG(mode):
+        return None
+    kind = ("a directory" if stat.S_ISDIR(mode) else "a named pipe (FIFO)" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "not a regular file")
+    return (f"the watch matched {kind}, not a regular file; it is never opened (a pipe would block the watch): "
+            "put each input in a regular file")
+
+
+def open_watched(path: str):
+    """A matched file opened for reading, never blocking: a local path is opened O_NONBLOCK and checked
+    (``fstat``) to be a regular file on the descriptor it reads, so a FIFO put in its place after the check is
+    not waited on. Raises OSError if it is gone; ``NotRegularFile`` if it is not a regular file."""
+    import stat
+
     from apache_beam.io.filesystems import FileSystems
 
-    with FileSystems.open(path, compression_type="uncompressed") as handle:
-        return stream_digest(handle, limit)
+    from textdp.outputs import is_remote
+
+    if is_remote(path):
+        return FileSystems.open(path, compression_type="uncompressed")
+    problem = not_regular(path)
+    if problem:
+        raise NotRegularFile(problem)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(not_regular(path) or "the watch matched a path that is not a regular file; it is "
+                                 "not read: put each input in a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+class NotRegularFile(Exception):
+    """A watched path that is not a regular file (its message: ``not_regular``'s, never the file's text)."""
+
+
+def file_records_digest(path: str, data: Optional[bytes] = None) -> str:
+    """``records_digest`` of a watched file (``data``: its bytes, already read), decompressed as ReadFileRecords
+    reads it; a file whose compressed data is damaged: the digest of its bytes as they are (the reader makes
+    its error record)."""
+    import io
+
+    from transforms.compressed import open_decompressed
+    from transforms.io import decompression_errors
+
+    def digest(raw):
+        try:
+            return records_digest(open_decompressed(raw, path))
+        except decompression_errors():
+            raw.seek(0)
+            return "raw-" + stream_digest(raw)
+
+    if data is not None:
+        return digest(io.BytesIO(data))
+    with open_watched(path) as handle:
+        return digest(handle if handle.seekable() else io.BytesIO(handle.read()))
+
+
+def _compressed(path: str) -> bool:
+    from apache_beam.io.filesystem import CompressionTypes
+
+    return CompressionTypes.detect_compression_type(path) != CompressionTypes.UNCOMPRESSED
+
+
+def content_digest(path: str) -> str:
+    """A watched file's identity: ``file_records_digest`` of it, read without blocking (``open_watched``)."""
+    return file_records_digest(path)
 
 
 def skipped_file(path: str, reason: str, detail: str) -> dict:
@@ -673,14 +783,17 @@ class PollFiles(beam.DoFn):
 
     Which files are read (F5-F7 of the red team): a file is taken once its size and modification time have not
     changed over one poll interval (seen unchanged by two polls, or last modified at least one interval ago), so
-    a file still being written is not read half-way. A file is known by its
-    content: a file whose content (SHA-256) was read before, under any name, is not read again (a rename within
-    the pattern would release its records twice): error item ``duplicate_file``. A name that comes back with new
-    content (deleted and re-created, or rewritten) is read. A file read earlier that then grew (its start is the
-    content read) is not read again: error item ``file_changed_after_read`` (its first part is out already, and
-    reading it again would release that part twice). When the watch stops, files new or changing at its last
-    poll get one more look one interval later: settled, they are read; still changing, error item
-    ``file_not_settled``. Main output: the files to read (``SnapshotFile``); output ``skipped``: error records."""
+    a file still being written is not read half-way. A file is known by its records: a file whose normalised
+    content (``records_digest``: byte order mark, CRLF and final newline aside) was read before, under any name,
+    is not read again (a rename, a copy or a re-send through a tool that changes line endings would release its
+    records twice): error item ``duplicate_file``. A name that comes back with new content (deleted and
+    re-created, or rewritten) is read. A file read earlier that then grew (its start, as bytes or as records, is
+    the content read) is not read again: error item ``file_changed_after_read`` (its first part is out already,
+    and reading it again would release that part twice). A match that is not a regular file (a FIFO, socket,
+    device or directory) is never opened (``open_watched``): error item ``not_a_regular_file``, once. When the
+    watch stops, files new or changing at its last poll get one more look one interval later: settled, they are
+    read; still changing, error item ``file_not_settled``. Main output: the files to read (``SnapshotFile``);
+    output ``skipped``: error records."""
 
     def __init__(self, pattern: str, interval: float, stop_after: float):
         super().__init__()
@@ -689,7 +802,9 @@ class PollFiles(beam.DoFn):
     def process(self, _):
         import time
 
-        self._pending, self._taken, self._contents = {}, {}, {}  # path -> (size, mtime) seen; -> (size, mtime, digest)
+        # path -> (size, mtime) seen; path -> (size, mtime, sha256 of its bytes, length and records_digest of its
+        # normalised content) taken; records digest -> the first path read with it
+        self._pending, self._taken, self._contents = {}, {}, {}
         deadline = time.monotonic() + self.stop_after
         while True:
             yield from self._poll(final=False)
@@ -725,14 +840,23 @@ class PollFiles(beam.DoFn):
                 continue
             pending.pop(meta.path, None)
             try:
-                with FileSystems.open(meta.path, compression_type="uncompressed") as handle:
+                with open_watched(meta.path) as handle:
                     data = handle.read()
+            except NotRegularFile as exc:  # a FIFO, socket, device or directory: never opened, said once
+                self._taken[meta.path] = state + (None, 0, None)
+                yield beam.pvalue.TaggedOutput(SKIPPED, window.TimestampedValue(skipped_file(
+                    meta.path, NOT_REGULAR, str(exc)), found))
+                continue
             except OSError:  # gone between the match and the read: the next match says what is there
                 continue
-            digest = hashlib.sha256(data).hexdigest()
-            grew = (before is not None and 0 < before[0] <= len(data)
-                    and hashlib.sha256(data[:before[0]]).hexdigest() == before[2])
-            self._taken[meta.path] = (len(data), state[1], digest)
+            raw_digest = hashlib.sha256(data).hexdigest()
+            text = normalised(data) if not _compressed(meta.path) else None
+            digest = hashlib.sha256(text).hexdigest() if text is not None else file_records_digest(meta.path, data)
+            grew = before is not None and before[2] is not None and (
+                (0 < before[0] <= len(data) and hashlib.sha256(data[:before[0]]).hexdigest() == before[2])
+                or (text is not None and 0 < before[3] < len(text) and text[before[3]:before[3] + 1] == b"\n"
+                    and hashlib.sha256(text[:before[3]]).hexdigest() == before[4]))  # its records, then more
+            self._taken[meta.path] = (len(data), state[1], raw_digest, len(text or b""), digest)
             if grew:
                 yield beam.pvalue.TaggedOutput(SKIPPED, window.TimestampedValue(skipped_file(
                     meta.path, FILE_CHANGED, f"the file grew from {before[0]} to {len(data)} bytes after "
@@ -740,8 +864,9 @@ class PollFiles(beam.DoFn):
                     "whole under a new name"), found))
             elif digest in self._contents:
                 yield beam.pvalue.TaggedOutput(SKIPPED, window.TimestampedValue(skipped_file(
-                    meta.path, DUPLICATE_FILE, f"the same content (sha256 {digest[:12]}) as a file already read "
-                    "in this run; not read again (its records would be released twice)"), found))
+                    meta.path, DUPLICATE_FILE, f"the same records (sha256 {digest[:12]} of its normalised content: "
+                    "line endings, byte order mark and final newline aside) as a file already read in this run; "
+                    "not read again (its records would be released twice)"), found))
             else:
                 self._contents[digest] = meta.path
                 yield window.TimestampedValue(SnapshotFile(meta, data), found)
@@ -757,6 +882,20 @@ _FIRST_PATH = ReadModifyWriteStateSpec("first_path", beam.coders.StrUtf8Coder())
 _FIRST_PATH_PARAM = beam.DoFn.StateParam(_FIRST_PATH)
 
 
+class DigestFiles(beam.DoFn):
+    """The streaming runners' watch, after ``MatchContinuously``: a matched file -> ``(records digest, metadata)``
+    (``content_digest``, opened without blocking); a FIFO, socket, device or directory -> output ``skipped``,
+    error record ``not_a_regular_file`` (never opened); a file gone since the match -> nothing."""
+
+    def process(self, meta):
+        try:
+            yield content_digest(meta.path), meta
+        except NotRegularFile as exc:
+            yield beam.pvalue.TaggedOutput(SKIPPED, skipped_file(meta.path, NOT_REGULAR, str(exc)))
+        except OSError:
+            return
+
+
 class OncePerContent(beam.DoFn):
     """The streaming runners' half of the same policy (after ``MatchContinuously``, which finds a file again when
     its modification time changes): ``(digest, FileMetadata)`` keyed by content -> the file, the first time its
@@ -769,8 +908,9 @@ class OncePerContent(beam.DoFn):
             yield meta
             return
         yield beam.pvalue.TaggedOutput(SKIPPED, skipped_file(
-            meta.path, DUPLICATE_FILE, f"the same content (sha256 {digest[:12]}) as a file already read in this run; "
-            "not read again (its records would be released twice)"))
+            meta.path, DUPLICATE_FILE, f"the same records (sha256 {digest[:12]} of its normalised content: line "
+            "endings, byte order mark and final newline aside) as a file already read in this run; not read again "
+            "(its records would be released twice)"))
 
 
 def watch_files(pipeline, pattern: str, poll_interval: float, stop_after: Optional[float], reader_args: tuple,
@@ -790,10 +930,13 @@ def watch_files(pipeline, pattern: str, poll_interval: float, stop_after: Option
                   | "Watch" >> fileio.MatchContinuously(
                       pattern, interval=float(poll_interval), has_deduplication=True, match_updated_files=True,
                       start_timestamp=Timestamp.now(), stop_timestamp=stop_timestamp(stop_after))
-                  | "Digest" >> beam.Map(lambda meta: (content_digest(meta.path), meta)).with_output_types(
-                      beam.typehints.Tuple[str, beam.typehints.Any])
-                  | "OncePerContent" >> beam.ParDo(OncePerContent()).with_outputs(SKIPPED, main="files"))
-    read = polled.files | "ReadFiles" >> ReadFiles(*reader_args, opened=local)
+                  | "Digest" >> beam.ParDo(DigestFiles()).with_output_types(
+                      beam.typehints.Tuple[str, beam.typehints.Any]).with_outputs(SKIPPED, main="digests"))
+        once = polled.digests | "OncePerContent" >> beam.ParDo(OncePerContent()).with_output_types(
+            beam.typehints.Any).with_outputs(SKIPPED, main="files")
+        polled = {"files": once.files, SKIPPED: ((polled[SKIPPED], once[SKIPPED]) | "NotRead" >> beam.Flatten())}
+    files = polled.files if local else polled["files"]
+    read = files | "ReadFiles" >> ReadFiles(*reader_args, opened=local)
     skipped = polled[SKIPPED] | "Skipped" >> beam.FlatMap(skipped_items)
     return (read, skipped) | "WatchItems" >> beam.Flatten()
 
