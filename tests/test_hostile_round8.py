@@ -415,3 +415,24 @@ def test_a_binary_author_column_counts_against_the_same_ledger_budget(tmp_path, 
               *common])
     summary = json.load(open(f"{tmp_path}/o/b-summary.json", encoding="utf-8"))
     assert summary["records"]["out"] == 0 and summary["records"]["failed_by_reason"] == {"budget_exhausted": 2}
+
+
+# --- R8b-10: a ledger path with URL characters is the file it names ------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["Lq?x=1.sqlite", "L%41.sqlite", "L#1.sqlite"])
+def test_a_ledger_path_with_url_characters_is_the_file_it_names(name, tmp_path, tiny_artifact_dir, capsys):
+    """`--ledger 'Lq?x=1.sqlite'` made SQLite write the ledger to `Lq` (the rest read as URL query arguments) while
+    every check looked at the whole name: the job released, then the run was "counted in no ledger". `%41` was read
+    as `A`. Now a plain path is the file it names: the run commits, `ledger status` reads it, no other file appears."""
+    ledger = tmp_path / "led" / name
+    ledger.parent.mkdir()
+    assert cli_main(_ledger_args(tmp_path, tiny_artifact_dir, tmp_path / "o" / "w", ledger, "--author-budget=12")) == 0
+    err = capsys.readouterr().err
+    assert "committed" in err and "counted in no ledger" not in err, err
+    assert os.listdir(ledger.parent) == [name]
+    from pipelines.cli import main
+
+    assert main(["ledger", "status", f"--ledger={ledger}", f"--ledger-key-file={tmp_path}/ledger.key", "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["author_budget"] == 12 and status["cumulative_mass"]["max"] == 5, status
