@@ -41,7 +41,7 @@ from pipelines.flags import (
 from pipelines.jobs import Plan, directory_job_files, run_job
 from textdp.artifact import gcs
 from textdp.artifact.locate import resolve_artifact, verify_artifact
-from textdp.calibration.statistics import stratified_word_sample
+from textdp.calibration.statistics import MAX_SAMPLES, stratified_word_sample
 from textdp.errors import TextdpError
 from textdp.mechanisms import artifact_needs
 from textdp.outputs import OutputGuard
@@ -56,7 +56,6 @@ from transforms.calibration import (
 )
 from transforms.io import matched_paths, read_text_file
 
-MAX_SAMPLES = 100_000  # the paper draws 1,000; 100,000 x 300 dimensions is 240 MB of noise per word
 OUTPUT_FILES = (TABLE_FILE, SUMMARY_FILE, "report.html", "hist_n_w.png", "hist_s_w.png", "means_vs_epsilon.png",
                 "knn_distances.png")
 

@@ -321,7 +321,7 @@ def guard_ledger(guard, location: str) -> None:
     """The ledger file (an embedded SQLite ledger, and its -journal/-wal/-shm files) against the run's outputs and
     inputs, registered with its output guard: refused in one line before the ledger is opened or created."""
     from textdp.ledger.store import sqlite_file
-    from textdp.outputs import LOCK_SUFFIX, RUN_RECORD_SUFFIX, identity, pattern_matches, real_path
+    from textdp.outputs import LOCK_SUFFIX, RUN_RECORD_SUFFIX, SYSTEM_PLACES, identity, pattern_matches, real_path
 
     path = sqlite_file(location)  # refuses an in-memory SQLite URL
     if path is None:
@@ -329,6 +329,10 @@ def guard_ledger(guard, location: str) -> None:
     real = real_path(path)
     shown = shown_url(location)
     names = [real] + [real + suffix for suffix in ("-journal", "-wal", "-shm")]
+    place = next((p for p in SYSTEM_PLACES if real == p or real.startswith(p + "/")), None)
+    if place is not None:  # /dev/shm is a tmpfs emptied at every reboot: every author's budget would start again
+        raise TextdpError(f"--ledger {shown} is under {place}, a system folder (/dev/shm is emptied at every reboot): a "
+                          "ledger there could cap nothing across reboots; keep it on a disk that is backed up")
     base = os.path.basename(real)
     if base.endswith(LOCK_SUFFIX) or base.endswith(RUN_RECORD_SUFFIX) or base.startswith(".textdp-"):
         # textdp's own lock / run-record / hidden-folder names: a run would take the ledger for a stale lock or a

@@ -436,3 +436,86 @@ def test_a_ledger_path_with_url_characters_is_the_file_it_names(name, tmp_path, 
     assert main(["ledger", "status", f"--ledger={ledger}", f"--ledger-key-file={tmp_path}/ledger.key", "--json"]) == 0
     status = json.loads(capsys.readouterr().out)
     assert status["author_budget"] == 12 and status["cumulative_mass"]["max"] == 5, status
+
+
+# --- R8-14: --drop-fields matches a key in another Unicode form ------------------------------------------------------
+
+
+def test_drop_fields_removes_a_key_written_in_another_unicode_form(tmp_path, tiny_artifact_dir):
+    """`--drop-fields émail` (NFC) left the e-mail address in a record whose key was the NFD form, and the public
+    summary listed the same-looking name as removed and remaining. Now a key is matched by its normal form: no
+    released record has any form of it, and it is not among the remaining fields. Deterministic."""
+    import unicodedata
+
+    nfc, nfd = unicodedata.normalize("NFC", "\u00e9mail"), unicodedata.normalize("NFD", "\u00e9mail")
+    rows = [{"text": "the president said", "id": 1, nfc: "alice@example.com"},
+            {"text": "the first time", "id": 2, nfd: "bob@example.com"},
+            {"text": "his company", "id": 3, nfc + "\u200b": "carol@example.com"}]
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "o" / "p"
+    assert cli_main(["privatize", f"--input={source}", f"--output={out}", "--epsilon=10", "--shuffle",
+                     f"--drop-fields={nfc}", f"--public-summary={tmp_path}/o/pub.json", f"--artifact={tiny_artifact_dir}",
+                     RUNNER]) == 0
+    released = [json.loads(line) for path in glob.glob(f"{out}-*-of-*.jsonl") for line in open(path, encoding="utf-8")]
+    assert len(released) == 3 and all(set(r) == {"text", "id"} for r in released), released
+    text = "".join(open(path, encoding="utf-8").read() for path in glob.glob(f"{tmp_path}/o/*"))
+    assert "@example.com" not in text
+    report = json.load(open(f"{out}-amplification.json", encoding="utf-8"))
+    assert report["fields"]["remaining"] == ["id", "text"], report["fields"]
+
+
+def test_a_ledger_under_dev_shm_is_refused(tmp_path, tiny_artifact_dir, capsys):
+    """R8-15: a ledger on /dev/shm (a tmpfs emptied at every reboot) was accepted although outputs under /dev are
+    refused: after a reboot every author would start again at 0. Refused in one line before it is created."""
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm here")
+    ledger = f"/dev/shm/textdp-r8-{os.getpid()}.sqlite"
+    code = cli_main(_ledger_args(tmp_path, tiny_artifact_dir, tmp_path / "o" / "w", ledger))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "under /dev" in err[0], err
+    assert not os.path.exists(ledger)
+
+
+# --- R8-11, R8-12: the Python API ---------------------------------------------------------------------------------
+
+
+def test_a_pickled_privatizer_opens_the_artifact_it_was_built_on(tmp_path, tiny_artifact_dir, small_artifact_dir,
+                                                                 monkeypatch):
+    """A Privatizer built with a relative artifact path was pickled with it: unpickled in another working directory it
+    opened whatever that path meant there (another vocabulary, another epsilon scale). Now the pickle holds the
+    absolute real path, and the vocabulary's and vectors' checksums: a different artifact now at that path is
+    refused on unpickle."""
+    import pickle
+    import shutil
+
+    import textdp
+
+    first, second = tmp_path / "one", tmp_path / "two"
+    first.mkdir()
+    second.mkdir()
+    shutil.copytree(tiny_artifact_dir, first / "art")
+    os.symlink(small_artifact_dir, second / "art")
+    monkeypatch.chdir(first)
+    p = textdp.Privatizer(epsilon=10, artifact="art")
+    blob = pickle.dumps(p)
+    monkeypatch.chdir(second)  # "art" here is the 5,000-word artifact
+    q = pickle.loads(blob)
+    assert q.artifact.vocab_size == p.artifact.vocab_size == 300
+    shutil.rmtree(first / "art")
+    shutil.copytree(small_artifact_dir, first / "art")  # another artifact now at the original's real path
+    with pytest.raises(textdp.TextdpError, match="built on another artifact"):
+        pickle.loads(blob)
+
+
+def test_preview_samples_beyond_calibrates_limit_are_refused(tiny_artifact_dir):
+    """R8-12: preview(samples=10**12) raised numpy's MemoryError; now a ParameterError naming samples, at the bound
+    calibrate --samples has (one constant)."""
+    import textdp
+    from textdp.calibration.statistics import MAX_SAMPLES
+
+    p = textdp.Privatizer(epsilon=10, artifact=tiny_artifact_dir)
+    with pytest.raises(textdp.TextdpError, match="samples"):
+        p.preview(["the cat sat"], epsilons=[5], samples=10 ** 12)
+    with pytest.raises(textdp.TextdpError, match="samples"):
+        p.preview(["the cat sat"], epsilons=[5], samples=MAX_SAMPLES + 1)

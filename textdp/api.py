@@ -153,6 +153,12 @@ def _attack_figures(artifact, mech, ids, counts, tokens, rng) -> dict:
                                                  f"{len(tokens):,} token(s)"}
 
 
+def _artifact_identity(manifest: dict) -> str:
+    """The vocabulary's and the vectors' checksums from an artifact's manifest: what a pickled Privatizer must find."""
+    files = manifest.get("files") or {}
+    return "/".join(str((files.get(name) or {}).get("sha256")) for name in ("vocab.txt", "vectors.npy"))
+
+
 class Privatizer:
     """A loaded mechanism over a vocabulary artifact, ready to privatize lists of strings.
 
@@ -178,14 +184,17 @@ class Privatizer:
                  **mechanism_params):
         # mechanism, its parameters, epsilon, artifact and OOV policy, validated once (textdp/spec.py)
         self.spec = PrivacySpec(mechanism, (epsilon,), mechanism_params, artifact, oov_policy, unk_token)
-        self._arguments = dict(epsilon=epsilon, mechanism=self.spec.mechanism, artifact=artifact, oov_policy=oov_policy,
+        # what a pickle holds: the arguments, a local artifact as its absolute real path (a relative one would mean
+        # another directory where the copy is unpickled: round 8, R8-11) and the identity of the vectors/vocabulary
+        located = artifact if artifact is None or "://" in str(artifact) else os.path.realpath(os.fspath(artifact))
+        self._arguments = dict(epsilon=epsilon, mechanism=self.spec.mechanism, artifact=located, oov_policy=oov_policy,
                                unk_token=unk_token, max_text_bytes=max_text_bytes, threads=threads,
-                               batch_tokens=batch_tokens, progress=progress, **mechanism_params)  # what a pickle holds
+                               batch_tokens=batch_tokens, progress=progress, **mechanism_params)
         self.progress = _check_progress(progress)
         for name, value in (("max_text_bytes", max_text_bytes), ("threads", threads), ("batch_tokens", batch_tokens)):
             if value is not None or name == "batch_tokens":  # the first two may be None (no limit, every core)
                 check_number(value, name, low=1, integer=True)
-        verify_artifact(self.spec.artifact, needs=self.spec.needs())
+        self._artifact_identity = _artifact_identity(verify_artifact(self.spec.artifact, needs=self.spec.needs()))
         self.artifact = SharedVocabularyArtifact(resolve_artifact(self.spec.artifact))
         self.mechanism = self.spec.make(self.artifact)
         self.oov_policy = oov_policy
@@ -232,10 +241,16 @@ class Privatizer:
         self._owner: Optional[int] = None  # the thread inside a call (a re-entrant call is refused, never a hang)
 
     def __getstate__(self) -> dict:
-        return dict(self._arguments)
+        return dict(self._arguments, _artifact_identity=self._artifact_identity)
 
     def __setstate__(self, arguments: dict) -> None:
+        arguments = dict(arguments)
+        identity = arguments.pop("_artifact_identity", None)
         self.__init__(**arguments)  # opens the artifact again; a fresh generator from OS entropy
+        if identity is not None and identity != self._artifact_identity:
+            raise TextdpError(f"this pickled Privatizer was built on another artifact than the one now at "
+                              f"{self.spec.artifact or 'the default location'} (its vocabulary or vectors differ): "
+                              "its output would not be what the original's privacy statement describes")
 
     # --- privatizing -------------------------------------------------------------------------------
     def privatize(self, texts: Sequence[str], seed: Optional[int] = None, errors: str = "raise",
@@ -410,9 +425,12 @@ class Privatizer:
 
         if hasattr(texts, "dropna") and hasattr(texts, "tolist") and not hasattr(texts, "columns"):
             texts = texts.dropna().tolist()  # a pandas Series: missing values are not texts
+        from textdp.calibration.statistics import MAX_SAMPLES
+
         for name, value in (("examples", examples), ("words", words), ("samples", samples),
                             ("attack_tokens", attack_tokens)):
-            check_number(value, name, low=1 if name != "examples" else 0, integer=True)
+            check_number(value, name, low=1 if name != "examples" else 0, integer=True,
+                         high=MAX_SAMPLES if name == "samples" else None)  # as calibrate --samples (R8-12)
         mechanisms = [self.spec.mechanism] if mechanisms is None else mechanisms
         epsilons = [self.spec.epsilon] if epsilons is None else epsilons
         if isinstance(mechanisms, str) or not isinstance(mechanisms, Iterable):

@@ -52,7 +52,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from textdp.privacy import accounting
-from textdp.text.records import author_identity
+from textdp.text.records import author_identity, without_fields
 from textdp.text.tokenize import WORD_PATTERN  # the privatizer's notion of a word
 
 DEFAULT_MARKER = "<rare>"
@@ -266,12 +266,12 @@ def released_fingerprint(record: dict, removed: frozenset, text_fields: Sequence
     Records that differ in such a field can be told apart whatever their text, so the accounting
     groups authors by it; only the digest leaves this function, never a value.
     """
-    kept = {k: v for k, v in record.items() if k not in removed and k not in text_fields}
+    kept = {k: v for k, v in without_fields(record, removed).items() if k not in text_fields}
     return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:16]
 
 
 def _drop_fields(record: dict, removed: frozenset) -> dict:
-    return {key: value for key, value in record.items() if key not in removed}
+    return without_fields(record, removed)  # a key in another Unicode form of a removed name too (R8-14)
 
 
 def _build_stats(_, records_in, records_out, shapes, fields, rare_types, suppressed, removed, per_author,

@@ -45,7 +45,7 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 from textdp.privacy import accounting
 from textdp.privacy.statements import unbounded_epsilon0_reason
 from textdp.privacy.summary import FAILED_PREFIX
-from textdp.text.records import check_author
+from textdp.text.records import check_author, without_fields
 from transforms.io import OUTPUT_SUFFIX, ReadFileRecords, create_owner_only, error_record, stream_digest
 from transforms.worker import NAMESPACE
 
@@ -265,7 +265,7 @@ def pane_amplifier(records: Sequence[dict], amplifier, shape_field: str, text_fi
                         suppressed += replaced
                 masked.append(out)
             records = masked
-    released = [{key: value for key, value in record.items() if key not in removed} for record in records]
+    released = [without_fields(record, removed) for record in records]  # by normal form (R8-14)
     fields = set().union(*released) if released else set()
     stats = accounting.amplifier_stats(records_in, len(released), list(shapes.items()), sorted(fields), len(rare),
                                        suppressed, sorted(removed), bool(user_field), list(text_fields), shape_field)

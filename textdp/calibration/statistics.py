@@ -235,6 +235,9 @@ class CandidatePrunedSearch:
 # --- one word, every epsilon ---------------------------------------------------------------------
 
 
+MAX_SAMPLES = 100_000  # draws per word at most: the paper draws 1,000; 100,000 x 300 dimensions is 240 MB of noise per word
+
+
 class WordCalibrator:
     """Statistics for one word at every epsilon: the unit of work the Beam job shards.
 

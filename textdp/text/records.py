@@ -154,7 +154,7 @@ def unsafe_author_id(value) -> bool:
 def _canonical_author(value):
     """``value`` with every number inside written as the integer it equals when it is an integral float (1.0 -> 1,
     2.0 inside a list or object -> 2), numpy scalars and arrays as Python ones, strings (and UTF-8 bytes) in their
-    normal form (``_normal_author_text``); booleans and nulls as they are. A float that is no safe identity is
+    normal form (``normal_text_key``); booleans and nulls as they are. A float that is no safe identity is
     refused first (``unsafe_author_id``)."""
     if isinstance(value, dict):
         return {key: _canonical_author(item) for key, item in value.items()}
@@ -163,10 +163,10 @@ def _canonical_author(value):
     if hasattr(value, "tolist") and getattr(value, "ndim", 0):
         return _canonical_author(value.tolist())
     if isinstance(value, str):
-        return _normal_author_text(value)
+        return normal_text_key(value)
     if isinstance(value, bytes):
         try:
-            return _normal_author_text(value.decode("utf-8"))
+            return normal_text_key(value.decode("utf-8"))
         except UnicodeDecodeError:
             return value
     if isinstance(value, bool) or value is None:
@@ -186,7 +186,7 @@ def author_identity(value):
     not a number ("1" is another author than 1), a boolean is neither; a list or object by its canonical JSON
     (keys sorted, every number inside written as above: {"uid": 1} and {"uid": 1.0}, [2] and [2.0] are one
     author; ids without floats keep the key they had, so a ledger's hashes do not change); a string by its NFKC
-    form without format characters or surrounding whitespace (``_normal_author_text``), and UTF-8 bytes as that
+    form without format characters or surrounding whitespace (``normal_text_key``), and UTF-8 bytes as that
     string (a Parquet BINARY column). Hashable; never None
     (a null author is MISSING_AUTHOR; a null inside a list or object is a value like any other)."""
     if isinstance(value, bool):
@@ -202,13 +202,13 @@ def author_identity(value):
         except UnicodeDecodeError:
             return ("bytes", value)
     if isinstance(value, str):
-        return ("str", _normal_author_text(value))
+        return ("str", normal_text_key(value))
     import json
 
     return ("json", json.dumps(_canonical_author(value), sort_keys=True, default=str))
 
 
-def _normal_author_text(text: str) -> str:
+def normal_text_key(text: str) -> str:
     """A string author id as it is compared: NFKC (canonical and compatibility forms of one text are one id: "José"
     composed or decomposed, full-width digits), without format characters (zero-width spaces, bidi marks) and without
     surrounding whitespace (round 8, R8-6: each form counted as another author). Case is kept ("Alice" and "alice"
@@ -218,6 +218,15 @@ def _normal_author_text(text: str) -> str:
         return text.strip()
     normal = unicodedata.normalize("NFKC", "".join(c for c in text if unicodedata.category(c) != "Cf"))
     return normal.strip()
+
+
+def without_fields(record: dict, names) -> dict:
+    """``record`` without the fields ``names`` (--drop-fields, the author and shape fields), a key matched by its
+    normal form (``normal_text_key``): a key written in another Unicode form of a named field (NFD "émail" for an
+    NFC flag, a zero-width space inside) is removed too, never released (round 8, R8-14)."""
+    removed = {normal_text_key(name) for name in names}
+    return {key: value for key, value in record.items()
+            if not (key in names or (isinstance(key, str) and normal_text_key(key) in removed))}
 
 
 def record_texts(record, text_fields: Sequence[str]) -> List[str]:
