@@ -80,3 +80,46 @@ def test_r8_4_shared_single_lines_and_distinct_files_pass(tmp_path):
     (tmp_path / "v.jsonl").write_bytes(b'{"text": "c"}\r\n{"text": "b"}\r\n{"text": "a"}\r\n')
     with pytest.raises(TextdpError, match="every record of .*u.jsonl"):
         refuse_duplicate_content("--input", [str(tmp_path / "u.jsonl"), str(tmp_path / "v.jsonl")], "jsonl")
+
+
+# --- R8-8: an archive or a compressed binary file read as text --------------------------------------------------
+
+
+def _tar(tmp_path, name, mode):
+    import tarfile
+
+    member = tmp_path / "r3.txt"
+    member.write_bytes(BASE)
+    archive = tmp_path / "arch" / name
+    archive.parent.mkdir(exist_ok=True)
+    with tarfile.open(archive, mode) as packed:
+        packed.add(member, arcname="r3.txt")
+    return str(archive)
+
+
+@pytest.mark.parametrize("name,mode,extra", [("t.tar.gz", "w:gz", ["--format=text"]), ("t.tgz", "w:gz", ["--format=text"]),
+                                             ("t.tar.bz2", "w:bz2", ["--format=text"]), ("t.tar", "w", ["--format=text"])])
+def test_r8_8_a_tar_archive_compressed_or_not_is_refused(name, mode, extra, tmp_path, tiny_artifact_dir, capsys):
+    """A .tar.gz was privatized as one text file, tar headers (member names, owner, NUL padding) glued to records; now
+    the first 4 KiB of the decompressed stream are checked: "ustar" at offset 257 is refused in one line, "extract it
+    first", before the run."""
+    archive = _tar(tmp_path, name, mode)
+    assert _privatize(tmp_path, tiny_artifact_dir, f"--input={archive}", *extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "tar archive" in err[0] and "extract it first" in err[0] and "pasta" not in err[0]
+    assert not os.path.exists(f"{tmp_path}/o")
+
+
+def test_r8_8_a_gzipped_binary_or_utf16_file_is_refused_and_gzipped_text_runs(tmp_path, tiny_artifact_dir, capsys):
+    """The NUL / wide-encoding sniff now reads the decompressed start: a gzipped UTF-16 file is refused like a plain
+    one; gzipped UTF-8 text still runs (exit 0)."""
+    wide = tmp_path / "w.txt.gz"
+    with gzip.open(wide, "wb") as packed:
+        packed.write("\n".join(REVIEWS).encode("utf-16-le"))
+    assert _privatize(tmp_path, tiny_artifact_dir, f"--input={wide}") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not UTF-8" in err[0] and "NUL" in err[0]
+    good = tmp_path / "g.txt.gz"
+    with gzip.open(good, "wb") as packed:
+        packed.write(BASE)
+    assert _privatize(tmp_path, tiny_artifact_dir, f"--input={good}") == 0

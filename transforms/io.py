@@ -694,23 +694,31 @@ _WIDE_MARKS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
 
 
 def refuse_wide_text(flag: str, paths: Sequence[str], data_format: str) -> None:
-    """Text and JSONL inputs are UTF-8: a local, uncompressed file that starts with a UTF-16/32 byte-order
-    mark, or whose first 4 KiB are more than 10% NUL bytes (UTF-16 without a mark), is refused before the
-    run. Read as UTF-8 such a file is mostly valid: one letter per "word", its NULs kept as layout, which
-    would release every word's length. Only the first bytes are read, never quoted (TextdpError)."""
+    """Text and JSONL inputs are UTF-8: a local file whose (decompressed) start is a UTF-16/32 byte-order
+    mark, or whose first 4 KiB (decompressed) are more than 10% NUL bytes (UTF-16 without a mark), is refused before the
+    run; so is a tar archive, compressed or not (``ustar`` at offset 257 of the decompressed stream). Read as UTF-8
+    such a file is mostly valid: one letter per "word", its NULs kept as layout, which would release every word's
+    length. Only the first bytes are read, never quoted (TextdpError)."""
     from textdp.errors import TextdpError
 
     refuse_duplicate_content(flag, paths, data_format)
     if data_format == "parquet":
         return []
     for path in paths:
-        if "://" in path or _compression_name(path) or not os.path.isfile(path):  # a FIFO is never opened here
+        if "://" in path or not os.path.isfile(path):  # a FIFO is never opened here
             continue
-        try:
-            with open(path, "rb") as handle:
-                head = handle.read(4096)
-        except OSError:
-            continue  # the guard reports what cannot be read
+        try:  # a compressed file's decompressed start (R8-8: a .tar.gz was read as text, tar headers included)
+            with open(path, "rb") as raw:
+                head = open_decompressed(raw, path).read(4096)
+        except Exception:
+            continue  # the guard (unreadable) and refuse_false_compression / the run (damaged) report it
+        if head[257:262] != b"ustar" and not _compression_name(path):
+            head_tar = _unnamed_compressed_tar(path, head)
+        else:
+            head_tar = head[257:262] == b"ustar"
+        if head_tar:
+            raise TextdpError(f"{flag}: {path} is a tar archive, not {data_format} (its tar headers would be read as "
+                              "records): extract it first and give the extracted files")
         if head.startswith(b"PAR1"):
             raise TextdpError(f"{flag}: {path} is a Parquet file (it starts with PAR1), not {data_format}: give the "
                               "format parquet")
@@ -723,6 +731,22 @@ def refuse_wide_text(flag: str, paths: Sequence[str], data_format: str) -> None:
     refuse_false_compression(flag, paths)
     refuse_undecodable_start(flag, paths)
     return check_declared_format(flag, paths, data_format)
+
+
+_MAGIC_SUFFIXES = (("gzip", ".gz"), ("bzip2", ".bz2"), ("xz/lzma", ".xz"), ("zstd", ".zst"))
+
+
+def _unnamed_compressed_tar(path: str, head: bytes) -> bool:
+    """Whether a file named without a compression suffix (``corpus.tgz``) starts with a gzip, bzip2, xz or zstd
+    stream whose decompressed first 4 KiB are a tar header ("ustar" at offset 257)."""
+    for compression, suffix in _MAGIC_SUFFIXES:
+        if len(head) >= 6 and _magic_fits(compression, head[:8]) and not (compression == "xz/lzma" and head[:1] == b"\x5d"):
+            try:
+                with open(path, "rb") as raw:
+                    return open_decompressed(raw, path + suffix).read(4096)[257:262] == b"ustar"
+            except Exception:
+                return False
+    return False
 
 
 DUPLICATE_SAMPLE_BYTES = 1 << 16  # records (as read) hashed from each file's start to pick the pairs compared whole
