@@ -123,3 +123,45 @@ def test_r8_8_a_gzipped_binary_or_utf16_file_is_refused_and_gzipped_text_runs(tm
     with gzip.open(good, "wb") as packed:
         packed.write(BASE)
     assert _privatize(tmp_path, tiny_artifact_dir, f"--input={good}") == 0
+
+
+# --- R8-7: control characters in output paths ---------------------------------------------------------------------
+
+
+def _tree(root):
+    return sorted(os.path.join(d, n) for d, _, names in os.walk(root) for n in names) if os.path.exists(root) else []
+
+
+@pytest.mark.parametrize("flag,bad", [("--output", "p\nrecords: 3 in, 3 out"), ("--output", "p\r"),
+                                      ("--public-summary", "\x1b[2Kpub.json"), ("--diagnostics-output", "d\u2028x"),
+                                      ("--ledger", "l\n.db"), ("calibrate --output", "c\x85"),
+                                      ("audit --output", "a\x7f")])
+def test_r8_7_control_characters_in_any_output_path_are_refused(flag, bad, tmp_path, tiny_artifact_dir, capsys):
+    """A newline in --output made file names with newlines and forged report lines ("records: ..."); ESC could rewrite
+    the console. Every output-path flag of every job goes through the one guard: refused in one line (exit 2), the
+    control character shown as an escape, nothing written."""
+    from tests.test_hostile_round8 import _ledger_args
+
+    out = tmp_path / "o"
+    out.mkdir()
+    target = f"{out}/{bad}"
+    source = tmp_path / "in.txt"
+    source.write_bytes(BASE)
+    common = [f"--input={source}", "--epsilon=10", f"--artifact={tiny_artifact_dir}", RUNNER]
+    if flag == "--ledger":
+        argv = _ledger_args(tmp_path, tiny_artifact_dir, out / "w", target)
+    elif flag.startswith("calibrate"):
+        argv = ["calibrate", f"--artifact={tiny_artifact_dir}", "--epsilons=5", "--samples=10", f"--output={target}", RUNNER]
+    elif flag.startswith("audit"):
+        argv = ["audit", f"--artifact={tiny_artifact_dir}", "--checks=self-check", "--epsilons=5", f"--output={target}",
+                RUNNER]
+    elif flag == "--output":
+        argv = ["privatize", f"--output={target}", *common]
+    else:
+        argv = ["privatize", f"--output={out}/p", f"{flag}={target}", *common]
+    before = _tree(out)
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "control character" in err[0], err
+    assert not any(c in err[0] for c in "\r\x1b\x85\x7f\u2028")
+    assert _tree(out) == before
