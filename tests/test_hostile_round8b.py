@@ -165,3 +165,39 @@ def test_r8_7_control_characters_in_any_output_path_are_refused(flag, bad, tmp_p
     assert len(err) == 1 and "control character" in err[0], err
     assert not any(c in err[0] for c in "\r\x1b\x85\x7f\u2028")
     assert _tree(out) == before
+
+
+# --- R8-5: Parquet column names that are data ----------------------------------------------------------------------
+
+
+def test_r8_5_parquet_column_names_that_are_not_identifiers_are_never_shown(tmp_path, tiny_artifact_dir, capsys):
+    """A pivoted/one-hot Parquet file carries data in its column names ("John Smith has HIV"); the --text-field and the
+    schema-mismatch refusals quoted them, while the --user-field refusal hides them. Both now list only identifier-like
+    names (at most ten) and count the others, still one line, exit 2, before the run."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    secret = "John Smith has HIV"
+    one = tmp_path / "one"
+    one.mkdir()
+    pq.write_table(pa.table({"text": ["the president said"], secret: [1]}), one / "a.parquet")
+    assert _privatize(tmp_path, tiny_artifact_dir, f"--input={one}/*.parquet", "--text-field=body") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--text-field 'body' is not a column" in err[0] and "text and 1 other column(s)" in err[0]
+    assert "John" not in err[0]
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    pq.write_table(pa.table({f"c{i}": [i] for i in range(12)} | {"text": ["x"]}), wide / "a.parquet")
+    assert _privatize(tmp_path, tiny_artifact_dir, f"--input={wide}/*.parquet", "--text-field=body") == 2
+    err = capsys.readouterr().err.strip()
+    assert "c9" in err and "c10" not in err and "and 3 other column(s)" in err
+    two = tmp_path / "two"
+    two.mkdir()
+    pq.write_table(pa.table({"text": ["the president said"]}), two / "a.parquet")
+    pq.write_table(pa.table({"text": ["our police were"], secret: [1], "tags": pa.array([{secret: 1}])}),
+                   two / "b.parquet")
+    assert _privatize(tmp_path, tiny_artifact_dir, f"--input={two}/*.parquet") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "do not all have the same columns" in err[0] and "name not shown" in err[0]
+    assert "'tags' (struct)" in err[0] and "John" not in err[0]
+    assert not os.path.exists(f"{tmp_path}/o")
