@@ -321,8 +321,17 @@ def guard_ledger(guard, location: str) -> None:
     """The ledger file (an embedded SQLite ledger, and its -journal/-wal/-shm files) against the run's outputs and
     inputs, registered with its output guard: refused in one line before the ledger is opened or created."""
     from textdp.ledger.store import sqlite_file
-    from textdp.outputs import LOCK_SUFFIX, RUN_RECORD_SUFFIX, SYSTEM_PLACES, identity, pattern_matches, real_path
+    from textdp.outputs import (
+        LOCK_SUFFIX,
+        RUN_RECORD_SUFFIX,
+        SYSTEM_PLACES,
+        identity,
+        pattern_matches,
+        real_path,
+        refuse_control_characters,
+    )
 
+    refuse_control_characters("--ledger", location)  # R8-7: no newline or ESC in a name printed on the console
     path = sqlite_file(location)  # refuses an in-memory SQLite URL
     if path is None:
         return

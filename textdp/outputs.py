@@ -79,6 +79,7 @@ import socket
 import stat
 import tempfile
 import time
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -178,7 +179,30 @@ def refuse_tilde(flag: str, path: str) -> None:
                           f"{flag} {os.path.expanduser(path.split('/', 1)[0])}/...)")
 
 
+def _is_control(character: str) -> bool:
+    """C0 and C1 controls and DEL (newline, carriage return, ESC...) and the Unicode line/paragraph separators."""
+    return unicodedata.category(character) in ("Cc", "Zl", "Zp")
+
+
+def escaped(path: str) -> str:
+    """A path for a message with every control character written as an escape (\\n, \\x1b...), never as itself."""
+    return "".join(repr(c)[1:-1] if _is_control(c) else c for c in shown(path))
+
+
+def refuse_control_characters(flag: str, path: str) -> None:
+    """A control character in an output path (a newline from a pasted value or a ``"$(...)"``, ESC) is always a
+    mistake: it would be in the file names and would split (or, with terminal escapes, rewrite) the console lines that
+    name them, so a name could forge a line such as ``records: ...`` (round 8, R8-7). Refused in one line, the path shown
+    with escapes."""
+    found = sorted({c for c in path if _is_control(c)})
+    if found:
+        raise TextdpError(f"{flag} {escaped(path)} contains the control character{'s' if len(found) > 1 else ''} "
+                          f"{' '.join(repr(c)[1:-1] for c in found)}: output paths may not contain control characters "
+                          "(a newline, a carriage return, ESC...); choose another name")
+
+
 def refuse_glob_characters(flag: str, path: str) -> None:
+    refuse_control_characters(flag, path)
     refuse_tilde(flag, path)
     found = [c for c in GLOB_CHARACTERS if c in path]
     if found:

@@ -694,23 +694,31 @@ _WIDE_MARKS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
 
 
 def refuse_wide_text(flag: str, paths: Sequence[str], data_format: str) -> None:
-    """Text and JSONL inputs are UTF-8: a local, uncompressed file that starts with a UTF-16/32 byte-order
-    mark, or whose first 4 KiB are more than 10% NUL bytes (UTF-16 without a mark), is refused before the
-    run. Read as UTF-8 such a file is mostly valid: one letter per "word", its NULs kept as layout, which
-    would release every word's length. Only the first bytes are read, never quoted (TextdpError)."""
+    """Text and JSONL inputs are UTF-8: a local file whose (decompressed) start is a UTF-16/32 byte-order
+    mark, or whose first 4 KiB (decompressed) are more than 10% NUL bytes (UTF-16 without a mark), is refused before the
+    run; so is a tar archive, compressed or not (``ustar`` at offset 257 of the decompressed stream). Read as UTF-8
+    such a file is mostly valid: one letter per "word", its NULs kept as layout, which would release every word's
+    length. Only the first bytes are read, never quoted (TextdpError)."""
     from textdp.errors import TextdpError
 
-    refuse_duplicate_content(flag, paths)
+    refuse_duplicate_content(flag, paths, data_format)
     if data_format == "parquet":
         return []
     for path in paths:
-        if "://" in path or _compression_name(path) or not os.path.isfile(path):  # a FIFO is never opened here
+        if "://" in path or not os.path.isfile(path):  # a FIFO is never opened here
             continue
-        try:
-            with open(path, "rb") as handle:
-                head = handle.read(4096)
-        except OSError:
-            continue  # the guard reports what cannot be read
+        try:  # a compressed file's decompressed start (R8-8: a .tar.gz was read as text, tar headers included)
+            with open(path, "rb") as raw:
+                head = open_decompressed(raw, path).read(4096)
+        except Exception:
+            continue  # the guard (unreadable) and refuse_false_compression / the run (damaged) report it
+        if head[257:262] != b"ustar" and not _compression_name(path):
+            head_tar = _unnamed_compressed_tar(path, head)
+        else:
+            head_tar = head[257:262] == b"ustar"
+        if head_tar:
+            raise TextdpError(f"{flag}: {path} is a tar archive, not {data_format} (its tar headers would be read as "
+                              "records): extract it first and give the extracted files")
         if head.startswith(b"PAR1"):
             raise TextdpError(f"{flag}: {path} is a Parquet file (it starts with PAR1), not {data_format}: give the "
                               "format parquet")
@@ -725,8 +733,26 @@ def refuse_wide_text(flag: str, paths: Sequence[str], data_format: str) -> None:
     return check_declared_format(flag, paths, data_format)
 
 
-DUPLICATE_SAMPLE_BYTES = 1 << 16  # decompressed bytes hashed from the start (and an uncompressed file's end)
+_MAGIC_SUFFIXES = (("gzip", ".gz"), ("bzip2", ".bz2"), ("xz/lzma", ".xz"), ("zstd", ".zst"))
+
+
+def _unnamed_compressed_tar(path: str, head: bytes) -> bool:
+    """Whether a file named without a compression suffix (``corpus.tgz``) starts with a gzip, bzip2, xz or zstd
+    stream whose decompressed first 4 KiB are a tar header ("ustar" at offset 257)."""
+    for compression, suffix in _MAGIC_SUFFIXES:
+        if len(head) >= 6 and _magic_fits(compression, head[:8]) and not (compression == "xz/lzma" and head[:1] == b"\x5d"):
+            try:
+                with open(path, "rb") as raw:
+                    return open_decompressed(raw, path + suffix).read(4096)[257:262] == b"ustar"
+            except Exception:
+                return False
+    return False
+
+
+DUPLICATE_SAMPLE_BYTES = 1 << 16  # records (as read) hashed from each file's start to pick the pairs compared whole
+RECORD_CHECK_MAX_BYTES = 256 << 20  # decompressed bytes of local text/JSONL input read whole for the containment check
 _EMPTY_DIGEST = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"  # SHA-256 of no bytes
+_LINE_PIECE_BYTES = 1 << 20
 
 
 def _content_digest(path: str, start: int = 0, limit: Optional[int] = None) -> str:
@@ -753,9 +779,9 @@ def stream_digest(handle, limit: Optional[int] = None) -> str:
 
 
 def _same_content(a: str, b: str) -> bool:
-    """Whether two local files whose decompressed first DUPLICATE_SAMPLE_BYTES agree have the same content: two
+    """Whether two local files whose decompressed first DUPLICATE_SAMPLE_BYTES agree have the same bytes: two
     uncompressed files compare their sizes and last DUPLICATE_SAMPLE_BYTES first, then (as any other pair) a
-    SHA-256 of the whole decompressed content."""
+    SHA-256 of the whole decompressed content (Parquet inputs, whose records are not lines)."""
     if not _compression_name(a) and not _compression_name(b):
         size = os.path.getsize(a)
         if size != os.path.getsize(b):
@@ -766,37 +792,129 @@ def _same_content(a: str, b: str) -> bool:
     return _content_digest(a) == _content_digest(b)
 
 
-def refuse_duplicate_content(flag: str, paths: Sequence[str]) -> None:
-    """Two matched local files with the same decompressed content (a ``cp`` copy, ``reviews.txt`` next to
-    ``reviews.txt.gz``) would release each record once per copy with fresh noise (round 7 F11): refused before
-    the run, naming both files, never their content. Every file's decompressed first 64 KiB are hashed; only
-    files that agree there are compared further (uncompressed pairs by size and last 64 KiB), and only then
-    by a SHA-256 of the whole decompressed content. gs:// files and unreadable or damaged ones are not compared
-    (the guard and the run report those)."""
+class _Records:
+    """One local text/JSONL file read as the reader reads it: its non-blank lines with the line ending (LF or CRLF)
+    and a first line's UTF-8 byte-order mark dropped. ``digest``: SHA-256 of those lines (each + LF), the whole file or
+    the first ``limit`` bytes of that normalised stream; ``lines``: an 8-byte BLAKE2b digest per distinct line when
+    asked; ``size``: the decompressed bytes read."""
+
+    def __init__(self, path: str, limit: Optional[int] = None, lines: bool = False):
+        import hashlib
+
+        digest, self.lines, self.size = hashlib.sha256(), (set() if lines else None), 0
+        hashed, first = 0, True
+        with open(path, "rb") as raw:
+            handle = open_decompressed(raw, path)
+            while limit is None or (hashed < limit and self.size < 4 * limit + (1 << 12)):
+                line, ended = self._line(handle)
+                if line is None:
+                    break
+                if first and line.startswith(b"\xef\xbb\xbf"):
+                    line = line[3:]
+                first = False
+                if ended and line.endswith(b"\r"):
+                    line = line[:-1]
+                if not line.strip():
+                    continue
+                piece = line + b"\n" if limit is None else (line + b"\n")[:limit - hashed]
+                digest.update(piece)
+                hashed += len(piece)
+                if self.lines is not None:
+                    self.lines.add(hashlib.blake2b(line, digest_size=8).digest())
+        self.digest = digest.hexdigest()
+
+    def _line(self, handle):
+        """The next line without its LF (None at the end) and whether it had one; read 1 MiB at a time."""
+        pieces = []
+        while True:
+            piece = handle.readline(_LINE_PIECE_BYTES)
+            self.size += len(piece)
+            if not piece:
+                return (b"".join(pieces), False) if pieces else (None, False)
+            if piece.endswith(b"\n"):
+                pieces.append(piece[:-1])
+                return b"".join(pieces), True
+            pieces.append(piece)
+
+
+def refuse_duplicate_content(flag: str, paths: Sequence[str], data_format: Optional[str] = None) -> None:
+    """The same records matched twice would be released once per copy with fresh noise (two releases of a record
+    compose; round 7 F11, round 8 R8-4): refused before the run, naming both files, never their content.
+
+    Text and JSONL files are compared as the reader reads them (non-blank lines, CRLF or LF, a UTF-8 byte-order mark
+    dropped, final newline optional): two files with the same records are refused (a cp/unix2dos/dos2unix copy, an
+    editor's re-save, reviews.txt next to reviews.txt.gz); so is a file all of whose non-blank lines (at least 2
+    distinct ones) occur in another matched file (a part next to its merge, all.txt = cat part1.txt part2.txt). One
+    line shared by two files is legitimate and never refused. Cost: every local file's first 64 KiB of records are
+    hashed, and only files agreeing there are hashed whole for equality; the containment check reads local files whole
+    up to RECORD_CHECK_MAX_BYTES (256 MiB decompressed) in all, keeping an 8-byte digest per distinct line, and is
+    skipped for the files past that budget. Parquet files are compared by their decompressed bytes. gs:// files and
+    unreadable or damaged ones are not compared (the guard and the run report those)."""
     from textdp.errors import TextdpError
     from textdp.outputs import shown
 
     local = sorted(p for p in paths if "://" not in p and os.path.isfile(p))
     if len(local) < 2:
         return
+    parquet = data_format == "parquet"
+    whole: dict = {}
+    budget = RECORD_CHECK_MAX_BYTES
+    if not parquet:
+        for path in local:  # the containment pass, bounded by the budget (and its equality digests)
+            if budget <= 0:
+                break
+            try:
+                read = _Records(path, lines=True)
+            except Exception:  # a damaged file is the run's to report
+                continue
+            budget -= read.size
+            if budget >= 0:
+                whole[path] = read
+
+    def full(path):
+        if path not in whole:
+            whole[path] = _Records(path)
+        return whole[path].digest
+
     seen: dict = {}
     for path in local:
         try:
-            quick = _content_digest(path, 0, DUPLICATE_SAMPLE_BYTES)
-        except Exception:  # a damaged file is the run's to report
+            quick = _content_digest(path, 0, DUPLICATE_SAMPLE_BYTES) if parquet else _Records(path, DUPLICATE_SAMPLE_BYTES).digest
+        except Exception:
             continue
         if quick == _EMPTY_DIGEST:  # no records: two empty files release nothing twice
             continue
         for other in seen.get(quick, []):
             try:
-                same = _same_content(other, path)
+                same = _same_content(other, path) if parquet else full(other) == full(path)
             except Exception:
                 continue
             if same:
+                how = "compared decompressed" if parquet else "compared as read: line endings, a byte-order mark and blank lines aside"
                 raise TextdpError(f"{flag} matches two files with the same content: {shown(other)} and {shown(path)} "
-                                  "(compared decompressed), so each of their records would be released twice with "
+                                  f"({how}), so each of their records would be released twice with "
                                   f"fresh noise (two releases of a record compose); remove the copy or narrow {flag}")
         seen.setdefault(quick, []).append(path)
+    if parquet:
+        return
+    holders: dict = {}
+    for path, read in whole.items():
+        for line in read.lines:
+            holders.setdefault(line, []).append(path)
+    for path, read in whole.items():
+        if len(read.lines) < 2:
+            continue
+        candidates = None
+        for line in read.lines:
+            others = {holder for holder in holders[line] if holder != path}
+            candidates = others if candidates is None else candidates & others
+            if not candidates:
+                break
+        if candidates:
+            other = sorted(candidates)[0]
+            raise TextdpError(f"{flag}: every record of {shown(path)} also occurs in {shown(other)} (a part next to the "
+                              "file merged from it?), so those records would be released twice with fresh noise (two "
+                              f"releases of a record compose); remove one of them or narrow {flag}")
 
 
 def _magic_fits(compression: str, head: bytes) -> bool:

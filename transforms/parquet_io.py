@@ -54,6 +54,29 @@ def _is_text_type(data_type: pa.DataType) -> bool:
             or pa.types.is_string_view(data_type))
 
 
+def _column(name: str) -> str:
+    """A column name for a message: quoted when it looks like an identifier; otherwise never shown (Parquet from a pivot
+    or a spreadsheet carries data in its column names; round 8, R8-5), as the --user-field refusal does."""
+    from textdp.outputs import FIELD_NAME_SHOWN
+
+    return repr(name) if FIELD_NAME_SHOWN.fullmatch(name) else "[name not shown: not an identifier]"
+
+
+def _type(data_type: pa.DataType) -> str:
+    """A column type for a message: a nested type (struct, list, map) by its kind only, its child names never shown."""
+    return str(data_type).split("<", 1)[0] if pa.types.is_nested(data_type) else str(data_type)
+
+
+def _columns_listed(names: Sequence[str]) -> str:
+    """At most MAX_FIELDS_SHOWN identifier-like column names, and how many others there are."""
+    from textdp.outputs import FIELD_NAME_SHOWN, MAX_FIELDS_SHOWN
+
+    shown = [name for name in names if FIELD_NAME_SHOWN.fullmatch(name)][:MAX_FIELDS_SHOWN]
+    others = len(names) - len(shown)
+    more = f" and {others} other column(s) (a name that does not look like an identifier is never shown)" if others else ""
+    return (", ".join(shown) or "none shown") + more
+
+
 def schema_differences(expected: pa.Schema, actual: pa.Schema, expected_name: str = "the first file") -> List[str]:
     """How ``actual`` differs from ``expected`` in the columns that matter for writing (names, types,
     and a nullable column where the output's is not); empty if it fits. Names and types only."""
@@ -61,16 +84,17 @@ def schema_differences(expected: pa.Schema, actual: pa.Schema, expected_name: st
     for field in actual:
         index = expected.get_field_index(field.name)
         if index < 0:
-            found.append(f"has a column {field.name!r} ({field.type}) that {expected_name} lacks")
+            found.append(f"has a column {_column(field.name)} ({_type(field.type)}) that {expected_name} lacks")
             continue
         wanted = expected.field(index)
         if not field.type.equals(wanted.type):
-            found.append(f"has column {field.name!r} of type {field.type} where {expected_name} has {wanted.type}")
+            found.append(f"has column {_column(field.name)} of type {_type(field.type)} where {expected_name} has "
+                         f"{_type(wanted.type)}")
         elif field.nullable and not wanted.nullable:
-            found.append(f"has column {field.name!r} nullable where {expected_name} declares it not null")
+            found.append(f"has column {_column(field.name)} nullable where {expected_name} declares it not null")
     for field in expected:
         if actual.get_field_index(field.name) < 0:
-            found.append(f"lacks the column {field.name!r} ({field.type}) that {expected_name} has")
+            found.append(f"lacks the column {_column(field.name)} ({_type(field.type)}) that {expected_name} has")
     return found
 
 
@@ -99,7 +123,7 @@ def check_input_schemas(paths: Sequence[str], text_fields: Sequence[str]) -> pa.
     for path, schema in readable:
         duplicated = _duplicate_names(schema)
         if duplicated:
-            raise TextdpError(f"the Parquet input {path} has more than one column named {duplicated[0]!r}; "
+            raise TextdpError(f"the Parquet input {path} has more than one column named {_column(duplicated[0])}; "
                               "textdp reads rows as name -> value and would lose one of them")
     problems = []
     for path, schema in zip(paths[1:], schemas[1:]):
@@ -117,9 +141,9 @@ def check_input_schemas(paths: Sequence[str], text_fields: Sequence[str]) -> pa.
         index = output.get_field_index(field)
         if index < 0:
             raise TextdpError(f"--text-field {field!r} is not a column of the Parquet input "
-                              f"(its columns: {', '.join(output.names)})")
+                              f"(its columns: {_columns_listed(output.names)})")
         if not _is_text_type(output.field(index).type):
-            raise TextdpError(f"--text-field {field!r} is a Parquet column of type {output.field(index).type}, "
+            raise TextdpError(f"--text-field {field!r} is a Parquet column of type {_type(output.field(index).type)}, "
                               "not a string column: only text can be privatized")
     return output
 
@@ -233,10 +257,10 @@ class RowsToArrowTables(beam.DoFn):
             array = pa.array(values, type=field.type)
         except (pa.ArrowException, TypeError, ValueError, OverflowError):
             # The library's message quotes the value: replace it, and drop the chained exception.
-            raise OutputSchemaError(f"a record does not fit the output's Parquet schema: column {field.name!r} "
-                                    f"expects {field.type} (the value is not shown)") from None
+            raise OutputSchemaError(f"a record does not fit the output's Parquet schema: column {_column(field.name)} "
+                                    f"expects {_type(field.type)} (the value is not shown)") from None
         if not field.nullable and array.null_count:
-            raise OutputSchemaError(f"a record has no value in column {field.name!r}, which the output's "
+            raise OutputSchemaError(f"a record has no value in column {_column(field.name)}, which the output's "
                                     "Parquet schema declares not null")
         return array
 
