@@ -262,10 +262,11 @@ class LedgerRun:
         try:
             gone = self.ledger.still_here()
             if gone is not None:  # deleted or replaced since the reservation: never committed to another ledger
-                self.outcome = (f"ledger: run {self.run_id} is counted in no ledger: --ledger {self.shown} is not the ledger "
-                                f"this run reserved ({gone}); the run stays pending in that ledger and its release "
-                                f"file {release_path(self.output)} holds what it released: restore the ledger, then run "
-                                "`textdp ledger reconcile`")
+                self.outcome = (f"ledger: {'streaming ' if self.streaming else ''}run {self.run_id} is counted in no "
+                                f"ledger: --ledger {self.shown} is not the ledger this run reserved ({gone}); the run "
+                                "stays pending in that ledger and " + (self._streaming_gone() if self.streaming else
+                                f"its release file {release_path(self.output)} holds what it released: restore the "
+                                "ledger, then run `textdp ledger reconcile`"))
                 return [self.outcome]
             run = self.ledger.run(self.run_id)
             self.outcome = settle_run(self.ledger, run) if run and run["state"] == PENDING else None
@@ -280,6 +281,24 @@ class LedgerRun:
             self.ledger.close()
             self.reserved = False  # settled once
         return [self.outcome] if self.outcome else []
+
+    def _streaming_gone(self) -> str:
+        """The rest of the ``gone`` line of a streaming run (round 8b R8b-13): a streaming run writes no release file;
+        what it released is in its window summaries (each written after its window was decided in the ledger)."""
+        from pipelines.streaming import PANE, window_summaries
+
+        summaries = window_summaries(self.output)
+        pattern = f"{self.output}{PANE}-summary.json"
+        if summaries is None:
+            written = f"its window summaries ({pattern}) cannot be read"
+        elif summaries:
+            written = (f"{len(summaries)} window(s) of it wrote their summary ({pattern}): decided in that ledger, their "
+                       "records are out")
+        else:
+            written = f"no window of it wrote its summary ({pattern}): none is known to have released a record"
+        return (f"{written}; a window decided in that ledger without a summary stays pending there, counted in full "
+                "(a streaming run writes no release file): restore the ledger, then run `textdp ledger reconcile`, "
+                "which commits the windows that wrote their summary")
 
     def committed(self) -> bool:
         return bool(self.outcome) and " committed" in self.outcome
