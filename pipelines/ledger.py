@@ -172,6 +172,7 @@ class LedgerRun:
         self.outcome: Optional[str] = None
         self.output = self.data_format = self.public_summary = None
         self.streaming = False
+        self.written = None  # a streaming run's window summaries (reserve_streaming)
 
     @classmethod
     def from_options(cls, options, oov_policy: str, data_format: str, guard=None) -> Optional["LedgerRun"]:
@@ -232,10 +233,13 @@ class LedgerRun:
         self.reserved = True
         return sorted((author, as_pair(mass)) for author, mass in spent.items())
 
-    def reserve_streaming(self, epsilon: float, mechanism: str, output: str, data_format: str):
+    def reserve_streaming(self, epsilon: float, mechanism: str, output: str, data_format: str, written=None):
         """Take the ledger for this streaming run, until ``settle``: its windows are decided and committed by the
-        workers (``transforms.ledger.WindowLedger``), each against the ledger as it stands then."""
+        workers (``transforms.ledger.WindowLedger``), each against the ledger as it stands then. ``written``: the
+        streaming launcher's ``() -> (the window summaries the run wrote or None, their pattern)``, for ``settle``'s
+        line when the ledger is gone."""
         self.output, self.data_format, self.streaming = output, STREAM_PREFIX + data_format, True
+        self.written = written
         self.ledger.reserve(self.run_id, epsilon, mechanism, self.budget, output, self.data_format)
         self.reserved = True
 
@@ -285,10 +289,7 @@ class LedgerRun:
     def _streaming_gone(self) -> str:
         """The rest of the ``gone`` line of a streaming run (round 8b R8b-13): a streaming run writes no release file;
         what it released is in its window summaries (each written after its window was decided in the ledger)."""
-        from pipelines.streaming import PANE, window_summaries
-
-        summaries = window_summaries(self.output)
-        pattern = f"{self.output}{PANE}-summary.json"
+        summaries, pattern = self.written() if self.written else (None, f"{self.output}-*-summary.json")
         if summaries is None:
             written = f"its window summaries ({pattern}) cannot be read"
         elif summaries:

@@ -23,6 +23,7 @@ import pytest
 
 from pipelines.ledger import LedgerRun
 from pipelines.ledger import run as ledger_cli
+from pipelines.streaming import PANE, window_summaries
 from textdp.ledger import Ledger, key_fingerprint
 from transforms.io import hidden_match, matched_paths
 
@@ -166,13 +167,13 @@ def test_a_streaming_run_whose_ledger_was_moved_says_which_windows_wrote_their_s
 
 
 def test_a_streaming_run_whose_ledger_was_moved_before_any_window_says_none_did(tmp_path):
-    """R8b-13: the real LedgerRun of a streaming run, its ledger moved away before any window was decided: the line
-    says no window wrote its summary, and names no release file."""
+    """R8b-13: the real LedgerRun of a streaming run (reserved as the streaming launcher does), its ledger moved
+    away before any window was decided: the line says no window wrote its summary, and names no release file."""
     location, _ = _ledger(tmp_path)
     run = LedgerRun(location, KEY, None, "s-0", "author")
     out = str(tmp_path / "o" / "r")
     os.makedirs(os.path.dirname(out))
-    run.reserve_streaming(1.0, "madlib", out, "jsonl")
+    run.reserve_streaming(1.0, "madlib", out, "jsonl", written=lambda: (window_summaries(out), f"{out}{PANE}-summary.json"))
     shutil.move(location, location + ".moved")
     (line,) = run.settle("the end")
     assert line.startswith("ledger: streaming run s-0 is counted in no ledger") and "it was deleted or moved" in line
