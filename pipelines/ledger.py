@@ -172,6 +172,7 @@ class LedgerRun:
         self.outcome: Optional[str] = None
         self.output = self.data_format = self.public_summary = None
         self.streaming = False
+        self.written = None  # a streaming run's window summaries (reserve_streaming)
 
     @classmethod
     def from_options(cls, options, oov_policy: str, data_format: str, guard=None) -> Optional["LedgerRun"]:
@@ -232,10 +233,13 @@ class LedgerRun:
         self.reserved = True
         return sorted((author, as_pair(mass)) for author, mass in spent.items())
 
-    def reserve_streaming(self, epsilon: float, mechanism: str, output: str, data_format: str):
+    def reserve_streaming(self, epsilon: float, mechanism: str, output: str, data_format: str, written=None):
         """Take the ledger for this streaming run, until ``settle``: its windows are decided and committed by the
-        workers (``transforms.ledger.WindowLedger``), each against the ledger as it stands then."""
+        workers (``transforms.ledger.WindowLedger``), each against the ledger as it stands then. ``written``: the
+        streaming launcher's ``() -> (the window summaries the run wrote or None, their pattern)``, for ``settle``'s
+        line when the ledger is gone."""
         self.output, self.data_format, self.streaming = output, STREAM_PREFIX + data_format, True
+        self.written = written
         self.ledger.reserve(self.run_id, epsilon, mechanism, self.budget, output, self.data_format)
         self.reserved = True
 
@@ -262,10 +266,11 @@ class LedgerRun:
         try:
             gone = self.ledger.still_here()
             if gone is not None:  # deleted or replaced since the reservation: never committed to another ledger
-                self.outcome = (f"ledger: run {self.run_id} is counted in no ledger: --ledger {self.shown} is not the ledger "
-                                f"this run reserved ({gone}); the run stays pending in that ledger and its release "
-                                f"file {release_path(self.output)} holds what it released: restore the ledger, then run "
-                                "`textdp ledger reconcile`")
+                self.outcome = (f"ledger: {'streaming ' if self.streaming else ''}run {self.run_id} is counted in no "
+                                f"ledger: --ledger {self.shown} is not the ledger this run reserved ({gone}); the run "
+                                "stays pending in that ledger and " + (self._streaming_gone() if self.streaming else
+                                f"its release file {release_path(self.output)} holds what it released: restore the "
+                                "ledger, then run `textdp ledger reconcile`"))
                 return [self.outcome]
             run = self.ledger.run(self.run_id)
             self.outcome = settle_run(self.ledger, run) if run and run["state"] == PENDING else None
@@ -280,6 +285,21 @@ class LedgerRun:
             self.ledger.close()
             self.reserved = False  # settled once
         return [self.outcome] if self.outcome else []
+
+    def _streaming_gone(self) -> str:
+        """The rest of the ``gone`` line of a streaming run (round 8b R8b-13): a streaming run writes no release file;
+        what it released is in its window summaries (each written after its window was decided in the ledger)."""
+        summaries, pattern = self.written() if self.written else (None, f"{self.output}-*-summary.json")
+        if summaries is None:
+            written = f"its window summaries ({pattern}) cannot be read"
+        elif summaries:
+            written = (f"{len(summaries)} window(s) of it wrote their summary ({pattern}): decided in that ledger, their "
+                       "records are out")
+        else:
+            written = f"no window of it wrote its summary ({pattern}): none is known to have released a record"
+        return (f"{written}; a window decided in that ledger without a summary stays pending there, counted in full "
+                "(a streaming run writes no release file): restore the ledger, then run `textdp ledger reconcile`, "
+                "which commits the windows that wrote their summary")
 
     def committed(self) -> bool:
         return bool(self.outcome) and " committed" in self.outcome

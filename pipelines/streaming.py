@@ -273,7 +273,8 @@ def prepare(options: PipelineOptions) -> Plan:
     def build(progress_dir):
         if ledger is not None:  # the reservation: from here on the run holds the ledger, until settled
             opts, mech = options.view_as(PrivatizeOptions), options.view_as(MechanismOptions)
-            ledger.reserve_streaming(opts.epsilon, str(mech.mechanism), output, checked["data_format"])
+            ledger.reserve_streaming(opts.epsilon, str(mech.mechanism), output, checked["data_format"],
+                                     written=lambda: (window_summaries(output), f"{output}{PANE}-summary.json"))
         return build_pipeline(options, progress_dir, checked)
 
     parent = FileSystems.split(output)[0] if "://" in output else os.path.dirname(os.path.abspath(output))

@@ -37,7 +37,7 @@ import zlib
 from typing import Iterable, List, Optional, Sequence
 
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes, FileMetadata
+from apache_beam.io.filesystem import CompressionTypes, FileMetadata, FileSystem
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.compressed import TruncatedStream, open_decompressed
@@ -442,6 +442,7 @@ class ReadRecords(beam.PTransform):
 
         results = (pbegin
                    | "Match" >> fileio.MatchFiles(self.pattern, empty_match_treatment="DISALLOW")
+                   | "NotHidden" >> beam.Filter(lambda meta, pattern: not hidden_match(meta.path, pattern), self.pattern)
                    | "Open" >> fileio.ReadMatches()
                    | "Parse" >> beam.ParDo(self.reader).with_outputs(
                        ReadFileRecords.ERRORS, ReadFileRecords.COUNTS, main="records"))
@@ -456,7 +457,7 @@ def parquet_schema(pattern: str, text_fields: Sequence[str] = ()):
     keeps this schema. Checked once per set of files (sizes and times included) and text fields."""
     result = FileSystems.match([pattern])[0]
     files = tuple(sorted((meta.path, meta.size_in_bytes, meta.last_updated_in_seconds)
-                         for meta in result.metadata_list))
+                         for meta in result.metadata_list if not hidden_match(meta.path, pattern)))
     return _checked_parquet_schema(files, tuple(text_fields or ()))
 
 
@@ -543,10 +544,50 @@ def parquet_null_columns(paths: Sequence[str], names: Sequence[str]) -> List[str
     return sorted(nulls)
 
 
+def hidden_match(path: str, pattern: str) -> bool:
+    """Whether ``path``, which Beam's match found for ``pattern``, reaches a hidden name (one starting with ``.``)
+    through a wildcard: the shell's and Python glob's rule, which Beam's match does not follow. A name starting
+    with ``.`` is matched only by a pattern component that itself starts with ``.`` (``in/.*``, ``in/.tmp/*``,
+    a literal ``in/.a.txt``); ``*``, ``?``, ``[...]`` and ``**`` never match one (``**`` also not a hidden
+    directory it crosses). rsync, scp and upload agents write their partial copies under such names
+    (``.name.XXXXXX``) before the rename (round 8b R8b-12). The one rule for every input pattern (batch and
+    streaming privatize, audit, calibrate; local or gs://)."""
+    names, parts = path.split("/"), pattern.split("/")
+
+    @functools.lru_cache(maxsize=None)
+    def fits(i: int, j: int, strict: bool) -> bool:
+        if j == len(parts):
+            return i == len(names)
+        part = parts[j]
+        if "**" in part:  # Beam: ** crosses "/": it takes one or more names, the first by the component rule
+            for k in range(i + 1, len(names) + 1):
+                taken = names[i:k]
+                if strict and ((taken[0].startswith(".") and not part.startswith("."))
+                               or any(name.startswith(".") for name in taken[1:])):
+                    continue
+                if re.match(FileSystem.translate_pattern(part), "/".join(taken)) and fits(k, j + 1, strict):
+                    return True
+            return False
+        if i == len(names) or not re.match(FileSystem.translate_pattern(part), names[i]):
+            return False
+        if strict and names[i].startswith(".") and not part.startswith("."):
+            return False
+        return fits(i + 1, j + 1, strict)
+
+    if fits(0, 0, True):
+        return False
+    if fits(0, 0, False):
+        return True
+    # not aligned name by name (a path in another form): hidden when a name below the pattern's literal part is one
+    literal = len(re.match(r"^[^[*?]*", pattern).group(0).split("/")) - 1
+    return any(name.startswith(".") and name not in (".", "..") for name in names[literal:])
+
+
 def matched_paths(pattern: str):
-    """Paths matching ``pattern`` (local or gs://), sorted; empty list if none."""
+    """Paths matching ``pattern`` (local or gs://), sorted, hidden names aside (``hidden_match``); empty list
+    if none."""
     result = FileSystems.match([pattern])[0]
-    return sorted(meta.path for meta in result.metadata_list)
+    return sorted(meta.path for meta in result.metadata_list if not hidden_match(meta.path, pattern))
 
 
 def skipped_matches(pattern: str) -> List[str]:
@@ -567,7 +608,7 @@ def skipped_matches(pattern: str) -> List[str]:
                 os.path.getmtime(path)
             except OSError:
                 skipped.append(FileMetadata(path, 0, 0))
-    return sorted(meta.path for meta in filesystem.match_files(skipped, pattern))
+    return sorted(meta.path for meta in filesystem.match_files(skipped, pattern) if not hidden_match(meta.path, pattern))
 
 
 class WriteRecords(beam.PTransform):

@@ -46,7 +46,7 @@ from textdp.privacy import accounting
 from textdp.privacy.statements import unbounded_epsilon0_reason
 from textdp.privacy.summary import FAILED_PREFIX
 from textdp.text.records import check_author, without_fields
-from transforms.io import OUTPUT_SUFFIX, ReadFileRecords, create_owner_only, error_record, stream_digest
+from transforms.io import OUTPUT_SUFFIX, ReadFileRecords, create_owner_only, error_record, hidden_match, stream_digest
 from transforms.worker import NAMESPACE
 
 LATE = "late"
@@ -790,7 +790,9 @@ class PollFiles(beam.DoFn):
     re-created, or rewritten) is read. A file read earlier that then grew (its start, as bytes or as records, is
     the content read) is not read again: error item ``file_changed_after_read`` (its first part is out already,
     and reading it again would release that part twice). A match that is not a regular file (a FIFO, socket,
-    device or directory) is never opened (``open_watched``): error item ``not_a_regular_file``, once. When the
+    device or directory) is never opened (``open_watched``): error item ``not_a_regular_file``, once. A hidden
+    name (``.name.XXXXXX``, where rsync and scp write a partial copy) is not matched unless the pattern's own
+    component starts with ``.`` (``transforms.io.hidden_match``, the shell's rule). When the
     watch stops, files new or changing at its last poll get one more look one interval later: settled, they are
     read; still changing, error item ``file_not_settled``. Main output: the files to read (``SnapshotFile``);
     output ``skipped``: error records."""
@@ -823,7 +825,8 @@ class PollFiles(beam.DoFn):
         from apache_beam.io.filesystems import FileSystems
 
         found = Timestamp.now()
-        matched = sorted(FileSystems.match([self.pattern])[0].metadata_list, key=lambda m: m.path)
+        matched = sorted((meta for meta in FileSystems.match([self.pattern])[0].metadata_list
+                          if not hidden_match(meta.path, self.pattern)), key=lambda m: m.path)
         present = {meta.path for meta in matched}
         pending = {path: state for path, state in self._pending.items() if path in present}  # gone: nothing to read
         for meta in matched:
@@ -930,6 +933,7 @@ def watch_files(pipeline, pattern: str, poll_interval: float, stop_after: Option
                   | "Watch" >> fileio.MatchContinuously(
                       pattern, interval=float(poll_interval), has_deduplication=True, match_updated_files=True,
                       start_timestamp=Timestamp.now(), stop_timestamp=stop_timestamp(stop_after))
+                  | "NotHidden" >> beam.Filter(lambda meta, glob: not hidden_match(meta.path, glob), pattern)
                   | "Digest" >> beam.ParDo(DigestFiles()).with_output_types(
                       beam.typehints.Tuple[str, beam.typehints.Any]).with_outputs(SKIPPED, main="digests"))
         once = polled.digests | "OncePerContent" >> beam.ParDo(OncePerContent()).with_output_types(
