@@ -89,3 +89,46 @@ def test_strict_json_helper_names_the_first_key_json_cannot_write():
     assert json.loads(dumps_strict({"epsilon": np.float32(2), "x": float("nan")})) == {"epsilon": 2.0, "x": "nan"}
     assert json_problem({"a": {"b": {1, 2}}}) == "key 'a.b' holds a set, which JSON cannot write"
     assert "is a tuple" in json_problem({(1, 2): 3})
+
+
+# --- R8b-8: float flags take plain ASCII decimals only -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag,value", [("--epsilon", "0_5"), ("--epsilon", "1_0"), ("--epsilon", "\u0665"),
+                                        ("--epsilon", "\uff15"), ("--delta", "1_0e-6"), ("--author-budget", "1_2"),
+                                        ("--subsample", "0_5"), ("--lambda", "0_5")])
+def test_a_float_flag_refuses_what_is_not_a_plain_decimal(flag, value, tmp_path, tiny_artifact_dir, capsys):
+    """R8b-8: float() read `0_5` as 5, `1_0` as 10 and Arabic-Indic (or full-width) digits as digits, so a mistyped
+    0_5 ran at ten times the epsilon meant. Every float flag now has one argparse type (pipelines.flags.plain_float):
+    one line naming the flag, exit 2, nothing written."""
+    source = _input(tmp_path, "in.txt", "the cat sat\n")
+    extra = ["--mechanism=mahalanobis"] if flag == "--lambda" else []
+    code = cli_main(["privatize", f"--input={source}", f"--output={tmp_path}/o/p", f"{flag}={value}",
+                     *([] if flag == "--epsilon" else ["--epsilon=1"]), f"--artifact={tiny_artifact_dir}", RUNNER,
+                     *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "argument " in err[0] and flag in err[0] and "plain decimal" in err[0], err
+    assert not os.path.exists(tmp_path / "o")
+
+
+def test_calibrate_epsilons_refuse_what_is_not_a_plain_decimal(tmp_path, tiny_artifact_dir, capsys):
+    """R8b-8: `--epsilons 1_0` evaluated epsilon 10."""
+    code = cli_main(["calibrate", "--samples=20", "--words=3", "--epsilons=1,1_0", f"--output={tmp_path}/c/e",
+                     f"--artifact={tiny_artifact_dir}", RUNNER])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--epsilons" in err[0] and "'1_0'" in err[0], err
+    assert not os.path.exists(tmp_path / "c")
+
+
+def test_plain_float_accepts_plain_decimals_and_leaves_inf_to_the_range_checks():
+    import argparse
+
+    from pipelines.flags import plain_float, plain_floats
+
+    for text, value in [("0.5", 0.5), (".5", 0.5), ("5.", 5.0), ("+5e-1", 0.5), ("1E2", 100.0), (" 2 ", 2.0), (3, 3.0)]:
+        assert plain_float(text) == value
+    assert plain_float("inf") == float("inf")  # refused by each flag's range check, which names the flag
+    assert plain_floats("--epsilons", "1, 2,5") == [1.0, 2.0, 5.0]
+    for text in ["0_5", "\u0665", "0x10", "1;2", "", "five", "1e", "--1"]:
+        with pytest.raises(argparse.ArgumentTypeError):
+            plain_float(text)
