@@ -168,9 +168,16 @@ def prepare_run(options: PipelineOptions) -> Prepared:
                                    (opts.inversion_tokens, "--inversion-tokens", 1, 10**8),
                                    (opts.prior_words, "--prior-words", 1, 10**7), (opts.mc_draws, "--mc-draws", 1, 10**8),
                                    (opts.linkage_window, "--linkage-window", 1, 10**4),
-                                   (opts.contextual_candidates, "--contextual-candidates", 1, 1000)):
+                                   (opts.contextual_candidates, "--contextual-candidates", 10, 1000)):
+        if flag == "--contextual-candidates" and opts.no_contextual:
+            continue  # refused below with --no-contextual, whatever its value
         if not low <= value <= high:
-            raise TextdpError(f"{flag} must be between {low:,} and {high:,} (got {value:,})")
+            # --contextual-candidates below 10 (R8b-6): both top-10 figures of the contextual line would be top-(K+1)
+            # of a candidate set of K + 1 words, and its "context-free on the same releases" comparison the same
+            why = (": the contextual line's top-10 figures rank K + 1 candidates per word (the K most probable plus the "
+                   "released word), so K must hold the context-free attacker's ten best guesses"
+                   if flag == "--contextual-candidates" and 0 < value < low else "")
+            raise TextdpError(f"{flag} must be between {low:,} and {high:,} (got {value:,}){why}")
     if not 0 < opts.false_alarm_rate < 1:
         raise TextdpError("--false-alarm-rate must be in (0, 1)")
     sizes = _ints(opts.linkage_sizes, "--linkage-sizes")

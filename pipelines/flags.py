@@ -571,7 +571,8 @@ class AuditOptions(PipelineOptions):
         parser.add_argument(
             "--contextual-candidates", "--contextual_candidates", dest="contextual_candidates", type=int, default=50,
             help="inversion: the contextual attacker considers, per word, the K most probable inputs under the "
-                 "context-free posterior plus the released word; default 50")
+                 "context-free posterior plus the released word (10 to 1,000: its top-10 must be the context-free attacker's ten "
+                 "best guesses); default 50")
         parser.add_argument(
             "--mc-draws", "--mc_draws", dest="mc_draws", type=int, default=200000,
             help="mechanisms without a closed form (Madlib): releases of prior-drawn words per epsilon from which "

@@ -132,3 +132,38 @@ def test_plain_float_accepts_plain_decimals_and_leaves_inf_to_the_range_checks()
     for text in ["0_5", "\u0665", "0x10", "1;2", "", "five", "1e", "--1"]:
         with pytest.raises(argparse.ArgumentTypeError):
             plain_float(text)
+
+
+# --- R8b-6: audit --contextual-candidates below 10 ------------------------------------------------------------------
+
+AUDIT_ART = "/tmp/art300"
+AUDIT_CORPUS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "reviews.txt")
+
+
+def _audit(out, *extra):
+    return cli_main(["audit", f"--artifact={AUDIT_ART}", "--checks=inversion", "--epsilons=2", f"--corpus={AUDIT_CORPUS}",
+                     "--inversion-tokens=100", "--mc-draws=2000", "--prior-words=300", "--seed=1", f"--output={out}",
+                     *extra, RUNNER])
+
+
+@pytest.mark.parametrize("k", [1, 3, 9])
+def test_contextual_candidates_below_ten_are_refused(k, tmp_path, capsys):
+    """R8b-6: with K < 10 both top-10 figures of the contextual line were top-(K+1) (K=1: top-10 = top-1), and the
+    "context-free on the same releases" comparison showed no difference by construction. Now one line, exit 2,
+    before any output; K = 10 runs (below)."""
+    assert _audit(tmp_path / "out", f"--contextual-candidates={k}") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--contextual-candidates must be between 10 and 1,000" in err[0] and "top-10" in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_contextual_candidates_of_ten_give_a_same_releases_top10_that_is_not_a_top1(tmp_path):
+    """R8b-6: at K = 10 the candidate set holds the context-free attacker's ten best guesses, so its top-10 on the
+    same releases is that attacker's own top-10 (at least its top-1; with 100 tokens of Madlib at epsilon 2 it is
+    strictly larger unless every top-1 guess is already right). Fixed seed: deterministic, no false failures."""
+    out = tmp_path / "out"
+    assert _audit(out, "--contextual-candidates=10") == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    same = summary["contextual_inversion"]["same_releases_context_free"]["2"]
+    top1, top10 = same["top1"]["rate"], same["top10"]["rate"]
+    assert top10 >= top1 and (top10 > top1 or top1 == 1.0)
