@@ -289,6 +289,30 @@ def _conformance_checks(opts: AuditOptions) -> tuple:
     return ("conformance",)
 
 
+def _check_declared_law(reference, artifact, epsilon: float, params: dict) -> None:
+    """A mechanism that is not built in and declares a closed form (EXACT_LAW): its ``exact_distribution`` rows of
+    CONFORMANCE_LAW_PROBES vocabulary ids spread over the ranking must each be a probability distribution (finite,
+    non-negative, one per word, summing to 1), else one line before any worker starts (R8b-4: an all-NaN law was
+    "inconclusive, p=1"). Rows the workers' sample meets later are checked there too (a FLAG naming the declaration)."""
+    from textdp.audit.conformance import declared_law_problem, law_kind
+    from textdp.mechanisms import make_mechanism, mechanism_class, probe_ids
+
+    if law_kind(mechanism_class(reference)) != "closed form":
+        return
+    mechanism = make_mechanism(reference, artifact, epsilon, **params)
+    size = int(artifact.vocab_size)
+    probes = probe_ids(size)
+    probes = probes[np.linspace(0, len(probes) - 1, min(CONFORMANCE_LAW_PROBES, len(probes))).astype(int)]
+    problem = declared_law_problem(mechanism, artifact.vectors, probes, size)
+    if problem:
+        raise TextdpError(f"--conformance-mechanisms {mechanism_class(reference).name!r}: its declared law (EXACT_LAW, "
+                          f"exact_distribution) at epsilon {epsilon:g} is not a probability distribution: {problem}; "
+                          "fix the declaration (nothing was tested)")
+
+
+CONFORMANCE_LAW_PROBES = 8  # rows of a custom closed form checked on the launcher, per epsilon
+
+
 def conformance_units(opts: AuditOptions, spec, location, manifest: dict) -> tuple:
     """The conformance plan: every (mechanism, epsilon) unit with its parameters and Bonferroni level. Refuses, before
     any worker starts, a mechanism that does not resolve, an artifact that lacks a part one of them reads, a
@@ -322,6 +346,7 @@ def conformance_units(opts: AuditOptions, spec, location, manifest: dict) -> tup
                     check_mechanism(reference, value, facts, **own)
                     if hasattr(facts, "vectors"):  # one not built in: built and run on a few ids before any output
                         trial_build(reference, facts, value, **own)  # is touched (a worker would fail after --overwrite)
+                        _check_declared_law(reference, facts, value, own)
         references.append(reference)
         params[reference] = own
     level = opts.false_alarm_rate / planned_units(references, spec.epsilons)
@@ -466,9 +491,14 @@ def report_lines(output: str) -> List[str]:
         parts = ", ".join(f"{int(size):,}: {e['top1']['rate']:.3f}" for size, e in entry.items())
         lines.append(f"linkage top-1 at epsilon {eps} by set size: {parts}")
     flagged = (summary.get("conformance") or {}).get("flagged") or []
+    broken = (summary.get("conformance") or {}).get("declaration_broken") or []
     if flagged:  # an installation that does not release what its mechanisms declare: the run is not a success
-        raise TextdpError(f"conformance: {', '.join(flagged)} flagged (releases do not follow the declared law); the "
-                          f"tests and their p-values are in {output}/{CONFORMANCE_FILE}")
+        releases = [name for name in flagged if name not in broken]
+        why = ("releases do not follow the declared law" if not broken else "; ".join(part for part in (
+            f"{', '.join(broken)}: the declared law is not a probability distribution, nothing was tested against it",
+            f"{', '.join(releases)}: releases do not follow the declared law" if releases else "") if part))
+        raise TextdpError(f"conformance: {', '.join(flagged)} flagged ({why}); the tests and their p-values are in "
+                          f"{output}/{CONFORMANCE_FILE}")
     lines.append(f"report: {output}/{CONFORMANCE_FILE}" if "conformance" in summary.get("checks", ()) else
                  f"report: {output}/report.html")
     return lines

@@ -167,3 +167,110 @@ def test_contextual_candidates_of_ten_give_a_same_releases_top10_that_is_not_a_t
     same = summary["contextual_inversion"]["same_releases_context_free"]["2"]
     top1, top10 = same["top1"]["rate"], same["top10"]["rate"]
     assert top10 >= top1 and (top10 > top1 or top1 == 1.0)
+
+
+# --- R8b-4: audit --conformance against a declared law that is not a distribution ----------------------------------
+
+from tests.custom_mechanism import CappedExponential  # noqa: E402
+
+
+class NanLaw(CappedExponential):
+    name = "r8d-nan-law"
+
+    def exact_distribution(self, row, word_id):
+        return np.full(self.vocab_size, np.nan)
+
+
+class NegativeLaw(CappedExponential):
+    name = "r8d-negative-law"
+
+    def exact_distribution(self, row, word_id):
+        probs = super().exact_distribution(row, word_id).copy()
+        probs[0] -= 0.5
+        probs[1] += 0.5
+        return probs
+
+
+class UnnormalisedLaw(CappedExponential):
+    name = "r8d-unnormalised-law"
+
+    def exact_distribution(self, row, word_id):
+        return np.full(self.vocab_size, 5.0)
+
+
+class ShortLaw(CappedExponential):
+    name = "r8d-short-law"
+
+    def exact_distribution(self, row, word_id):
+        return super().exact_distribution(row, word_id)[:-1]
+
+
+class BrokenOffProbeLaw(CappedExponential):
+    """Right on the launcher's probe words, all NaN on every other word: only the workers' sample meets it."""
+
+    name = "r8d-off-probe-law"
+
+    def exact_distribution(self, row, word_id):
+        from textdp.mechanisms import probe_ids
+
+        if int(word_id) in set(probe_ids(self.vocab_size).tolist()):
+            return super().exact_distribution(row, word_id)
+        return np.full(self.vocab_size, np.nan)
+
+
+def _conformance(tmp_path, cls, *extra):
+    return cli_main(["audit", f"--artifact={AUDIT_ART}", f"--output={tmp_path / 'out'}", "--conformance",
+                     f"--conformance-mechanisms=tests.test_hostile_round8d:{cls}", "--epsilons=2",
+                     "--conformance-draws=2000", "--power-repeats=1", *extra, RUNNER])
+
+
+@pytest.mark.parametrize("cls,phrase", [("NanLaw", "holds 300 value(s) that are not finite numbers"),
+                                        ("NegativeLaw", "holds 1 negative value(s)"),
+                                        ("UnnormalisedLaw", "sums to 1500, not 1"),
+                                        ("ShortLaw", "has shape (299,), not (300,)")])
+def test_a_declared_law_that_is_not_a_distribution_is_refused_before_the_run(cls, phrase, tmp_path, capsys):
+    """R8b-4: an all-NaN declared law gave G = 0, p = 1, "inconclusive" (a perfect fit), and an unnormalised one was
+    flagged as "releases do not follow the declared law". The launcher now checks the declared rows of 8 vocabulary
+    ids spread over the ranking at each epsilon: one line naming the declaration, exit 2, before any output."""
+    assert _conformance(tmp_path, cls) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "declared law" in err[0] and "is not a probability distribution" in err[0], err
+    assert phrase in err[0] and "releases do not follow" not in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_declared_law_broken_on_the_sampled_words_is_flagged_as_a_broken_declaration(tmp_path, capsys):
+    """R8b-4: rows the launcher's probe did not meet are checked in the unit before any release is tested against
+    them: FLAG naming the declaration (no p-value, nothing tested), exit 1, never p = 1 nor "releases do not follow".
+    (The unit's sample has 4 words of 300, drawn with --seed 3; at most one in 20 such samples could be probe words
+    only, and seed 3's is not: the test is deterministic.)"""
+    assert _conformance(tmp_path, "BrokenOffProbeLaw", "--seed=3") == 1
+    captured = capsys.readouterr()
+    errors = [line for line in captured.err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "r8d-off-probe-law: the declared law is not a probability distribution" in errors[0]
+    assert "releases do not follow" not in errors[0]
+    result = json.loads((tmp_path / "out" / "conformance.json").read_text(encoding="utf-8"))
+    row = result["rows"][0]
+    assert row["status"] == "FLAG" and row["p_value"] is None and row["draws"] == 0
+    assert "not finite numbers" in row["declaration_broken"] and result["declaration_broken"] == ["r8d-off-probe-law"]
+    message = " ".join(json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))["conformance"]["message"])
+    assert "declared law is not a probability distribution" in message and "nothing was tested" in message
+    assert "p=1" not in message
+
+
+def test_law_problem_accepts_every_built_in_closed_form_and_names_each_defect(tiny_artifact_dir):
+    from textdp.artifact.locate import open_artifact
+    from textdp.audit.conformance import declared_law_problem, law_problem
+    from textdp.mechanisms import make_mechanism
+
+    artifact = open_artifact(tiny_artifact_dir)
+    for name in ("custext", "clusant"):  # (TEM and SanText need a neighbour table: tests/test_conformance.py)
+        for eps in (0.5, 5.0, 100.0):
+            mechanism = make_mechanism(name, artifact, eps)
+            assert declared_law_problem(mechanism, artifact.vectors, range(0, 300, 13), 300) is None
+    assert law_problem(np.full(4, 0.25), 4) is None
+    assert "not finite" in law_problem([0.5, np.inf, 0, 0], 4)
+    assert "negative" in law_problem([0.5, -0.5, 1.0, 0], 4)
+    assert "sums to 0.9" in law_problem([0.5, 0.4, 0, 0], 4)
+    assert "shape" in law_problem(np.full((2, 2), 0.25), 4)
+    assert "numbers" in law_problem(["a", "b"], 2) or "shape" in law_problem(["a", "b"], 2)
