@@ -274,3 +274,29 @@ def test_law_problem_accepts_every_built_in_closed_form_and_names_each_defect(ti
     assert "sums to 0.9" in law_problem([0.5, 0.4, 0, 0], 4)
     assert "shape" in law_problem(np.full((2, 2), 0.25), 4)
     assert "numbers" in law_problem(["a", "b"], 2) or "shape" in law_problem(["a", "b"], 2)
+
+
+# --- R8b-7: calibrate --word-list lines naming one word several times ----------------------------------------------
+
+
+def test_a_word_listed_on_several_lines_is_calibrated_once_and_the_counts_agree(tmp_path, tiny_artifact_dir, capsys):
+    """R8b-7: `the`, `  the  ` and `The` (one vocabulary word as privatize looks it up) were calibrated once per line
+    and weighed three times in the shares and the recommendation; the description said "5 word(s)" for 2 words.
+    Now each vocabulary word is calibrated once (from its first line), the repeating lines are reported by number
+    as the unknown ones are, and every count says 2."""
+    import pyarrow.parquet as pq
+
+    words = _input(tmp_path, "wl.txt", "the\nof\nzzznotaword\n\n  the  \nThe\n")
+    out = tmp_path / "cal"
+    assert cli_main(["calibrate", "--samples=50", "--epsilons=1", f"--word-list={words}", f"--output={out}",
+                     f"--artifact={tiny_artifact_dir}", "--seed=1", RUNNER]) == 0
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    info = summary["words"]
+    assert info["count"] == 2 and info["lines"] == 5
+    assert info["duplicate_lines"] == [5, 6] and info["duplicate_count"] == 2
+    assert info["unknown_lines"] == [3] and info["unknown_count"] == 1
+    assert info["description"].startswith("2 distinct word(s) from the given list of 5 line(s); 2 line(s) repeating")
+    assert summary["statistics"]["1"]["words"] == 2 and summary["recommendation"]["per_epsilon"][0]["words"] == 2
+    table = pq.read_table(out / "per_word.parquet").to_pylist()
+    assert sorted((r["word"], r["stratum"]) for r in table) == [("of", 2), ("the", 1)]
+    assert "zzznotaword" not in (out / "summary.json").read_text(encoding="utf-8")
