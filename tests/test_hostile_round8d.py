@@ -69,7 +69,7 @@ def test_a_custom_mechanism_whose_documents_json_cannot_write_is_refused_before_
 
 
 def test_a_numpy_float32_epsilon_is_written_as_the_number_it_holds(tmp_path, tiny_artifact_dir):
-    """R8-9: an np.float32 epsilon is natural; the summaries' own conversion (textdp.jsonsafe.strict_json, used by
+    """R8-9: an np.float32 epsilon is natural; the summaries' own conversion (textdp.mechanisms.jsonsafe.strict_json, used by
     transforms.io.write_json) writes numpy scalars as Python numbers, so the run completes with both summaries."""
     source = _input(tmp_path, "in.txt", "the cat sat on the mat\n")
     out = tmp_path / "o"
@@ -83,7 +83,7 @@ def test_a_numpy_float32_epsilon_is_written_as_the_number_it_holds(tmp_path, tin
 
 
 def test_strict_json_helper_names_the_first_key_json_cannot_write():
-    from textdp.jsonsafe import dumps_strict, json_problem
+    from textdp.mechanisms.jsonsafe import dumps_strict, json_problem
 
     assert json_problem({"epsilon": np.float32(2), "n": np.int64(3), "x": float("inf")}) is None
     assert json.loads(dumps_strict({"epsilon": np.float32(2), "x": float("nan")})) == {"epsilon": 2.0, "x": "nan"}

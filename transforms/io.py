@@ -39,7 +39,7 @@ import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes, FileMetadata
 from apache_beam.io.filesystems import FileSystems
 
-from textdp.jsonsafe import strict_json  # noqa: F401  the one conversion (summaries; the launcher checks with it, R8-9)
+from textdp.mechanisms.jsonsafe import strict_json  # noqa: F401  the one conversion (summaries; the launcher checks with it, R8-9)
 from transforms.compressed import TruncatedStream, open_decompressed
 from transforms.parquet_io import RowsToArrowTables, batch_rows, cells_as_text, check_input_schemas, schema_differences
 

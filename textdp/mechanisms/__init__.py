@@ -570,7 +570,7 @@ def _check_declared_epsilon(mechanism, epsilon: float) -> None:
     the summaries print it and the exposure ledger counts it (round 8, R8b-1: a class reporting epsilon / 1000 let
     every author spend 1000 times the budget; R8b-2: a missing or NaN value failed only after the whole job ran).
     Its ``parameters()`` and privacy statement must also be writable as strict JSON after the summaries' own
-    conversion (``textdp.jsonsafe``: numpy scalars become numbers; R8-9: a set failed at WriteSummary after the job).
+    conversion (``textdp.mechanisms.jsonsafe``: numpy scalars become numbers; R8-9: a set failed at WriteSummary after the job).
     TextdpError, one line, on the launcher."""
     import math
 
@@ -592,7 +592,7 @@ def _check_declared_epsilon(mechanism, epsilon: float) -> None:
         shown = f"{number:g}" if math.isfinite(number) else f"a {type(value).__name__} that is not a finite number"
         raise TextdpError(f"{what}: parameters()['epsilon'] is {shown}, not the epsilon {float(epsilon):g} it was built "
                           "with: the summaries and the exposure ledger would count another epsilon than the one it runs at")
-    from textdp.jsonsafe import json_problem  # round 8, R8-9: both documents are fixed now; the summaries write them
+    from textdp.mechanisms.jsonsafe import json_problem  # round 8, R8-9: both documents are fixed now; the summaries write them
 
     try:
         statement = statement_of(mechanism)

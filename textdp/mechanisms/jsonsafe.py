@@ -1,4 +1,5 @@
-"""Strict JSON for the documents textdp writes (summaries, run records), Beam-free.
+"""Strict JSON for the documents textdp writes (summaries, run records), Beam-free; in the mechanisms wing, whose
+``_check_declared_epsilon`` is its first user (every wing above and transforms/ may import it).
 
 ``strict_json`` is the one conversion every summary goes through before ``json.dumps(..., allow_nan=False)``
 (``transforms.io.write_json`` uses it): non-finite floats are written as strings and numpy scalars as the Python
