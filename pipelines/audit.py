@@ -168,9 +168,16 @@ def prepare_run(options: PipelineOptions) -> Prepared:
                                    (opts.inversion_tokens, "--inversion-tokens", 1, 10**8),
                                    (opts.prior_words, "--prior-words", 1, 10**7), (opts.mc_draws, "--mc-draws", 1, 10**8),
                                    (opts.linkage_window, "--linkage-window", 1, 10**4),
-                                   (opts.contextual_candidates, "--contextual-candidates", 1, 1000)):
+                                   (opts.contextual_candidates, "--contextual-candidates", 10, 1000)):
+        if flag == "--contextual-candidates" and opts.no_contextual:
+            continue  # refused below with --no-contextual, whatever its value
         if not low <= value <= high:
-            raise TextdpError(f"{flag} must be between {low:,} and {high:,} (got {value:,})")
+            # --contextual-candidates below 10 (R8b-6): both top-10 figures of the contextual line would be top-(K+1)
+            # of a candidate set of K + 1 words, and its "context-free on the same releases" comparison the same
+            why = (": the contextual line's top-10 figures rank K + 1 candidates per word (the K most probable plus the "
+                   "released word), so K must hold the context-free attacker's ten best guesses"
+                   if flag == "--contextual-candidates" and 0 < value < low else "")
+            raise TextdpError(f"{flag} must be between {low:,} and {high:,} (got {value:,}){why}")
     if not 0 < opts.false_alarm_rate < 1:
         raise TextdpError("--false-alarm-rate must be in (0, 1)")
     sizes = _ints(opts.linkage_sizes, "--linkage-sizes")
@@ -282,6 +289,30 @@ def _conformance_checks(opts: AuditOptions) -> tuple:
     return ("conformance",)
 
 
+def _check_declared_law(reference, artifact, epsilon: float, params: dict) -> None:
+    """A mechanism that is not built in and declares a closed form (EXACT_LAW): its ``exact_distribution`` rows of
+    CONFORMANCE_LAW_PROBES vocabulary ids spread over the ranking must each be a probability distribution (finite,
+    non-negative, one per word, summing to 1), else one line before any worker starts (R8b-4: an all-NaN law was
+    "inconclusive, p=1"). Rows the workers' sample meets later are checked there too (a FLAG naming the declaration)."""
+    from textdp.audit.conformance import declared_law_problem, law_kind
+    from textdp.mechanisms import make_mechanism, mechanism_class, probe_ids
+
+    if law_kind(mechanism_class(reference)) != "closed form":
+        return
+    mechanism = make_mechanism(reference, artifact, epsilon, **params)
+    size = int(artifact.vocab_size)
+    probes = probe_ids(size)
+    probes = probes[np.linspace(0, len(probes) - 1, min(CONFORMANCE_LAW_PROBES, len(probes))).astype(int)]
+    problem = declared_law_problem(mechanism, artifact.vectors, probes, size)
+    if problem:
+        raise TextdpError(f"--conformance-mechanisms {mechanism_class(reference).name!r}: its declared law (EXACT_LAW, "
+                          f"exact_distribution) at epsilon {epsilon:g} is not a probability distribution: {problem}; "
+                          "fix the declaration (nothing was tested)")
+
+
+CONFORMANCE_LAW_PROBES = 8  # rows of a custom closed form checked on the launcher, per epsilon
+
+
 def conformance_units(opts: AuditOptions, spec, location, manifest: dict) -> tuple:
     """The conformance plan: every (mechanism, epsilon) unit with its parameters and Bonferroni level. Refuses, before
     any worker starts, a mechanism that does not resolve, an artifact that lacks a part one of them reads, a
@@ -315,6 +346,7 @@ def conformance_units(opts: AuditOptions, spec, location, manifest: dict) -> tup
                     check_mechanism(reference, value, facts, **own)
                     if hasattr(facts, "vectors"):  # one not built in: built and run on a few ids before any output
                         trial_build(reference, facts, value, **own)  # is touched (a worker would fail after --overwrite)
+                        _check_declared_law(reference, facts, value, own)
         references.append(reference)
         params[reference] = own
     level = opts.false_alarm_rate / planned_units(references, spec.epsilons)
@@ -459,9 +491,14 @@ def report_lines(output: str) -> List[str]:
         parts = ", ".join(f"{int(size):,}: {e['top1']['rate']:.3f}" for size, e in entry.items())
         lines.append(f"linkage top-1 at epsilon {eps} by set size: {parts}")
     flagged = (summary.get("conformance") or {}).get("flagged") or []
+    broken = (summary.get("conformance") or {}).get("declaration_broken") or []
     if flagged:  # an installation that does not release what its mechanisms declare: the run is not a success
-        raise TextdpError(f"conformance: {', '.join(flagged)} flagged (releases do not follow the declared law); the "
-                          f"tests and their p-values are in {output}/{CONFORMANCE_FILE}")
+        releases = [name for name in flagged if name not in broken]
+        why = ("releases do not follow the declared law" if not broken else "; ".join(part for part in (
+            f"{', '.join(broken)}: the declared law is not a probability distribution, nothing was tested against it",
+            f"{', '.join(releases)}: releases do not follow the declared law" if releases else "") if part))
+        raise TextdpError(f"conformance: {', '.join(flagged)} flagged ({why}); the tests and their p-values are in "
+                          f"{output}/{CONFORMANCE_FILE}")
     lines.append(f"report: {output}/{CONFORMANCE_FILE}" if "conformance" in summary.get("checks", ()) else
                  f"report: {output}/report.html")
     return lines

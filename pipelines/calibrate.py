@@ -151,9 +151,11 @@ def nn_statement(options: PipelineOptions, manifest: dict) -> str:
             "with --nn exact")
 
 
-def _refuse_list_without_vocabulary_word(path: str, elements: List[tuple], location) -> None:
-    """Before the run: a word list none of whose lines is one vocabulary word (looked up as the workers do,
-    ``transforms.calibration.word_list_id``) would calibrate nothing; it failed after the run. No line quoted."""
+def _word_list_ids(path: str, elements: List[tuple], location) -> List[int]:
+    """The vocabulary id of every --word-list line, looked up as the workers do (``transforms.calibration.word_list_id``,
+    privatize's rule: ``The`` and ``  the  `` are ``the``; UNKNOWN_ID for a line that is not exactly one known word).
+    Before the run: a word list none of whose lines is one vocabulary word would calibrate nothing; it failed after
+    the run. No line quoted."""
     from textdp.artifact.locate import resolve_artifact
     from textdp.artifact.store import Artifact
     from textdp.text.tokenize import UNKNOWN_ID, Tokenizer
@@ -161,10 +163,39 @@ def _refuse_list_without_vocabulary_word(path: str, elements: List[tuple], locat
 
     artifact = Artifact(resolve_artifact(location), verify=False)
     tokenizer = Tokenizer(artifact.word_to_id, artifact.words)
-    if all(word_list_id(tokenizer, line) == UNKNOWN_ID for line, _ in elements):
+    ids = [word_list_id(tokenizer, line) for line, _ in elements]
+    if all(word_id == UNKNOWN_ID for word_id in ids):
         raise TextdpError(f"--word-list {path!r}: none of its {len(elements)} line(s) is one word of the artifact's "
                           f"vocabulary (looked up as privatize looks words up; a line must hold exactly one word), so "
                           "there is nothing to calibrate")
+    return ids
+
+
+def _distinct_words(path: str, elements: List[tuple], location) -> tuple:
+    """(the lines to calibrate, the words description): a word listed on several lines (repeated, in another case,
+    with spaces around it: one vocabulary id) is calibrated once, from its first line, so that every word weighs
+    once in the shares and the recommendation (round 8, R8b-7); the repeating lines are reported by number, as
+    the unknown ones are. Lines that are no vocabulary word go on to the workers, which report them."""
+    from textdp.text.tokenize import UNKNOWN_ID
+
+    ids = _word_list_ids(path, elements, location)
+    first, kept, repeats = {}, [], []
+    for (line, number), word_id in zip(elements, ids):
+        if word_id != UNKNOWN_ID and word_id in first:
+            repeats.append(number)
+            continue
+        if word_id != UNKNOWN_ID:
+            first[word_id] = number
+        kept.append((line, number))
+    info = {"selection": "word list", "lines": len(elements),
+            "description": f"{len(first)} distinct word(s) from the given list of {len(elements)} line(s)"}
+    if repeats:
+        info["duplicate_lines"] = repeats[:100]
+        info["duplicate_count"] = len(repeats)
+        info["description"] += (f"; {len(repeats)} line(s) repeating the word of an earlier line (looked up as privatize "
+                                "looks words up: case, spaces) were not calibrated again: each word weighs once (line numbers in "
+                                "summary.json)")
+    return kept, info
 
 
 def _elements(options: PipelineOptions, vocab_size: int):
@@ -174,8 +205,7 @@ def _elements(options: PipelineOptions, vocab_size: int):
         elements = read_word_list(opts.word_list)
         if not elements:
             raise TextdpError(f"--word-list {opts.word_list!r} holds no words")
-        _refuse_list_without_vocabulary_word(opts.word_list, elements, options.view_as(ArtifactOptions).artifact)
-        return elements, {"selection": "word list", "description": f"{len(elements)} word(s) from the given list"}
+        return _distinct_words(opts.word_list, elements, options.view_as(ArtifactOptions).artifact)
     count = opts.words or DEFAULT_WORDS
     rng = np.random.default_rng(None if seed is None else [seed, 0])
     ids, strata = stratified_word_sample(vocab_size, count, rng)

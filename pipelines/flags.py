@@ -15,6 +15,8 @@ audit compare), ``CalibrateOptions``, ``NeighbourOptions``, ``AuditOptions``.
 
 from __future__ import annotations
 
+import re
+
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.custom_flags import MechanismChoices, argv_mechanism, custom_mechanism, named_mechanism  # noqa: I100
@@ -54,6 +56,42 @@ DEFAULT_EPSILONS = "1,2,5,10,20"
 DEFAULT_WORDS = 1000
 DEFAULT_K = 100
 DEFAULT_SHARD_ROWS = 8192
+
+
+_PLAIN_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+_NOT_A_NUMBER = re.compile(r"[+-]?(inf|infinity|nan)", re.IGNORECASE)  # left to the flags' range checks (they name them)
+
+
+def plain_float(text) -> float:
+    """The argparse type of every float flag (``--epsilon``, ``--delta``, ``--author-budget``, a mechanism's own
+    float parameters, ...): a plain ASCII decimal only (digits 0-9, '.', 'e', '+', '-'). Python's ``float()``
+    also reads ``0_5`` as 5, ``1_0`` as 10 and other scripts' digits (``\u0665`` as 5): a mistyped 0_5 would run
+    at ten times the epsilon meant (round 8, R8b-8). argparse names the flag in its one-line refusal."""
+    import argparse
+
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return float(text)  # a default, or PipelineOptions(epsilon=0.5) from Python
+    value = str(text).strip(" \t")
+    if _PLAIN_DECIMAL.fullmatch(value) or _NOT_A_NUMBER.fullmatch(value):
+        return float(value)
+    hint = " (an underscore is not a decimal point: write 0.5, not 0_5)" if "_" in value else ""
+    raise argparse.ArgumentTypeError(f"invalid float value: {ascii(str(text))[:60]}: give a plain decimal number, "
+                                     f"ASCII digits 0-9 with '.', 'e', '+' or '-' only{hint}")
+
+
+plain_float.__name__ = "float"  # argparse's own messages for this type still say "float"
+
+
+def plain_floats(flag: str, text: str) -> list:
+    """Comma-separated ``plain_float`` values of ``flag`` (``--epsilons``); TextdpError, one line, naming the flag."""
+    import argparse
+
+    from textdp.errors import TextdpError
+
+    try:
+        return [plain_float(part) for part in str(text).split(",") if part.strip()]
+    except argparse.ArgumentTypeError as exc:
+        raise TextdpError(f"{flag} must be comma-separated numbers: {exc}") from None
 
 
 def _fields(text: str) -> list:
@@ -115,7 +153,7 @@ class MechanismOptions(PipelineOptions):
                 if param.choices:
                     kwargs["choices"] = param.choices
                 else:
-                    kwargs["type"] = param.type
+                    kwargs["type"] = plain_float if param.type is float else param.type
                 group.add_argument(*param.flags, **kwargs)
 
     def validate_mechanism(self, epsilons, location=None, manifest=None, oov_policy="random", unk_token="<unk>"):
@@ -213,7 +251,7 @@ class PrivatizeOptions(PipelineOptions):
             help="JSONL/Parquet: field to privatize (repeat the flag or separate with commas for several); every "
                  "other field passes through unchanged. Default for JSONL/Parquet: 'text'")
         parser.add_argument(
-            "--epsilon", dest="epsilon", type=float, default=None,
+            "--epsilon", dest="epsilon", type=plain_float, default=None,
             help=f"privacy parameter epsilon, {EPSILON_RANGE_HELP} (per unit of embedding "
                  f"distance; smaller = more private). When epsilon x the artifact's typical nearest-neighbour distance is "
                  f"above {VACUOUS_EXPONENT:g} the guarantee is vacuous and the summary and console say so")
@@ -250,7 +288,7 @@ class PrivatizeOptions(PipelineOptions):
                  "noise draws (no input text, no noise values) to this prefix")
 
         parser.add_argument(
-            "--max-failed-fraction", "--max_failed_fraction", dest="max_failed_fraction", type=float,
+            "--max-failed-fraction", "--max_failed_fraction", dest="max_failed_fraction", type=plain_float,
             default=DEFAULT_MAX_FAILED_FRACTION, metavar="F",
             help=f"a run in which more than this share of the records in (0 to 1; blank records left out) goes to the error output exits 1 "
                  f"with one line naming the top reasons; its outputs and summary are still written. Default "
@@ -292,12 +330,12 @@ class StreamingOptions(PipelineOptions):
                  "later than that is not privatized: it is written as an error record (reason late) to "
                  "<output>-late-*-errors.jsonl and counted (metric textdp/late_records)")
         parser.add_argument(
-            "--poll-interval", "--poll_interval", dest="poll_interval", type=float, default=DEFAULT_POLL_SECONDS,
+            "--poll-interval", "--poll_interval", dest="poll_interval", type=plain_float, default=DEFAULT_POLL_SECONDS,
             metavar="SECONDS",
             help=f"with --streaming and --input: look for new files matching --input every SECONDS (default "
                  f"{DEFAULT_POLL_SECONDS:g}); each file is read once")
         parser.add_argument(
-            "--streaming-stop-after", "--streaming_stop_after", dest="streaming_stop_after", type=float,
+            "--streaming-stop-after", "--streaming_stop_after", dest="streaming_stop_after", type=plain_float,
             default=None, metavar="SECONDS",
             help="with --streaming and --input: stop watching for new files SECONDS after the start; the open "
                  "windows are then closed and written and the job ends (tests, bounded backfills). Default: watch "
@@ -342,7 +380,7 @@ class AmplifierOptions(PipelineOptions):
             help="comma-separated fields to remove from every output record (ids, timestamps, anything that links "
                  "a record to a person). Every other field is kept and listed in <output>-amplification.json")
         parser.add_argument(
-            "--subsample", dest="subsample", type=float, default=None, metavar="Q",
+            "--subsample", dest="subsample", type=plain_float, default=None, metavar="Q",
             help="Poisson sub-sampling: keep each record independently with probability Q in (0, 1] (OS CSPRNG). "
                  "Reduces what is released; no amplification is claimed for it (see docs/lac.md)")
         parser.add_argument(
@@ -355,7 +393,7 @@ class AmplifierOptions(PipelineOptions):
             help=f"with --shuffle: at most about N records per output file (default {DEFAULT_RECORDS_PER_SHARD}); each "
                  "file is shuffled in the memory of one worker, and files are also kept under 64 MiB of text")
         parser.add_argument(
-            "--delta", dest="delta", type=float, default=accounting.DEFAULT_DELTA,
+            "--delta", dest="delta", type=plain_float, default=accounting.DEFAULT_DELTA,
             help=f"delta of the (epsilon, delta) shuffle-amplification bound (default {accounting.DEFAULT_DELTA:g}); "
                  f"at most {accounting.MAX_DELTA:g}; the bound is only reported where its theorem's condition holds "
                  "and delta is at most 1/n for the n records (authors) shuffled")
@@ -387,7 +425,7 @@ class LedgerOptions(PipelineOptions):
             help="the operator's secret key for the author hash (at least 16 bytes; default: $TEXTDP_LEDGER_KEY). "
                  "The ledger keeps only its fingerprint and refuses another key")
         parser.add_argument(
-            "--author-budget", "--author_budget", dest="author_budget", type=float, default=None, metavar="B",
+            "--author-budget", "--author_budget", dest="author_budget", type=plain_float, default=None, metavar="B",
             help="cap on each author's cumulative epsilon-mass across every run committed to --ledger (epsilon x the "
                  "word tokens released from their records): records that would exceed it go to the error output as "
                  "budget_exhausted, each author's records taken in input order (file, then line or row)")
@@ -410,10 +448,7 @@ class EpsilonGridOptions(PipelineOptions):
     def epsilon_grid(self) -> tuple:
         from textdp.errors import TextdpError
 
-        try:
-            values = sorted({float(part) for part in str(self.epsilons).split(",") if part.strip()})
-        except ValueError:
-            raise TextdpError(f"--epsilons must be comma-separated numbers, got {self.epsilons!r}") from None
+        values = sorted(set(plain_floats("--epsilons", self.epsilons)))
         if not values:
             raise TextdpError(f"--epsilons must list at least one epsilon, each {EPSILON_RANGE_HELP}")
         return tuple(check_epsilon(value, "--epsilons: each epsilon") for value in values)
@@ -436,15 +471,15 @@ class CalibrateOptions(PipelineOptions):
             "--samples", dest="samples", type=int, default=DEFAULT_SAMPLES,
             help=f"draws of M(w) per word and epsilon (the paper uses 1,000); default {DEFAULT_SAMPLES}")
         parser.add_argument(
-            "--max-nw", "--max_nw", dest="max_nw", type=float, default=0.5,
+            "--max-nw", "--max_nw", dest="max_nw", type=plain_float, default=0.5,
             help="target: a word may be released unchanged with probability at most this; default 0.5. Give a "
                  "negative value to drop this target")
         parser.add_argument(
-            "--min-sw", "--min_sw", dest="min_sw", type=float, default=50.0,
+            "--min-sw", "--min_sw", dest="min_sw", type=plain_float, default=50.0,
             help="target: at least this many distinct outputs in --samples draws; default 50. Give a negative value "
                  "to drop this target")
         parser.add_argument(
-            "--coverage", dest="coverage", type=float, default=0.99,
+            "--coverage", dest="coverage", type=plain_float, default=0.99,
             help="share of words that must meet both targets; default 0.99")
         parser.add_argument(
             "--no-prune", "--no_prune", dest="no_prune", action="store_true", default=False,
@@ -499,7 +534,7 @@ class AuditOptions(PipelineOptions):
             "--no-oov-pairs", "--no_oov_pairs", dest="no_oov_pairs", action="store_true", default=False,
             help="self-check: skip the pairs of two generated out-of-vocabulary words that check --oov-policy")
         parser.add_argument(
-            "--false-alarm-rate", "--false_alarm_rate", dest="false_alarm_rate", type=float, default=0.001,
+            "--false-alarm-rate", "--false_alarm_rate", dest="false_alarm_rate", type=plain_float, default=0.001,
             help="self-check: probability that a correct mechanism is reported as violating its guarantee anywhere "
                  "in the run (split over all tests, Bonferroni); default 0.001")
         parser.add_argument(
@@ -536,7 +571,8 @@ class AuditOptions(PipelineOptions):
         parser.add_argument(
             "--contextual-candidates", "--contextual_candidates", dest="contextual_candidates", type=int, default=50,
             help="inversion: the contextual attacker considers, per word, the K most probable inputs under the "
-                 "context-free posterior plus the released word; default 50")
+                 "context-free posterior plus the released word (10 to 1,000: its top-10 must be the context-free attacker's ten "
+                 "best guesses); default 50")
         parser.add_argument(
             "--mc-draws", "--mc_draws", dest="mc_draws", type=int, default=200000,
             help="mechanisms without a closed form (Madlib): releases of prior-drawn words per epsilon from which "

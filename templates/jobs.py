@@ -20,6 +20,7 @@ import argparse
 import re
 from typing import List, Sequence, Tuple
 
+from pipelines.flags import plain_float
 from pipelines.jobs import JOBS as _REGISTRY
 
 INT_REGEX = r"^-?[0-9]+$"
@@ -82,7 +83,7 @@ def _regexes(action: argparse.Action) -> List[str]:
         return ["^(" + "|".join(re.escape(str(choice)) for choice in action.choices) + ")$"]
     if action.type is int:
         return [INT_REGEX]
-    if action.type is float:
+    if action.type is float or action.type is plain_float:  # plain_float: the same rule as FLOAT_REGEX (R8b-8)
         return [FLOAT_REGEX]
     return []
 

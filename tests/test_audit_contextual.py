@@ -277,4 +277,4 @@ def test_contextual_candidates_out_of_range_is_refused(corpora, capsys):
     code = cli_main(["audit", f"--artifact={artifact_dir}", "--epsilons=4", "--checks=inversion", f"--corpus={corpus}",
                      "--mechanism=madlib", "--contextual-candidates=0", f"--output={root / 'bad'}"] + RUNNER)
     assert code == 2
-    assert "--contextual-candidates must be between 1 and 1,000" in capsys.readouterr().err
+    assert "--contextual-candidates must be between 10 and 1,000" in capsys.readouterr().err

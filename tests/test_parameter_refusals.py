@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import textdp
+from pipelines.flags import plain_float
 from pipelines.jobs import JOBS, help_parser, parse_job_options, run_job
 from templates import jobs as template_jobs
 from tests.statcheck import g_test
@@ -246,7 +247,7 @@ def _valid_value(action):
         return str(list(action.choices)[-1]), list(action.choices)[-1]
     if action.type is int:
         return "3", 3
-    if action.type is float:
+    if action.type is float or action.type is plain_float:
         return "0.5", 0.5
     return "gs://bucket/some-path", "gs://bucket/some-path"
 

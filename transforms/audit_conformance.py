@@ -59,7 +59,7 @@ class WriteConformance(beam.DoFn):
     def process(self, _, rows: list[tuple]):
         result = summarize([row for _, row in sorted(rows, key=lambda pair: pair[0])], self.false_alarm_rate)
         summary = {**self.run_info, "checks": ["conformance"], "conformance": {
-            key: result[key] for key in ("verdicts", "flagged", "tests", "false_alarm_rate", "method")}}
+            key: result[key] for key in ("verdicts", "flagged", "declaration_broken", "tests", "false_alarm_rate", "method")}}
         summary["conformance"]["message"] = message_lines(result)
         for name, payload in ((CONFORMANCE_FILE, result), (SUMMARY_FILE, summary)):
             with FileSystems.create(f"{self.output}/{name}", mime_type="application/json") as handle:

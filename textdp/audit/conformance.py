@@ -188,6 +188,46 @@ def pit_values(law_mechanism, vectors, words: Sequence[int], ids: np.ndarray, re
     return u, impossible
 
 
+LAW_TOLERANCE = 1e-6  # a declared row must sum to 1 within this (float64 sums of a vocabulary's probabilities)
+
+
+def law_problem(probs, vocab_size: int) -> str | None:
+    """Why ``probs`` (one row ``exact_distribution`` returned) is not a probability distribution over a vocabulary
+    of ``vocab_size`` words, or None: wrong shape or length, not numbers, a value not finite, a negative value, or a
+    sum other than 1 (within LAW_TOLERANCE). Round 8, R8b-4: an all-NaN row gave G = 0, p = 1, "inconclusive"."""
+    try:
+        row = np.asarray(probs, dtype=float)
+    except (TypeError, ValueError):
+        return f"is not an array of numbers (a {type(probs).__name__})"
+    if row.shape != (int(vocab_size),):
+        return f"has shape {row.shape}, not ({int(vocab_size)},) (one probability per vocabulary word)"
+    bad = int(np.count_nonzero(~np.isfinite(row)))
+    if bad:
+        return f"holds {bad:,} value(s) that are not finite numbers (NaN or infinite)"
+    negative = int(np.count_nonzero(row < 0))
+    if negative:
+        return f"holds {negative:,} negative value(s)"
+    total = float(row.sum())
+    if not abs(total - 1.0) <= LAW_TOLERANCE:
+        return f"sums to {total:.9g}, not 1 (tolerance {LAW_TOLERANCE:g})"
+    return None
+
+
+def declared_law_problem(mechanism, vectors, words: Sequence[int], vocab_size: int) -> str | None:
+    """Why the law ``mechanism`` declares (``exact_distribution``) is not a probability distribution for one of
+    ``words``, or None: checked before any release is tested against it, so that a broken declaration is reported
+    as such, never as a fit (p = 1) nor as "releases do not follow the declared law"."""
+    for word in words:
+        try:
+            probs = mechanism.exact_distribution(_row(mechanism, vectors, int(word)), int(word))
+        except Exception as exc:  # the user's declaration
+            return f"exact_distribution raised {type(exc).__name__} for word id {int(word)}"
+        problem = law_problem(probs, vocab_size)
+        if problem:
+            return f"the row of word id {int(word)} {problem}"
+    return None
+
+
 def euclidean_ranks(vectors, words: Sequence[int], ids: np.ndarray, released: np.ndarray) -> np.ndarray:
     """Rank of each released word in its input's Euclidean distance order (0: the input itself)."""
     vectors64 = np.asarray(vectors, dtype=np.float64)
@@ -255,6 +295,16 @@ def run_unit(reference, artifact, epsilon: float, params: dict | None = None, wo
             result["rejected"] = bool(result["p_value"] < level)
             return result
 
+    if kind == "closed form":
+        broken = declared_law_problem(mechanism, vectors, words, vocab_size)
+        if broken:  # nothing to test against: FLAG naming the declaration, not the releases (R8b-4)
+            row.update(words=len(words), bands=sorted({b for b, _ in sample}), draws_per_word=0, draws=0,
+                       statistic=None, df=None, p_value=None, bins=0, impossible_releases=0, rejected=True,
+                       power_epsilon=POWER_FACTOR * float(epsilon), power_repeats=0, power_rejections=0,
+                       power=None, status="FLAG", declaration_broken=f"declared law is not a probability "
+                       f"distribution: {broken}", parameters=_plain(mechanism.parameters()),
+                       seconds=time.perf_counter() - started)
+            return row
     main = test(mechanism, release(mechanism, ids, rng, vocab_size))
     power_hits = 0
     power_epsilon = POWER_FACTOR * float(epsilon)
@@ -341,6 +391,7 @@ def summarize(rows: list[dict], false_alarm_rate: float) -> dict:
     return {
         "rows": rows, "verdicts": verdicts, "tests": tests, "false_alarm_rate": false_alarm_rate,
         "flagged": sorted(n for n, v in verdicts.items() if v == "FLAG"),
+        "declaration_broken": sorted({r["mechanism"] for r in rows if r.get("declaration_broken")}),
         "method": (f"{tests} G-tests at level {false_alarm_rate:g}/{max(tests, 1)} each (Bonferroni): a conforming "
                    f"installation is flagged with probability at most {false_alarm_rate:g} (chi-square approximation "
                    f"of G); power: the same test on releases drawn at {POWER_FACTOR:g} x epsilon"),
@@ -355,7 +406,9 @@ def message_lines(result: dict) -> list[str]:
         if verdict == NOT_TESTED:
             lines.append(f"conformance {name}: {NOT_TESTED} (neither a closed form nor a reference simulation)")
             continue
-        parts = ", ".join(f"eps {u['epsilon']:g}: {u['status']} (p={u['p_value']:.2g}, power at {POWER_FACTOR:g}x "
+        parts = ", ".join(f"eps {u['epsilon']:g}: FLAG ({u['declaration_broken']}; nothing was tested)"
+                          if u.get("declaration_broken") else
+                          f"eps {u['epsilon']:g}: {u['status']} (p={u['p_value']:.2g}, power at {POWER_FACTOR:g}x "
                           f"{u['power_rejections']}/{u['power_repeats']}"
                           + (f", {u['impossible_releases']} impossible releases" if u["impossible_releases"] else "")
                           + ")" for u in units)

@@ -569,6 +569,8 @@ def _check_declared_epsilon(mechanism, epsilon: float) -> None:
     """A mechanism that is not built in must report, in ``parameters()["epsilon"]``, the epsilon it was built with:
     the summaries print it and the exposure ledger counts it (round 8, R8b-1: a class reporting epsilon / 1000 let
     every author spend 1000 times the budget; R8b-2: a missing or NaN value failed only after the whole job ran).
+    Its ``parameters()`` and privacy statement must also be writable as strict JSON after the summaries' own
+    conversion (``textdp.mechanisms.jsonsafe``: numpy scalars become numbers; R8-9: a set failed at WriteSummary after the job).
     TextdpError, one line, on the launcher."""
     import math
 
@@ -590,6 +592,17 @@ def _check_declared_epsilon(mechanism, epsilon: float) -> None:
         shown = f"{number:g}" if math.isfinite(number) else f"a {type(value).__name__} that is not a finite number"
         raise TextdpError(f"{what}: parameters()['epsilon'] is {shown}, not the epsilon {float(epsilon):g} it was built "
                           "with: the summaries and the exposure ledger would count another epsilon than the one it runs at")
+    from textdp.mechanisms.jsonsafe import json_problem  # round 8, R8-9: both documents are fixed now; the summaries write them
+
+    try:
+        statement = statement_of(mechanism)
+    except Exception as exc:
+        raise TextdpError(f"{what}: privacy_statement() raised {type(exc).__name__}") from None
+    for method, document in (("parameters()", parameters), ("privacy_statement()", statement)):
+        problem = json_problem(document)
+        if problem:
+            raise TextdpError(f"{what}: {method} cannot be written to the summaries as JSON: {problem} (use str, int, "
+                              "float, bool, None, list and dict with str keys)")
 
 
 def _constructor_keywords(cls, public: dict) -> dict:
