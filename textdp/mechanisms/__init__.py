@@ -510,6 +510,8 @@ def probe_ids(size: int):
 TRIAL_BAND_NAMES = ("most frequent", "second most frequent", "third most frequent", "rarest")
 TRIAL_BANDS = len(TRIAL_BAND_NAMES)  # the trial's probe ids, in frequency-rank order, are judged in bands (quarters)
 TRIAL_RETRIES = 15  # a band the trial left unchanged is released this many times more before it is reported
+TRIAL_FALSE_ALARM = 1e-6  # a band is reported only when, changing as often as the others, it would show no change
+#                           in all 1 + TRIAL_RETRIES releases with a probability below this
 
 
 class Trial(NamedTuple):
@@ -532,8 +534,10 @@ def trial_build(reference, artifact, epsilon: float, **params) -> Optional[Trial
     user's class and one call on 64 ids, on the launcher (and one more on a band's ids per silent band).
     Returns the ``Trial`` (None for a built-in mechanism): ``changed`` 0 means the mechanism acted as the identity
     on every probe; a silent band, that it changed other probes but none of a quarter of the vocabulary even in
-    1 + TRIAL_RETRIES releases (a mechanism right on part of the vocabulary only: round 7, F6; a mechanism that
-    changes a band's word with probability p is reported with probability (1 - p)^(16 * 16), about 1.4e-7 for p = 0.06)
+    1 + TRIAL_RETRIES releases (a mechanism right on part of the vocabulary only: round 7, F6), judged only when the
+    other bands changed so often that a band like them would show no change with probability below
+    TRIAL_FALSE_ALARM at the rate the other bands showed (so a mechanism that rarely changes anything, a large
+    epsilon, is left to the scale warning, and one whose words all change alike is seldom reported)
     (``textdp.privacy.statements.trial_warnings``)."""
     import numpy as np
 
@@ -548,13 +552,19 @@ def trial_build(reference, artifact, epsilon: float, **params) -> Optional[Trial
     try:
         changed = released_ids(mechanism, probe, rng, size) != probe
         silent = []
-        if changed.any() and len(probe) >= 2 * TRIAL_BANDS:
-            for band, positions in enumerate(np.array_split(np.arange(len(probe)), TRIAL_BANDS)):
-                if changed[positions].any():
-                    continue
-                again = np.tile(probe[positions], TRIAL_RETRIES)
-                if not (released_ids(mechanism, again, rng, size) != again).any():
-                    silent.append((band, len(positions), int(probe[positions[0]]), int(probe[positions[-1]])))
+        bands = list(enumerate(np.array_split(np.arange(len(probe)), TRIAL_BANDS))) if len(probe) >= 2 * TRIAL_BANDS else []
+        quiet = [(band, positions) for band, positions in bands if not changed[positions].any()]
+        others = np.concatenate([positions for band, positions in bands if changed[positions].any()] or [np.arange(0)])
+        rate = float(changed[others].mean()) if len(others) else 0.0  # the change rate of the bands that changed
+        for band, positions in quiet:
+            # judged only when a band changing as often as the others would show no change in all its releases with
+            # probability below TRIAL_FALSE_ALARM: a mechanism that rarely changes anything (a large epsilon) is
+            # the scale warning's case, not this one
+            if (1.0 - rate) ** (len(positions) * (1 + TRIAL_RETRIES)) >= TRIAL_FALSE_ALARM:
+                continue
+            again = np.tile(probe[positions], TRIAL_RETRIES)
+            if not (released_ids(mechanism, again, rng, size) != again).any():
+                silent.append((band, len(positions), int(probe[positions[0]]), int(probe[positions[-1]])))
         return Trial(int(len(probe)), int(np.count_nonzero(changed)), tuple(silent))
     except TextdpError:
         raise
