@@ -358,11 +358,15 @@ def refuse_shared_prior(corpus: str, prior_corpus: str) -> None:
     """--prior-corpus trains the attackers' prior and the contextual attacker's language model on text that must be
     disjoint from the attacked records (docs/audit.md): a file that both patterns match (the same path, or the same
     real path through a link) is refused in one line, naming the file, never its text."""
-    def real(path: str) -> str:
-        return path if "://" in path else os.path.realpath(path)
+    from textdp.outputs import identity
+
+    def real(path: str):  # a local file by its identity (device, inode): a hard link is the same file (R8b-11)
+        if "://" in path:
+            return path
+        return identity(path) or os.path.realpath(path)
 
     attacked = {real(path): path for path in matched_paths(corpus)}
-    shared = sorted(path for path in map(real, matched_paths(prior_corpus)) if path in attacked)
+    shared = sorted((path for path in map(real, matched_paths(prior_corpus)) if path in attacked), key=str)
     if shared or (real(corpus) == real(prior_corpus)):
         name = os.path.basename(attacked[shared[0]]) if shared else os.path.basename(corpus)
         raise TextdpError(f"--prior-corpus and --corpus both read {name}: the attackers would be trained on the records "

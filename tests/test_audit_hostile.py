@@ -24,9 +24,10 @@ def audit(out, *extra):
                      *extra] + RUNNER)
 
 
-@pytest.mark.parametrize("how", ["same", "link", "glob"])
+@pytest.mark.parametrize("how", ["same", "link", "glob", "hard link"])
 def test_prior_corpus_that_reads_the_attacked_file_is_refused(tmp_path, capsys, how):
-    """F8: --prior-corpus naming the --corpus file (the same path, a symlink to it, or a pattern matching it) would
+    """F8: --prior-corpus naming the --corpus file (the same path, a symlink or a hard link to it (R8b-11), or a
+    pattern matching it) would
     train the attackers on the records they attack: one line, exit 2, before anything runs (no output)."""
     corpus = tmp_path / "c" / "reviews.txt"
     corpus.parent.mkdir()
@@ -35,6 +36,9 @@ def test_prior_corpus_that_reads_the_attacked_file_is_refused(tmp_path, capsys, 
     if how == "link":
         os.symlink(corpus, tmp_path / "link.txt")
         prior = str(tmp_path / "link.txt")
+    if how == "hard link":
+        os.link(corpus, tmp_path / "hard.txt")
+        prior = str(tmp_path / "hard.txt")
     code = cli_main(["audit", f"--artifact={ART}", "--checks=inversion", "--epsilons=5", f"--corpus={corpus}",
                      f"--prior-corpus={prior}", f"--output={tmp_path / 'out'}"] + RUNNER)
     err = capsys.readouterr().err

@@ -519,3 +519,62 @@ def test_preview_samples_beyond_calibrates_limit_are_refused(tiny_artifact_dir):
         p.preview(["the cat sat"], epsilons=[5], samples=10 ** 12)
     with pytest.raises(textdp.TextdpError, match="samples"):
         p.preview(["the cat sat"], epsilons=[5], samples=MAX_SAMPLES + 1)
+
+
+# --- R8-10: --diagnostics-output at another release's prefix ----------------------------------------------------
+
+
+@pytest.mark.parametrize("overwrite", [True, False])
+def test_diagnostics_output_at_another_releases_prefix_is_refused(overwrite, tmp_path, tiny_artifact_dir, capsys):
+    """`--diagnostics-output P --overwrite` with P another release's --output replaced that release's shard and run
+    record with diagnostics (its summary and errors left orphaned), and the refusal without --overwrite advised
+    adding it. Now both are refused in one line before the run, and the release stays byte-identical."""
+    source = _input(tmp_path, "in.jsonl", '{"text": "the cat sat"}\n{"text": "a dog ran"}\n')
+    release = tmp_path / "d" / "p"
+    assert cli_main(["privatize", f"--input={source}", f"--output={release}", "--epsilon=10",
+                     f"--artifact={tiny_artifact_dir}", RUNNER]) == 0
+    before = {name: (tmp_path / "d" / name).read_bytes() for name in os.listdir(tmp_path / "d")}
+    capsys.readouterr()
+    code = cli_main(["privatize", f"--input={source}", f"--output={tmp_path}/e/q", "--epsilon=10",
+                     f"--diagnostics-output={release}", f"--artifact={tiny_artifact_dir}", RUNNER]
+                    + (["--overwrite"] if overwrite else []))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "an earlier run's --output" in err[0] and "never replaces" in err[0], err
+    assert {name: (tmp_path / "d" / name).read_bytes() for name in os.listdir(tmp_path / "d")} == before
+
+
+# --- R8-13: the restore hint names every folder of the release ----------------------------------------------------
+
+
+def test_a_killed_overwrite_runs_public_summary_folder_is_named_with_its_mv(tmp_path, tiny_artifact_dir, capsys):
+    """A SIGKILLed --overwrite run leaves the release in .textdp-earlier-* next to the records AND its public summary
+    in another .textdp-earlier-* next to it (the state built here by hand, as round 7's test does). The refusal named
+    only the first folder; the next run then succeeded without the public summary. Now it names both, with one mv
+    each; after running those, the release is whole and runs go on."""
+    import shutil
+    import subprocess
+
+    from textdp.outputs import EARLIER_FOLDER_PREFIX
+
+    source = _input(tmp_path, "in.txt", "the cat sat\na dog ran\n")
+    output, public = tmp_path / "o" / "p", tmp_path / "pub" / "pub.json"
+    public.parent.mkdir()
+    assert cli_main(["privatize", f"--input={source}", f"--output={output}", "--epsilon=10",
+                     f"--public-summary={public}", f"--artifact={tiny_artifact_dir}", RUNNER]) == 0
+    before = {p: open(p, "rb").read() for p in glob.glob(f"{tmp_path}/o/*") + [str(public)]}
+    folders = [f"{tmp_path}/o/{EARLIER_FOLDER_PREFIX}abc123", f"{tmp_path}/pub/{EARLIER_FOLDER_PREFIX}def456"]
+    for folder in folders:
+        os.mkdir(folder)
+    for path in before:
+        if not path.endswith(".textdp-run.json"):
+            shutil.move(path, os.path.join(folders[0] if "/o/" in path else folders[1], os.path.basename(path)))
+    capsys.readouterr()
+    assert cli_main(["privatize", f"--input={source}", f"--output={output}", "--epsilon=10",
+                     f"--artifact={tiny_artifact_dir}", RUNNER]) == 2  # no --public-summary this time
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and all(f"mv {folder}/*" in err[0] for folder in folders), err
+    restore = err[0].split("restore it with: ", 1)[1].split(" (after removing", 1)[0]
+    subprocess.run(restore, shell=True, check=True)
+    assert {p: open(p, "rb").read() for p in before} == before
+    assert cli_main(["privatize", f"--input={source}", f"--output={output}", "--epsilon=10", "--overwrite",
+                     f"--artifact={tiny_artifact_dir}", RUNNER]) == 0

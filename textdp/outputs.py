@@ -286,6 +286,19 @@ def read_record(path: str) -> Optional[List[str]]:
     return [name for name in content["files"] if isinstance(name, str)]
 
 
+def read_record_flag(path: str) -> Optional[str]:
+    """The output flag a run record was written for (``--output``, ``--diagnostics-output``...); None when ``path``
+    is not a run record or names none."""
+    if read_record(path) is None:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            flag = json.loads(handle.read(1 << 22).decode("utf-8")).get("flag")
+    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+        return None
+    return flag if isinstance(flag, str) else None
+
+
 def read_attached(path: str) -> List[str]:
     """The files a run record says belong to its release outside its own names (the public summary: an
     absolute path); [] when there are none or ``path`` is not a run record."""
@@ -591,11 +604,23 @@ class OutputGuard:
         """A hidden ``.textdp-earlier-*`` folder holding files at this run's names: an --overwrite run was
         killed (SIGKILL, OOM, power) before it could put the earlier release back. Refused with where the
         release is and how to restore it (never restored automatically: which of the files at the names are
-        whose cannot be proven after a crash). Round 7 F1. ``unlocked`` (before this run holds the locks, so that
-        this refusal comes before one about the killed run's files at the names): a directory whose lock a live
-        run holds is skipped (its folder is that run's; ``acquire`` refuses it by the lock)."""
-        directories = sorted({os.path.dirname(out.pattern) for out in self.outputs if not is_remote(out.pattern)})
-        for directory in directories:
+        whose cannot be proven after a crash). Round 7 F1. The release's public summary, elsewhere (its run record
+        lists it as ``attached``), may wait in a folder of its own directory: every such folder is named, each with
+        its ``mv`` (round 8, R8-13). ``unlocked`` (before this run holds the locks, so that this refusal comes
+        before one about the killed run's files at the names): a directory whose lock a live run holds is skipped
+        (its folder is that run's; ``acquire`` refuses it by the lock)."""
+        wanted: Dict[str, List[Tuple[str, Callable[[str], bool]]]] = {}  # directory -> (flag label, name test)
+        for out in self.outputs:
+            if not is_remote(out.pattern):
+                wanted.setdefault(os.path.dirname(out.pattern), []).append(
+                    (f"{out.flag} {shown(out.label)}", lambda path, out=out: out.catches(path)))
+        for flag, (record, label) in self.records.items():
+            for attached in read_attached(record):
+                wanted.setdefault(os.path.dirname(attached), []).append(
+                    (f"{flag} {shown(label)} (its release's public summary)",
+                     lambda path, attached=attached: os.path.basename(path) == os.path.basename(attached)))
+        found = []  # (what, folder, directory, files in it, an example)
+        for directory in sorted(wanted):
             lock = os.path.join(directory, DIRECTORY_LOCK)
             if unlocked and os.path.lexists(lock) and _lock_holder(lock)[0] != "stale":
                 continue
@@ -606,16 +631,20 @@ class OutputGuard:
                     names = sorted(os.listdir(folder))
                 except OSError:
                     continue
-                ours = [n for n in names for out in self.outputs if out.catches(os.path.join(directory, n))]
-                if not ours:
-                    continue
-                out = next(o for o in self.outputs if o.catches(os.path.join(directory, ours[0])))
-                raise TextdpError(f"{out.flag} {shown(out.label)}: {shown(folder)} holds an earlier release "
-                                  f"({len(names)} file(s), e.g. {shown(ours[0])}) that an --overwrite run moved aside "
-                                  f"and could not put back (it was killed); restore it with: mv "
-                                  f"{shown(folder)}/* {shown(directory)}/ && rmdir {shown(folder)} (after removing "
-                                  f"the killed run's files at those names), or delete the folder if it is not wanted; "
-                                  "then run again")
+                match = next(((what, n) for n in names for what, test in wanted[directory]
+                              if test(os.path.join(directory, n))), None)
+                if match is not None:
+                    found.append((match[0], folder, directory, len(names), match[1]))
+        if not found:
+            return
+        what, folder, _, count, example = found[0]
+        restore = "; ".join(f"mv {shown(f)}/* {shown(d)}/ && rmdir {shown(f)}" for _, f, d, _, _ in found)
+        more = (f" and {len(found) - 1} more such folder(s) of the same release ("
+                + ", ".join(shown(f) for _, f, _, _, _ in found[1:]) + ")") if len(found) > 1 else ""
+        raise TextdpError(f"{what}: {shown(folder)} holds an earlier release ({count} file(s), e.g. {shown(example)}) "
+                          f"that an --overwrite run moved aside and could not put back (it was killed){more}; restore "
+                          f"it with: {restore} (after removing the killed run's files at those names), or delete the "
+                          "folder(s) if not wanted; then run again")
 
     def _at_names(self, out: Output) -> List[str]:
         """Everything that exists at ``out``'s names (its own pattern and what its sink deletes): local
@@ -700,6 +729,11 @@ class OutputGuard:
                 own_by_flag.setdefault((flag, label), []).append(path)
         singles = {(out.flag, out.label) for out in self.outputs if out.single}
         for (flag, label), own in own_by_flag.items():
+            theirs = read_record_flag(self.records[flag][0]) if own and flag in self.records else None
+            if theirs is not None and theirs != flag:  # another kind of output: --overwrite never replaces it (R8-10)
+                raise TextdpError(f"{flag} {label}: the files at that prefix are an earlier run's {theirs} (its run "
+                                  f"record {shown(self.records[flag][0])} says so), not an earlier {flag}'s: {flag} "
+                                  f"never replaces them, with --overwrite or without; choose another {flag}")
             if own and not self.overwrite:
                 if (flag, label) in self._earlier_names:
                     raise TextdpError(f"{flag} {label} already holds {self._earlier_names[flag, label]} "
