@@ -150,7 +150,8 @@ def inversion_png(inversion: dict, contextual: Optional[dict] = None) -> bytes:
     right.set_xlabel("epsilon")
     right.set_ylabel("top-1 recovery")
     right.set_ylim(0, 1)
-    right.legend(fontsize=8, title="input word's frequency rank")
+    if right.get_legend_handles_labels()[0]:  # no band measured (e.g. too few tokens): no empty legend
+        right.legend(fontsize=8, title="input word's frequency rank")
     right.set_title("Inversion by frequency band" + (" (dashed: contextual)" if contextual else ""))
     return _png(figure)
 
