@@ -82,6 +82,28 @@ def plain_float(text) -> float:
 plain_float.__name__ = "float"  # argparse's own messages for this type still say "float"
 
 
+_PLAIN_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def plain_int(text) -> int:
+    """The argparse type of every integer flag (``--seed``, ``--k-threshold``, ``--records``, a mechanism's own
+    integer parameters, ...): plain ASCII digits with an optional sign. Python's ``int()`` also reads ``1_0`` as 10
+    and other scripts' digits; like ``plain_float`` (round 8, R8b-8). argparse names the flag in its refusal."""
+    import argparse
+
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text  # a default, or PipelineOptions(seed=3) from Python
+    value = str(text).strip(" \t")
+    if _PLAIN_INTEGER.fullmatch(value):
+        return int(value)
+    hint = " (an underscore is no digit separator here: write 10, not 1_0)" if "_" in value else ""
+    raise argparse.ArgumentTypeError(f"invalid int value: {ascii(str(text))[:60]}: give a whole number in ASCII "
+                                     f"digits 0-9{hint}")
+
+
+plain_int.__name__ = "int"  # argparse's own messages for this type still say "int"
+
+
 def plain_floats(flag: str, text: str) -> list:
     """Comma-separated ``plain_float`` values of ``flag`` (``--epsilons``); TextdpError, one line, naming the flag."""
     import argparse
@@ -153,7 +175,7 @@ class MechanismOptions(PipelineOptions):
                 if param.choices:
                     kwargs["choices"] = param.choices
                 else:
-                    kwargs["type"] = plain_float if param.type is float else param.type
+                    kwargs["type"] = {float: plain_float, int: plain_int}.get(param.type, param.type)
                 group.add_argument(*param.flags, **kwargs)
 
     def validate_mechanism(self, epsilons, location=None, manifest=None, oov_policy="random", unk_token="<unk>"):
@@ -189,7 +211,7 @@ class SeedOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
         parser.add_argument(
-            "--seed", dest="seed", type=int, default=None,
+            "--seed", dest="seed", type=plain_int, default=None,
             help="fixed seed (an integer >= 0) for reproducible tests and benchmarks ONLY: output made with it is not "
                  "private against anyone who knows the seed, and the summary says so. Default: OS entropy")
 
@@ -204,7 +226,7 @@ class WorkerResourceOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
         parser.add_argument(
-            "--blas-threads", "--blas_threads", dest="blas_threads", type=int, default=0,
+            "--blas-threads", "--blas_threads", dest="blas_threads", type=plain_int, default=0,
             help="BLAS/OpenMP threads per worker process, 0 to 1024; 0 (default): the machine's cores divided by the worker "
                  "processes on it (local runners: --direct_num_workers; Dataflow: 1, as it runs one process per "
                  "vCPU; see docs/scale.md)")
@@ -256,7 +278,7 @@ class PrivatizeOptions(PipelineOptions):
                  f"distance; smaller = more private). When epsilon x the artifact's typical nearest-neighbour distance is "
                  f"above {VACUOUS_EXPONENT:g} the guarantee is vacuous and the summary and console say so")
         parser.add_argument(
-            "--max-record-bytes", "--max_record_bytes", dest="max_record_bytes", type=int,
+            "--max-record-bytes", "--max_record_bytes", dest="max_record_bytes", type=plain_int,
             default=DEFAULT_MAX_RECORD_BYTES,
             help="a record larger than this many bytes goes to the error output (reason too_large), not privatized: for "
                  "text and JSONL the bytes of its line as read (after decompression, without the line ending; "
@@ -271,7 +293,7 @@ class PrivatizeOptions(PipelineOptions):
                  "or Parquet columns. Even so the error output is operator data derived from the raw input: "
                  "do not publish it with the output")
         parser.add_argument(
-            "--batch-tokens", "--batch_tokens", dest="batch_tokens", type=int, default=None,
+            "--batch-tokens", "--batch_tokens", dest="batch_tokens", type=plain_int, default=None,
             help=f"target words per perturbation batch (one mechanism call), whatever the records' sizes; default "
                  f"{SEARCH_BATCH_TOKENS} for {', '.join(n for n, c in REGISTRY.items() if c.SEARCHES_NEAREST)} "
                  "(a vocabulary search per word) and "
@@ -318,12 +340,12 @@ class StreamingOptions(PipelineOptions):
             help="with --streaming: read records from this Pub/Sub subscription, projects/PROJECT/subscriptions/NAME "
                  "(one record per message, in --format text or jsonl; Dataflow) instead of watching --input")
         parser.add_argument(
-            "--window-size", "--window_size", dest="window_size", type=int, default=DEFAULT_WINDOW_SECONDS,
+            "--window-size", "--window_size", dest="window_size", type=plain_int, default=DEFAULT_WINDOW_SECONDS,
             metavar="SECONDS",
             help=f"with --streaming: fixed windows of this many seconds (default {DEFAULT_WINDOW_SECONDS}); each "
                  "window's records, errors and summary are written to their own files when the window closes")
         parser.add_argument(
-            "--allowed-lateness", "--allowed_lateness", dest="allowed_lateness", type=int, default=0,
+            "--allowed-lateness", "--allowed_lateness", dest="allowed_lateness", type=plain_int, default=0,
             metavar="SECONDS",
             help="with --streaming: how long after a window's end records for it are still taken (default 0); each "
                  "late record so taken makes a further pane of the window, with its own files and summary. A record "
@@ -384,11 +406,11 @@ class AmplifierOptions(PipelineOptions):
             help="Poisson sub-sampling: keep each record independently with probability Q in (0, 1] (OS CSPRNG). "
                  "Reduces what is released; no amplification is claimed for it (see docs/lac.md)")
         parser.add_argument(
-            "--k-threshold", "--k_threshold", dest="k_threshold", type=int, default=None, metavar="K",
+            "--k-threshold", "--k_threshold", dest="k_threshold", type=plain_int, default=None, metavar="K",
             help="replace every released word used by fewer than K distinct authors (records, without "
                  "--user-field) by a marker. A heuristic: no formal amplification is claimed")
         parser.add_argument(
-            "--shuffle-shard-records", "--shuffle_shard_records", dest="shuffle_shard_records", type=int,
+            "--shuffle-shard-records", "--shuffle_shard_records", dest="shuffle_shard_records", type=plain_int,
             default=DEFAULT_RECORDS_PER_SHARD, metavar="N",
             help=f"with --shuffle: at most about N records per output file (default {DEFAULT_RECORDS_PER_SHARD}); each "
                  "file is shuffled in the memory of one worker, and files are also kept under 64 MiB of text")
@@ -460,7 +482,7 @@ class CalibrateOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
         parser.add_argument(
-            "--words", dest="words", type=int, default=None,
+            "--words", dest="words", type=plain_int, default=None,
             help=f"number of words to sample, one per equal frequency-rank stratum of the vocabulary; default "
                  f"{DEFAULT_WORDS} (all words if the vocabulary is smaller). Not with --word-list")
         parser.add_argument(
@@ -468,7 +490,7 @@ class CalibrateOptions(PipelineOptions):
             help="file (local or gs://) with the words to calibrate, one per line, instead of a sample; words outside "
                  "the vocabulary are skipped and counted by line number")
         parser.add_argument(
-            "--samples", dest="samples", type=int, default=DEFAULT_SAMPLES,
+            "--samples", dest="samples", type=plain_int, default=DEFAULT_SAMPLES,
             help=f"draws of M(w) per word and epsilon (the paper uses 1,000); default {DEFAULT_SAMPLES}")
         parser.add_argument(
             "--max-nw", "--max_nw", dest="max_nw", type=plain_float, default=0.5,
@@ -493,7 +515,7 @@ class NeighbourOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
         parser.add_argument(
-            "--k", dest="k", type=int, default=DEFAULT_K,
+            "--k", dest="k", type=plain_int, default=DEFAULT_K,
             help=f"neighbours stored per word, the word itself included (default {DEFAULT_K}); larger K makes TEM "
                  "faster at middle epsilons and the table bigger: N x K x 8 bytes")
         parser.add_argument(
@@ -501,7 +523,7 @@ class NeighbourOptions(PipelineOptions):
             help="distance between embeddings: euclidean (default) or angular (chord between directions, "
                  "sqrt(2 - 2 cos)); TEM's privacy statement is in this metric")
         parser.add_argument(
-            "--shard-rows", "--shard_rows", dest="shard_rows", type=int, default=DEFAULT_SHARD_ROWS,
+            "--shard-rows", "--shard_rows", dest="shard_rows", type=plain_int, default=DEFAULT_SHARD_ROWS,
             help=f"vocabulary rows per work item (default {DEFAULT_SHARD_ROWS}); smaller spreads work over more workers")
 
 
@@ -519,11 +541,11 @@ class AuditOptions(PipelineOptions):
             help=f"comma-separated parts to run: {', '.join(AUDIT_CHECKS)}; default all (inversion and linkage "
                  "need --corpus; without it only the self-check runs)")
         parser.add_argument(
-            "--pairs", dest="pairs", type=int, default=50,
+            "--pairs", dest="pairs", type=plain_int, default=50,
             help="self-check: word pairs across distance bands (a sampled word with its 1st, 10th, 100th, 1,000th "
                  "and 10,000th nearest word); default 50")
         parser.add_argument(
-            "--draws", dest="draws", type=int, default=20000,
+            "--draws", dest="draws", type=plain_int, default=20000,
             help="self-check: releases drawn per word and epsilon, split in two halves (one chooses the event, the "
                  "other measures it); default 20,000. More draws find smaller violations")
         parser.add_argument(
@@ -548,11 +570,11 @@ class AuditOptions(PipelineOptions):
             "--corpus-text-field", "--corpus_text_field", dest="corpus_text_field", default="text",
             help="JSONL/Parquet: the field(s) holding the text, comma-separated; default 'text'")
         parser.add_argument(
-            "--records", dest="records", type=int, default=2000,
+            "--records", dest="records", type=plain_int, default=2000,
             help="records of --corpus attacked (a uniform sample): their words are inverted and they are the "
                  "linkage queries; default 2,000")
         parser.add_argument(
-            "--inversion-tokens", "--inversion_tokens", dest="inversion_tokens", type=int, default=100000,
+            "--inversion-tokens", "--inversion_tokens", dest="inversion_tokens", type=plain_int, default=100000,
             help="at most this many word tokens of those records are inverted per epsilon (a uniform sample); "
                  "default 100,000 (rates to about +-0.3 points)")
         parser.add_argument(
@@ -561,7 +583,7 @@ class AuditOptions(PipelineOptions):
                  "with Zipf's law over the vocabulary's ranks (weight 0.1) so that words it lacks keep some probability. "
                  "Default: Zipf's law over the vocabulary's rank order alone")
         parser.add_argument(
-            "--prior-words", "--prior_words", dest="prior_words", type=int, default=50000,
+            "--prior-words", "--prior_words", dest="prior_words", type=plain_int, default=50000,
             help="the prior keeps its this many most probable words (the attacker's candidates); default 50,000. "
                  "Closed-form mechanisms cost one pass over the vocabulary per candidate")
         parser.add_argument(
@@ -569,16 +591,16 @@ class AuditOptions(PipelineOptions):
             help="inversion: skip the contextual attacker (a bigram language model over the released word order, "
                  "forward-backward over each record; summary key contextual_inversion)")
         parser.add_argument(
-            "--contextual-candidates", "--contextual_candidates", dest="contextual_candidates", type=int, default=50,
+            "--contextual-candidates", "--contextual_candidates", dest="contextual_candidates", type=plain_int, default=50,
             help="inversion: the contextual attacker considers, per word, the K most probable inputs under the "
                  "context-free posterior plus the released word (10 to 1,000: its top-10 must be the context-free attacker's ten "
                  "best guesses); default 50")
         parser.add_argument(
-            "--mc-draws", "--mc_draws", dest="mc_draws", type=int, default=200000,
+            "--mc-draws", "--mc_draws", dest="mc_draws", type=plain_int, default=200000,
             help="mechanisms without a closed form (Madlib): releases of prior-drawn words per epsilon from which "
                  "the attacker's posterior is estimated; default 200,000")
         parser.add_argument(
-            "--linkage-window", "--linkage_window", dest="linkage_window", type=int, default=20,
+            "--linkage-window", "--linkage_window", dest="linkage_window", type=plain_int, default=20,
             help="linkage compares records on their first this many words (records with fewer are left out); "
                  "default 20")
         parser.add_argument(
@@ -596,13 +618,13 @@ class AuditOptions(PipelineOptions):
                  "default all: every registered mechanism. The one named by --mechanism takes the run's mechanism "
                  "flags, the others their defaults")
         parser.add_argument(
-            "--conformance-draws", "--conformance_draws", dest="conformance_draws", type=int, default=0,
+            "--conformance-draws", "--conformance_draws", dest="conformance_draws", type=plain_int, default=0,
             help="conformance: releases per sampled word and epsilon; default 0: 50,000 for a closed form, 10,000 "
                  "(each, mechanism and reference) for a reference simulation")
         parser.add_argument(
-            "--conformance-words", "--conformance_words", dest="conformance_words", type=int, default=2,
+            "--conformance-words", "--conformance_words", dest="conformance_words", type=plain_int, default=2,
             help="conformance: input words sampled per frequency band (ranks 1-100, -1,000, -10,000, -100,000, "
                  "beyond); default 2")
         parser.add_argument(
-            "--power-repeats", "--power_repeats", dest="power_repeats", type=int, default=2,
+            "--power-repeats", "--power_repeats", dest="power_repeats", type=plain_int, default=2,
             help="conformance: repetitions of the power check (releases at 1.25 x epsilon); default 2")

@@ -20,7 +20,7 @@ import argparse
 import re
 from typing import List, Sequence, Tuple
 
-from pipelines.flags import plain_float
+from pipelines.flags import plain_float, plain_int
 from pipelines.jobs import JOBS as _REGISTRY
 
 INT_REGEX = r"^-?[0-9]+$"
@@ -81,7 +81,7 @@ def _regexes(action: argparse.Action) -> List[str]:
         return [BOOL_REGEX]
     if action.choices:
         return ["^(" + "|".join(re.escape(str(choice)) for choice in action.choices) + ")$"]
-    if action.type is int:
+    if action.type is int or action.type is plain_int:
         return [INT_REGEX]
     if action.type is float or action.type is plain_float:  # plain_float: the same rule as FLOAT_REGEX (R8b-8)
         return [FLOAT_REGEX]

@@ -578,3 +578,20 @@ def test_a_killed_overwrite_runs_public_summary_folder_is_named_with_its_mv(tmp_
     assert {p: open(p, "rb").read() for p in before} == before
     assert cli_main(["privatize", f"--input={source}", f"--output={output}", "--epsilon=10", "--overwrite",
                      f"--artifact={tiny_artifact_dir}", RUNNER]) == 0
+
+
+# --- integer flags take plain digits only (as float flags since R8b-8) -----------------------------------------------
+
+
+@pytest.mark.parametrize("flag,value", [("--seed", "1_0"), ("--k-threshold", "\u0662"), ("--batch-tokens", "1_000"),
+                                        ("--max-record-bytes", "\uff11\uff10")])
+def test_an_integer_flag_refuses_what_is_not_plain_digits(flag, value, tmp_path, tiny_artifact_dir, capsys):
+    """Python's int() reads `1_0` as 10 and other scripts' digits (Arabic-Indic, full-width) as numbers: every integer
+    flag now takes plain ASCII digits only, refused in one line naming the flag (exit 2) before anything runs."""
+    source = _input(tmp_path, "in.jsonl", '{"u": 1, "text": "the cat sat"}\n')
+    extra = ["--shuffle", "--user-field=u"] if flag == "--k-threshold" else []
+    code = cli_main(["privatize", f"--input={source}", f"--output={tmp_path}/o/p", "--epsilon=10",
+                     f"--artifact={tiny_artifact_dir}", RUNNER, f"{flag}={value}", *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and flag in err[0] and "invalid int value" in err[0], err
+    assert not os.path.exists(tmp_path / "o")

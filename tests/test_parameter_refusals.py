@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import textdp
-from pipelines.flags import plain_float
+from pipelines.flags import plain_float, plain_int
 from pipelines.jobs import JOBS, help_parser, parse_job_options, run_job
 from templates import jobs as template_jobs
 from tests.statcheck import g_test
@@ -245,7 +245,7 @@ def test_lambda_help_matches_the_covariance_the_code_builds(artifact):
 def _valid_value(action):
     if action.choices:
         return str(list(action.choices)[-1]), list(action.choices)[-1]
-    if action.type is int:
+    if action.type is int or action.type is plain_int:
         return "3", 3
     if action.type is float or action.type is plain_float:
         return "0.5", 0.5
