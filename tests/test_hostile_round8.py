@@ -595,3 +595,16 @@ def test_an_integer_flag_refuses_what_is_not_plain_digits(flag, value, tmp_path,
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and flag in err[0] and "invalid int value" in err[0], err
     assert not os.path.exists(tmp_path / "o")
+
+
+def test_a_public_summary_under_dev_is_refused(tmp_path, tiny_artifact_dir, capsys):
+    """R8-15's other half: --public-summary /dev/shm/x.json was written although outputs under /dev are refused."""
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm here")
+    public = f"/dev/shm/textdp-r8-{os.getpid()}.json"
+    source = _input(tmp_path, "in.txt", "the cat sat\n")
+    code = cli_main(["privatize", f"--input={source}", f"--output={tmp_path}/o/p", "--epsilon=10",
+                     f"--public-summary={public}", f"--artifact={tiny_artifact_dir}", RUNNER])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "under /dev" in err[0], err
+    assert not os.path.exists(public)

@@ -457,6 +457,7 @@ class OutputGuard:
         if path.endswith(("/", os.sep)) or (not is_remote(path) and os.path.isdir(path)):
             raise TextdpError(f"{flag} {path} is a directory; give a file path")
         resolved = real_path(path)
+        refuse_system_place(flag, path, resolved)  # a public summary under /dev/shm is gone at reboot (R8-15)
         self.outputs.append(Output(flag, what, resolved, (resolved,), (), not label, label or path, replaceable,
                                    replaceable_what))
         refuse_long_name(flag, label or path, resolved, what)
