@@ -8,12 +8,9 @@ the released text can be compared: no test here is statistical.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 
@@ -21,29 +18,19 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.testing.util import assert_that, equal_to
 
+from tests.test_streaming_hostile import ART, _errors, _released, run_cli  # noqa: E402  (one copy of the helpers)
 from transforms.streaming import DUPLICATE_FILE, FILE_CHANGED, NOT_REGULAR, SKIPPED, DigestFiles, OncePerContent, normalised, records_digest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ART = "/tmp/art300"
 
-
-def run_cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "pipelines.cli", "privatize", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def _released(out):
-    lines = []
-    for path in sorted(glob.glob(out + "-*-of-*.txt")):
-        lines += open(path, encoding="utf-8").read().splitlines()
-    return lines
-
-
-def _errors(out):
-    found = []
-    for path in sorted(glob.glob(out + "-*-errors.jsonl")):
-        found += [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
-    return found
+def _watch(watched, out, writer, stop_after):
+    """The real streaming command watching ``watched/*.txt`` while ``writer`` runs in a thread; the finished process."""
+    thread = threading.Thread(target=writer)
+    thread.start()
+    result = run_cli("--streaming", "--input", str(watched / "*.txt"), "--output", str(out / "r"), "--artifact", ART,
+                     "--epsilon", "1e6", "--oov-policy", "keep", "--window-size", "60", "--poll-interval", "0.5",
+                     "--streaming-stop-after", str(stop_after), timeout=120)
+    thread.join()
+    return result
 
 
 def _taken(path, wait=30):
@@ -80,12 +67,7 @@ def test_a_fifo_appearing_in_the_watched_place_is_an_error_record_and_the_watch_
         _taken(watched / "start.txt")
         os.mkfifo(watched / "q.txt")
 
-    thread = threading.Thread(target=writer)
-    thread.start()
-    result = run_cli("--streaming", "--input", str(watched / "*.txt"), "--output", str(out / "r"), "--artifact", ART,
-                     "--epsilon", "1e6", "--oov-policy", "keep", "--window-size", "60", "--poll-interval", "0.5",
-                     "--streaming-stop-after", "6")
-    thread.join()
+    result = _watch(watched, out, writer, 6)
     assert result.returncode == 0, result.stderr
     assert _released(str(out / "r")) == ["start line"]
     errors = _errors(str(out / "r"))
@@ -120,12 +102,7 @@ def test_a_resent_file_differing_only_by_line_endings_bom_or_final_newline_is_a_
         _put(stage, watched, "g.txt", b"grow one\r\ngrow two\r\n")
         _put(stage, watched, "d.txt", b"gamma three\nalpha one\nbeta two\n")
 
-    thread = threading.Thread(target=writer)
-    thread.start()
-    result = run_cli("--streaming", "--input", str(watched / "*.txt"), "--output", str(out / "r"), "--artifact", ART,
-                     "--epsilon", "1e6", "--oov-policy", "keep", "--window-size", "60", "--poll-interval", "0.5",
-                     "--streaming-stop-after", "10")
-    thread.join()
+    result = _watch(watched, out, writer, 10)
     assert result.returncode == 0, result.stderr
     released = _released(str(out / "r"))
     assert sorted(released) == sorted(["start line", "alpha one", "beta two", "delta four", "eps five", "grow one",
