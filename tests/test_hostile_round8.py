@@ -608,3 +608,52 @@ def test_a_public_summary_under_dev_is_refused(tmp_path, tiny_artifact_dir, caps
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "under /dev" in err[0], err
     assert not os.path.exists(public)
+
+
+# --- round 9b: R9b-1 DECIMAL author ids, R9b-2 invisible characters other than format characters -------------------
+
+
+def test_decimal_author_ids_are_numbers_and_invisible_characters_are_dropped():
+    """A Parquet DECIMAL(38,0) or DECIMAL(10,2) author column keyed "7" / "7.00" (JSON text), so every author started
+    again at 0 in the ledger; an emoji's variation selector (VS16), a combining grapheme joiner, Hangul fillers or a
+    braille blank made another author. Now an integral Decimal is its integer (a non-integral one is no safe id), and
+    every Default_Ignorable_Code_Point is dropped like the format characters."""
+    from decimal import Decimal
+
+    from textdp.text.records import author_identity, unsafe_author_id
+
+    assert author_identity(Decimal("7")) == author_identity(Decimal("7.00")) == author_identity(7) == ("number", 7)
+    assert author_identity([Decimal("8.0")]) == author_identity([8])
+    assert unsafe_author_id(Decimal("7.5")) and unsafe_author_id(Decimal("NaN")) and not unsafe_author_id(Decimal("7.00"))
+    base = author_identity("kim\u2764")
+    for variant in ("kim\u2764\ufe0f", "kim\u034f\u2764", "kim\u2764\u3164", "kim\u1160\u2764", "kim\u2764\u2800",
+                    "kim\u180b\u2764", "kim\u2764\U000e0020"):
+        assert author_identity(variant) == base, ascii(variant)
+
+
+def test_a_decimal_author_column_counts_against_the_same_ledger_budget(tmp_path, tiny_artifact_dir):
+    """R9b-1 end to end: authors at their budget from a JSONL run with integer ids; the same ids as a Parquet
+    decimal(38,0) column are withheld (budget_exhausted), not released as new authors. Deterministic."""
+    from decimal import Decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.test_ledger import KEY, WORDS
+
+    key = tmp_path / "ledger.key"
+    key.write_bytes(KEY)
+    text = " ".join(WORDS[:5])
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"author": a, "text": text}) + "\n" for a in (7, 8)),
+                                      encoding="utf-8")
+    pq.write_table(pa.table({"author": pa.array([Decimal(7), Decimal(8)], pa.decimal128(38, 0)),
+                             "text": [text, text]}), tmp_path / "b.parquet")
+    ledger = tmp_path / "L.sqlite"
+    common = ["--epsilon=1", f"--artifact={tiny_artifact_dir}", "--user-field=author", f"--ledger={ledger}",
+              f"--ledger-key-file={key}", RUNNER]
+    assert cli_main(["privatize", f"--input={tmp_path}/a.jsonl", f"--output={tmp_path}/o/a", "--ledger-create",
+                     "--author-budget=6", *common]) == 0
+    cli_main(["privatize", f"--input={tmp_path}/b.parquet", f"--output={tmp_path}/o/b", "--max-failed-fraction=1",
+              *common])
+    summary = json.load(open(f"{tmp_path}/o/b-summary.json", encoding="utf-8"))
+    assert summary["records"]["out"] == 0 and summary["records"]["failed_by_reason"] == {"budget_exhausted": 2}

@@ -12,6 +12,7 @@ puts the released texts (and, for the shuffle accounting, the record's shape) ba
 
 from __future__ import annotations
 
+import decimal
 import hashlib
 import math
 import numbers
@@ -145,6 +146,8 @@ def unsafe_author_id(value) -> bool:
         return any(unsafe_author_id(item) for item in value)
     if hasattr(value, "tolist") and getattr(value, "ndim", 0):  # a numpy array (a Parquet list column)
         return unsafe_author_id(value.tolist())
+    if isinstance(value, decimal.Decimal):  # a Parquet DECIMAL column: exact; an integral one is its integer
+        return not (value.is_finite() and value == value.to_integral_value())
     if isinstance(value, bool) or isinstance(value, numbers.Integral) or not isinstance(value, numbers.Real):
         return False
     value = float(value)
@@ -173,6 +176,8 @@ def _canonical_author(value):
         return value
     if isinstance(value, numbers.Integral):
         return int(value)
+    if isinstance(value, decimal.Decimal) and value.is_finite() and value == value.to_integral_value():
+        return int(value)
     if isinstance(value, numbers.Real):
         value = float(value)
         return int(value) if math.isfinite(value) and value.is_integer() else value
@@ -193,6 +198,9 @@ def author_identity(value):
         return ("bool", value)
     if isinstance(value, numbers.Integral):  # numpy's integers too (a Parquet column)
         return ("number", int(value))
+    if isinstance(value, decimal.Decimal):  # DECIMAL(38,0) ids (Oracle NUMBER, Spark DecimalType): 7.00 is 7 (R9b-1)
+        return ("number", int(value)) if value.is_finite() and value == value.to_integral_value() else \
+            ("number", str(value.normalize()))  # refused first as unsafe_author_id; a key all the same
     if isinstance(value, numbers.Real):  # numpy's floats too; one that is no safe identity is refused first (check_author)
         value = float(value)
         return ("number", int(value) if math.isfinite(value) and value.is_integer() else value)
@@ -208,16 +216,35 @@ def author_identity(value):
     return ("json", json.dumps(_canonical_author(value), sort_keys=True, default=str))
 
 
+# Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt, Unicode 15): characters a renderer shows as
+# nothing. Most are format characters (Cf); the others are variation selectors (an emoji's VS16), the combining
+# grapheme joiner, Hangul fillers, Mongolian variation selectors... (round 9, R9b-2).
+DEFAULT_IGNORABLE = ((0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+                     (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
+                     (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3),
+                     (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF))
+
+
+BLANK_SYMBOLS = frozenset("\u2800")  # BRAILLE PATTERN BLANK: a symbol drawn as nothing, used as invisible padding
+
+
+def _invisible(char: str) -> bool:
+    code = ord(char)
+    return (unicodedata.category(char) == "Cf" or char in BLANK_SYMBOLS
+            or any(low <= code <= high for low, high in DEFAULT_IGNORABLE))
+
+
 def normal_text_key(text: str) -> str:
     """A string author id as it is compared: NFKC (canonical and compatibility forms of one text are one id: "José"
-    composed or decomposed, full-width digits), without format characters (zero-width spaces, bidi marks) and without
+    composed or decomposed, full-width digits), without invisible characters (format characters such as zero-width
+    spaces and bidi marks, and every other Default_Ignorable_Code_Point: variation selectors, fillers) and without
     surrounding whitespace (round 8, R8-6: each form counted as another author). Case is kept ("Alice" and "alice"
     are two ids). Merging forms only ever makes fewer authors: a stricter --k-threshold and --author-budget, never a
     looser one. An id already in this form keeps its key (a ledger's hashes do not change)."""
     if text.isascii():
         return text.strip()
-    normal = unicodedata.normalize("NFKC", "".join(c for c in text if unicodedata.category(c) != "Cf"))
-    return normal.strip()
+    normal = unicodedata.normalize("NFKC", "".join(c for c in text if not _invisible(c)))
+    return "".join(c for c in normal if not _invisible(c)).strip()  # NFKC may bring one back (U+3164 -> U+1160)
 
 
 def without_fields(record: dict, names) -> dict:
