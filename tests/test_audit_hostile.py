@@ -24,7 +24,7 @@ def audit(out, *extra):
                      *extra] + RUNNER)
 
 
-@pytest.mark.parametrize("how", ["same", "link", "glob", "hard link"])
+@pytest.mark.parametrize("how", ["same", "link", "glob", "hard link", "copy", "gzip copy"])
 def test_prior_corpus_that_reads_the_attacked_file_is_refused(tmp_path, capsys, how):
     """F8: --prior-corpus naming the --corpus file (the same path, a symlink or a hard link to it (R8b-11), or a
     pattern matching it) would
@@ -39,11 +39,18 @@ def test_prior_corpus_that_reads_the_attacked_file_is_refused(tmp_path, capsys, 
     if how == "hard link":
         os.link(corpus, tmp_path / "hard.txt")
         prior = str(tmp_path / "hard.txt")
+    if how in ("copy", "gzip copy"):  # R9b-5: the same records in another file
+        import gzip
+
+        prior = str(tmp_path / ("copy.txt.gz" if how == "gzip copy" else "copy.txt"))
+        with open(corpus, "rb") as plain, (gzip.open if how == "gzip copy" else open)(prior, "wb") as packed:
+            packed.write(plain.read())
     code = cli_main(["audit", f"--artifact={ART}", "--checks=inversion", "--epsilons=5", f"--corpus={corpus}",
                      f"--prior-corpus={prior}", f"--output={tmp_path / 'out'}"] + RUNNER)
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1, err
-    assert "--prior-corpus and --corpus both read reviews.txt" in err
+    assert ("--prior-corpus and --corpus both read reviews.txt" in err if "copy" not in how else
+            "--prior-corpus holds 30 of the 30 distinct records of --corpus" in err), err
     assert not (tmp_path / "out").exists()
 
 

@@ -820,6 +820,24 @@ def _same_content(a: str, b: str) -> bool:
     return _content_digest(a) == _content_digest(b)
 
 
+def record_line_digests(paths: Sequence[str], budget: int = None) -> set:
+    """8-byte digests of the distinct non-blank lines of local text/JSONL files, read as the reader reads them
+    (``_Records``), up to ``budget`` decompressed bytes in all (default RECORD_CHECK_MAX_BYTES); gs:// and unreadable
+    files are left out."""
+    found: set = set()
+    budget = RECORD_CHECK_MAX_BYTES if budget is None else budget
+    for path in sorted(p for p in paths if "://" not in p and os.path.isfile(p)):
+        if budget <= 0:
+            break
+        try:
+            read = _Records(path, lines=True)
+        except Exception:
+            continue
+        budget -= read.size
+        found |= read.lines
+    return found
+
+
 class _Records:
     """One local text/JSONL file read as the reader reads it: its non-blank lines with the line ending (LF or CRLF)
     and a first line's UTF-8 byte-order mark dropped. ``digest``: SHA-256 of those lines (each + LF), the whole file or
