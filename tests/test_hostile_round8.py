@@ -657,3 +657,42 @@ def test_a_decimal_author_column_counts_against_the_same_ledger_budget(tmp_path,
               *common])
     summary = json.load(open(f"{tmp_path}/o/b-summary.json", encoding="utf-8"))
     assert summary["records"]["out"] == 0 and summary["records"]["failed_by_reason"] == {"budget_exhausted": 2}
+
+
+# --- R9-1: a Privatizer's mechanism object changed after it was built -------------------------------------------
+
+
+@pytest.mark.parametrize("name,value", [("epsilon", float("inf")), ("epsilon", 1e9), ("epsilon", -5.0)])
+def test_a_privatizer_refuses_once_its_mechanism_object_was_changed(name, value, tiny_artifact_dir):
+    """`p.mechanism.epsilon = inf` made privatize() the identity while privacy_statement() said covered; -5 gave a raw
+    ValueError. Now privatize(), privacy_statement() and parameters() refuse with TextdpError once the mechanism's
+    parameters differ from those it was built with; an untouched Privatizer works as before."""
+    import textdp
+
+    p = textdp.Privatizer(epsilon=1, artifact=tiny_artifact_dir)
+    assert len(p.privatize(["the cat"])) == 1 and p.privacy_statement()["covered_by_guarantee"]
+    setattr(p.mechanism, name, value)
+    for call in (lambda: p.privatize(["the president said"]), p.privacy_statement, p.parameters):
+        with pytest.raises(textdp.TextdpError, match="mechanism object was changed after it was built"):
+            call()
+
+
+# --- R9-4: a ledger key that can never be given again, or no secret ------------------------------------------------
+
+
+@pytest.mark.parametrize("source", ["/dev/urandom", "/dev/zero", "repeated"])
+def test_a_ledger_key_from_a_device_or_of_one_repeated_byte_is_refused(source, tmp_path, tiny_artifact_dir, capsys):
+    """`--ledger-key-file /dev/urandom` created a ledger with a key no later run could give again (every later run
+    refused "made with another key"); /dev/zero's NULs are no secret. Now refused in one line before the ledger is
+    created."""
+    key = source
+    if source == "repeated":
+        key = tmp_path / "weak.key"
+        key.write_bytes(b"a" * 40)
+    out = tmp_path / "o"
+    ledger = tmp_path / "L.sqlite"
+    args = [a for a in _ledger_args(tmp_path, tiny_artifact_dir, out / "w", ledger) if not a.startswith("--ledger-key-file")]
+    code = cli_main(args + [f"--ledger-key-file={key}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and ("not a regular file" in err[0] or "no secret" in err[0]), err
+    assert not ledger.exists()

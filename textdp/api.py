@@ -197,6 +197,7 @@ class Privatizer:
         self._artifact_identity = _artifact_identity(verify_artifact(self.spec.artifact, needs=self.spec.needs()))
         self.artifact = SharedVocabularyArtifact(resolve_artifact(self.spec.artifact))
         self.mechanism = self.spec.make(self.artifact)
+        self._built_parameters = repr(self.mechanism.parameters())  # what _unchanged() compares with (R9-1)
         self.oov_policy = oov_policy
         self.unk_token = unk_token
         self.max_text_bytes = None if max_text_bytes is None else int(max_text_bytes)
@@ -262,6 +263,7 @@ class Privatizer:
         yourself). ``progress``: a progress bar of texts done (True / False; None: the constructor's
         setting, whose None shows one in a notebook or when stderr is a terminal).
         """
+        self._unchanged()
         progress = self.progress if progress is None else _check_progress(progress)
         if isinstance(texts, (str, bytes)):
             raise TextdpTypeError("privatize takes a list of strings; for one text use privatize([text])[0]")
@@ -474,7 +476,8 @@ class Privatizer:
         """This Privatizer (same artifact, OOV policy, limits) over another mechanism object: for preview."""
         clone = object.__new__(Privatizer)
         clone.__dict__.update(self.__dict__)
-        clone.__dict__.update(spec=spec, mechanism=mechanism)  # settings, fixed (__setattr__) once set
+        clone.__dict__.update(spec=spec, mechanism=mechanism,  # settings, fixed (__setattr__) once set
+                              _built_parameters=repr(mechanism.parameters()))
         nearest = getattr(mechanism, "nearest", None)
         if hasattr(nearest, "threads"):
             nearest.threads = self.threads
@@ -485,7 +488,20 @@ class Privatizer:
         return clone
 
     # --- describing ---------------------------------------------------------------------------------
+    def _unchanged(self) -> None:
+        """The mechanism object is the one built: its parameters are what they were (``p.mechanism.epsilon = inf``
+        would make privatize() the identity under a statement that says epsilon; round 9, R9-1). TextdpError."""
+        try:
+            now = repr(self.mechanism.parameters())
+        except Exception:
+            now = None
+        if now != self._built_parameters:
+            raise TextdpError("this Privatizer's mechanism object was changed after it was built (its parameters differ "
+                              "from those it was built with): its output and its privacy statement would no longer be "
+                              "what it was checked for; build a new textdp.Privatizer(...) instead")
+
     def parameters(self) -> dict:
+        self._unchanged()
         return dict(self.mechanism.parameters(), oov_policy=self.oov_policy)
 
     def privacy_statement(self, seed_used: Optional[bool] = None) -> dict:
@@ -496,6 +512,7 @@ class Privatizer:
         cannot hide a seeded call. For a private release after seeded tests, build a new Privatizer."""
         if seed_used is not None and not isinstance(seed_used, bool):
             raise TextdpTypeError("seed_used must be True, False or None")
+        self._unchanged()
         return privacy_section(statement_of(self.mechanism), self.oov_policy, self.unk_token, None,
                                bool(seed_used) or self.seeded)
 

@@ -26,7 +26,13 @@ def load_key(path: Optional[str] = None, environ=None) -> bytes:
     TextdpError in one line when neither gives at least 16 bytes. The key is never printed."""
     environ = os.environ if environ is None else environ
     if path:
-        try:
+        import stat
+
+        try:  # a pipe or device (/dev/urandom, <(openssl rand ...)) gives another key each time: a ledger made with it
+            if not stat.S_ISREG(os.stat(path).st_mode):  # could never be read again (round 9, R9-4)
+                raise TextdpError(f"--ledger-key-file {path!r} is not a regular file (a pipe or device gives another "
+                                  "key at every run, and the ledger could never be read again): write the key to a file "
+                                  "once, e.g. `head -c 32 /dev/urandom | base64 > ledger.key`, and keep it")
             with open(path, "rb") as handle:
                 key = handle.read(1 << 16).strip()
         except OSError as exc:
@@ -39,6 +45,9 @@ def load_key(path: Optional[str] = None, environ=None) -> bytes:
                           f"{MIN_KEY_BYTES} bytes; e.g. `head -c 32 /dev/urandom | base64 > ledger.key`)")
     if len(key) < MIN_KEY_BYTES:
         raise TextdpError(f"the ledger key from {where} has {len(key)} bytes; it needs at least {MIN_KEY_BYTES}")
+    if len(set(key)) < 4:  # 64 KiB of NULs from /dev/zero, "aaaa...": no secret at all
+        raise TextdpError(f"the ledger key from {where} repeats {len(set(key))} byte value(s) only: it is no secret; "
+                          "use random bytes, e.g. `head -c 32 /dev/urandom | base64 > ledger.key`")
     return key
 
 
