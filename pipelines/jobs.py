@@ -745,5 +745,8 @@ def _put_back(plan: Plan, keep: bool = False) -> str:
         return "; the earlier run's files could not all be put back: see the .textdp-earlier-* folder"
     if kept is None:
         return ""
-    where = f"; this run's files are kept in {', '.join(kept)}" if kept else ""
-    return f"; the earlier run's files were put back (--overwrite replaces them only when a run succeeds){where}"
+    if kept:  # the names the line gave above now hold the earlier run's files again (round 9, R9-2)
+        return (f"; the earlier run's files were put back at those names (--overwrite replaces them only when a run "
+                f"succeeds), so this run's files named above (its error records and summary) are now in "
+                f"{', '.join(kept)}")
+    return "; the earlier run's files were put back (--overwrite replaces them only when a run succeeds)"

@@ -123,6 +123,8 @@ def test_f14_a_run_that_releases_nothing_with_overwrite_puts_the_earlier_release
     assert not glob.glob(f"{tmp_path}/o/{EARLIER_FOLDER_PREFIX}*")
     kept = glob.glob(f"{tmp_path}/o/{FAILED_FOLDER_PREFIX}*")  # the finished run's own files, for the operator
     assert len(kept) == 1 and kept[0] in err
+    # R9-2: the line says the files it named are now in that folder (their names hold the earlier release again)
+    assert f"this run's files named above (its error records and summary) are now in {kept[0]}" in err
     with open(f"{kept[0]}/p-summary.json") as handle:
         assert json.load(handle)["records"]["out"] == 0
 
