@@ -696,3 +696,16 @@ def test_a_ledger_key_from_a_device_or_of_one_repeated_byte_is_refused(source, t
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and ("not a regular file" in err[0] or "no secret" in err[0]), err
     assert not ledger.exists()
+
+
+def test_a_public_summary_at_the_outputs_ledger_release_name_is_refused_without_ledger(tmp_path, tiny_artifact_dir,
+                                                                                       capsys):
+    """R9-10: --public-summary <output>-ledger.json was accepted on a run without --ledger (the amplification
+    report's name was refused), and the release's later --overwrite --ledger run was then refused with a false
+    reason. Now the ledger release's name is always the release's own: refused in one line."""
+    source = _input(tmp_path, "in.txt", "the cat sat\n")
+    code = cli_main(["privatize", f"--input={source}", f"--output={tmp_path}/o/p", "--epsilon=10",
+                     f"--public-summary={tmp_path}/o/p-ledger.json", f"--artifact={tiny_artifact_dir}", RUNNER])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "the ledger release" in err[0], err
+    assert not os.path.exists(tmp_path / "o")
