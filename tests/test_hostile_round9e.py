@@ -8,11 +8,15 @@ columns, counts and error records, so no test here is statistical (false-failure
 from __future__ import annotations
 
 import glob
+import gzip
 import json
+import subprocess
+import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tests.conftest import REPO
 from tests.run_outputs import errors_of, privatize, read_lines, summary_of
 from transforms.io import UNSUPPORTED_NUMBER, parse_json_line
 from transforms.parquet_io import batch_rows
@@ -63,3 +67,47 @@ def test_parquet_time64_ns_columns_pass_through_exactly(tmp_path, small_artifact
     assert released.schema.remove_metadata().equals(table.schema.remove_metadata())
     assert released.sort_by([("us", "ascending")]).drop_columns(["text"]).equals(table.drop_columns(["text"]))
     assert errors_of(output) == [] and summary_of(output)["records"]["reconciled"] is True
+
+
+# R9-5: the shipped example reads CSV as CSV -----------------------------------------------------------
+
+def test_the_example_reads_quoted_line_breaks_and_routes_malformed_rows_without_their_text(tiny_artifact_dir, tmp_path):
+    """R9-5: examples/privatize_csv_to_parquet.py read CSV line by line: a quoted review with a line break
+    crashed it with the review text in the traceback (and beam-temp folders left), or, when the continuation
+    line parsed, released half the review verbatim in the pass-through ``id`` column. Now each file is read by
+    the csv module: the multi-line review is one row (its id and rating kept), and rows that cannot be read
+    (field count, a rating that is not an integer, broken quoting, a header that is not id,rating,review, bytes that are not UTF-8) are
+    ``malformed_row`` error rows with file and line but no text; the counts reconcile; exit 0, nothing left over."""
+    first = tmp_path / "a.csv"
+    first.write_text("id,rating,review\n"
+                     '1,5,"the president said our police"\n'
+                     f'2,4,"his company said\n{CANARY} has HIV,5,the first time"\n'
+                     f"4,{CANARY}\n"
+                     f"5,{CANARY} 7,the first time\n"
+                     f'6,5,"the first"{CANARY} time\n'
+                     "\n"
+                     '7,3,"the police, said ""our"" president"\n', encoding="utf-8")
+    with gzip.open(tmp_path / "b.csv.gz", "wt", encoding="utf-8", newline="") as handle:
+        handle.write(f"name,review\n{CANARY},the first time\n")
+    (tmp_path / "c.csv").write_bytes(b"id,rating,review\n8,2,the first time\n9,2,bad \xff " + CANARY.encode() + b"\n")
+    output = str(tmp_path / "out" / "r")
+    result = subprocess.run([sys.executable, "examples/privatize_csv_to_parquet.py", "--input", str(tmp_path / "*.csv*"),
+                             "--output", output, "--epsilon", "10", "--artifact", tiny_artifact_dir],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert CANARY not in result.stdout + result.stderr
+    rows = pq.read_table(sorted(glob.glob(f"{output}-*.parquet"))).to_pylist()
+    assert sorted((row["id"], row["rating"]) for row in rows) == [("1", 5), ("2", 4), ("7", 3), ("8", 2)]
+    reviews = [row["review"] for row in sorted(rows, key=lambda row: row["id"])]
+    assert [len(review.split()) for review in reviews] == [5, 8, 5, 3] and reviews[1].count("\n") == 1  # one row, words kept
+    error_text = open(f"{output}-errors.jsonl", encoding="utf-8").read()
+    assert CANARY not in error_text
+    errors = sorted((json.loads(line) for line in error_text.splitlines()), key=lambda e: (e["source"], e["position"]))
+    assert [(e["source"].rsplit("/", 1)[-1], e["position"], e["reason"]) for e in errors] == [
+        ("a.csv", 5, "malformed_row"), ("a.csv", 6, "malformed_row"), ("a.csv", 7, "malformed_row"),
+        ("b.csv.gz", 1, "malformed_row"), ("c.csv", 3, "malformed_row")]
+    assert [e["detail"].split(" ")[0] for e in errors] == ["2", "the", "broken", "the", "the"]
+    counts = json.loads(open(f"{output}-counts.json", encoding="utf-8").read())
+    assert (counts["records"], counts["failed"], counts["failed:malformed_row"]) == (9, 5, 5) == (len(rows) + 5, 5, 5)
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == [
+        "r-00000-of-00001.parquet", "r-counts.json", "r-errors.jsonl"]
