@@ -63,7 +63,7 @@ EMPTY = "empty"                            # no text (blank line; every text fie
 TOO_LARGE = "too_large"                    # over --max-record-bytes
 TOO_DEEP = "too_deep"                      # JSON nested deeper than MAX_JSON_DEPTH
 LONE_SURROGATE = "lone_surrogate"          # a JSON \uD800-\uDFFF escape without its pair: no UTF-8 form
-UNSUPPORTED_NUMBER = "unsupported_number"  # an integer over Python's digit limit, a float beyond 1.8e308
+UNSUPPORTED_NUMBER = "unsupported_number"  # an integer over Python's digit limit, a float beyond 1.8e308 or below 2.2e-308
 DUPLICATE_KEY = "duplicate_key"            # a JSON object with the same key twice
 UNSUPPORTED_VALUE = "unsupported_value"    # a Parquet cell Python cannot represent (e.g. a date after 9999)
 # One file (the record stands for the unread rest of the file; its position is where reading stopped):
@@ -145,6 +145,10 @@ class _InexactNumber(ValueError):
     pass
 
 
+class _UnderflowNumber(ValueError):
+    pass
+
+
 FLOAT_EXACT_DIGITS = 15  # a decimal of at most 15 significant digits is the value of its float64 (it round-trips)
 
 
@@ -157,6 +161,11 @@ def _finite_float(literal: str) -> float:
     if value in (float("inf"), float("-inf")):
         raise _NonFiniteNumber()
     mantissa = literal.lstrip("-").split("e")[0].split("E")[0].replace(".", "").lstrip("0").rstrip("0")
+    if abs(value) < sys.float_info.min and mantissa:  # below float64's normal range (R9-7): 1e-400 is 0.0, 2.5e-324
+        from decimal import Decimal  # is 5e-324; a subnormal literal that is its float's value (5e-324) is kept
+
+        if value == 0 or Decimal(literal) != Decimal(repr(value)):
+            raise _UnderflowNumber()
     if len(mantissa) > FLOAT_EXACT_DIGITS:
         from decimal import Decimal
 
@@ -183,6 +192,10 @@ def parse_json_line(text: str):
     except _NonFiniteNumber:
         return None, (UNSUPPORTED_NUMBER, "a number too large for 64-bit floating point (over about 1.8e308): "
                                           "it cannot be written back as it was")
+    except _UnderflowNumber:
+        return None, (UNSUPPORTED_NUMBER, "a number too small for 64-bit floating point (below about 2.2e-308 it "
+                                          "becomes 0 or loses digits): it cannot be written back as it was (quote it "
+                                          "as a string to keep it exact)")
     except _InexactNumber:
         return None, (UNSUPPORTED_NUMBER, "a decimal number with more significant digits than 64-bit floating point "
                                           "keeps: it cannot be written back as it was (quote it as a string to keep "

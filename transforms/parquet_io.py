@@ -10,7 +10,8 @@ and rows written back with errors that never quote a value.
   worker, is checked again against the same schema (``schema_differences``).
 - **Rows.** ``RecordBatch.to_pylist`` fails for the whole batch on one bad cell (invalid UTF-8 in a
   string, a timestamp beyond Python's ``datetime``); ``batch_rows`` then converts that batch cell by
-  cell, so exactly the bad rows fail and every other row is read.
+  cell, so exactly the bad rows fail and every other row is read. ``time64[ns]`` values are read as
+  integer nanoseconds and written back as ``time64[ns]`` (``datetime.time`` would drop the last three digits).
 - **Writing.** Beam's ``WriteToParquet`` converts rows with ``pyarrow.array``, whose errors quote the
   offending value (``Could not convert 'xyz' with type str ...``) into the worker's log and the job's
   exception. ``RowsToArrowTables`` does that conversion itself and raises ``OutputSchemaError`` naming
@@ -169,9 +170,49 @@ def _with_nullability(first: pa.Schema, schemas: Sequence[pa.Schema]) -> pa.Sche
 
 # reading -----------------------------------------------------------------------------------------
 
+_TIME_NS = pa.time64("ns")
+
+
+def _times_as_integers(kind: pa.DataType) -> pa.DataType:
+    """``kind`` with every ``time64[ns]`` in it (top level or nested in lists, structs, maps) as ``int64``."""
+    if kind == _TIME_NS:
+        return pa.int64()
+    if pa.types.is_map(kind):
+        return pa.map_(_times_as_integers(kind.key_type), _times_as_integers(kind.item_type), kind.keys_sorted)
+    if pa.types.is_fixed_size_list(kind):
+        return pa.list_(kind.value_field.with_type(_times_as_integers(kind.value_type)), kind.list_size)
+    if pa.types.is_large_list(kind):
+        return pa.large_list(kind.value_field.with_type(_times_as_integers(kind.value_type)))
+    if pa.types.is_list(kind):
+        return pa.list_(kind.value_field.with_type(_times_as_integers(kind.value_type)))
+    if pa.types.is_struct(kind):
+        return pa.struct([field.with_type(_times_as_integers(field.type)) for field in kind])
+    return kind
+
+
+def exact_times(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with its ``time64[ns]`` values as integers (nanoseconds since midnight), which the writer
+    turns back into ``time64[ns]``: Python's ``datetime.time`` holds microseconds only, so ``to_pylist``
+    would drop the last three digits without a word (R9-8). Other types are left as they are."""
+    columns, changed = [], False
+    for column in batch.columns:
+        exact = _times_as_integers(column.type)
+        if exact != column.type:
+            try:
+                column, changed = column.cast(exact), True
+            except (pa.ArrowException, ValueError, TypeError):  # a layout the cast does not cover: as before
+                pass
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, schema=pa.schema(
+        [field.with_type(column.type) for field, column in zip(batch.schema, columns)], metadata=batch.schema.metadata)) \
+        if changed else batch
+
+
 def batch_rows(batch: pa.RecordBatch) -> Iterator[Tuple[Optional[dict], List[Tuple[str, str, Optional[int]]]]]:
     """Each row of ``batch`` as ``(row, [])``, or ``(None, problems)`` for a row with cells that cannot
-    be converted: ``(column, 'utf8' | 'value', byte offset of the invalid UTF-8 or None)`` each."""
+    be converted: ``(column, 'utf8' | 'value', byte offset of the invalid UTF-8 or None)`` each.
+    ``time64[ns]`` values come as integer nanoseconds (``exact_times``)."""
+    batch = exact_times(batch)
     try:
         rows = batch.to_pylist()
     except (UnicodeDecodeError, ValueError, OverflowError, pa.ArrowException):
