@@ -618,6 +618,18 @@ def run_job(name: str, argv: Optional[Sequence[str]] = None) -> int:
 def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     job = JOBS[name]
+    if not job.beam:  # a single-process job (build-index) handles its own signals
+        return _run_prepared(name, argv, interrupted, job)
+    state = {"opened": False}
+    try:  # the job's modules take seconds to import on a loaded machine: Ctrl-C or SIGTERM there is one line too
+        return _run_prepared(name, argv, interrupted, job, state)
+    except KeyboardInterrupt:  # what escapes _run_prepared's own handling before it opened anything (round 9, R9-13)
+        if state["opened"]:
+            raise
+        return _interruption(name, interrupted, " before the run started; nothing was written")
+
+
+def _run_prepared(name: str, argv: List[str], interrupted: list, job, state: Optional[dict] = None) -> int:
     if "-h" in argv or "--help" in argv:
         with contextlib.ExitStack() as scope:
             if job.beam and any(arg.startswith("--mechanism") for arg in argv):  # its own flags' group too
@@ -657,6 +669,8 @@ def _run_job(name: str, argv: Optional[Sequence[str]], interrupted: list) -> int
         say(_one_line(exc, ran=False))
         _abandon(name, plan)
         return EXIT_REFUSED
+    if state is not None:
+        state["opened"] = True  # from here on _run_prepared reports every interruption itself
     stage = "build"  # "build": nothing ran or was removed; "removed": --overwrite moved files aside; "run"
     finished = False  # the pipeline ran to its end: the locks stay held until the report judged it
     try:

@@ -709,3 +709,28 @@ def test_a_public_summary_at_the_outputs_ledger_release_name_is_refused_without_
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "the ledger release" in err[0], err
     assert not os.path.exists(tmp_path / "o")
+
+
+# --- R9-13: a signal while the job's modules are imported ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("signame,code,word", [("SIGTERM", 143, "terminated (SIGTERM)"), ("SIGINT", 130, "interrupted"),
+                                               ("SIGHUP", 129, "hung up (SIGHUP)")])
+def test_a_signal_while_the_job_module_is_imported_is_one_line(signame, code, word, tmp_path):
+    """Ctrl-C, SIGTERM or SIGHUP in a job's first seconds (while run_job imported the job's module, outside the try
+    that turns interrupts into one line) printed a 50-125-line traceback, and SIGTERM/SIGHUP exited as SIGINT. The
+    signal is sent at that exact moment: the job's module is replaced by one that signals its own process when it is
+    imported (deterministic). Now one line, the signal's exit code, nothing written."""
+    import subprocess
+    import sys
+
+    (tmp_path / "signalling_job.py").write_text(f"import os, signal\nos.kill(os.getpid(), signal.{signame})\n",
+                                               encoding="utf-8")
+    script = ("import dataclasses, sys; sys.path.insert(0, sys.argv[1]); from pipelines import jobs; "
+              "jobs.JOBS['privatize'] = dataclasses.replace(jobs.JOBS['privatize'], module='signalling_job'); "
+              "sys.exit(jobs.run_job('privatize', ['--input=x.txt', '--output=' + sys.argv[1] + '/o/p', '--epsilon=1']))")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), capture_output=True, text=True, timeout=120)
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == code and len(err) == 1 and word in err[0] and "nothing was written" in err[0], done.stderr
+    assert not (tmp_path / "o").exists()
