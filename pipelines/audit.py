@@ -189,6 +189,8 @@ def prepare_run(options: PipelineOptions) -> Prepared:
         corpus_format = _format(opts.corpus, opts.corpus_format, "--corpus")
         text_fields = () if corpus_format == "text" else tuple(
             f.strip() for f in opts.corpus_text_field.split(",") if f.strip())
+    if opts.corpus and "linkage" in checks:
+        refuse_short_records(opts.corpus, corpus_format, text_fields, opts.linkage_window)
     if opts.prior_corpus:
         _format(opts.prior_corpus, opts.corpus_format or corpus_format, "--prior-corpus")
         if opts.corpus:
@@ -352,6 +354,55 @@ def conformance_units(opts: AuditOptions, spec, location, manifest: dict) -> tup
     level = opts.false_alarm_rate / planned_units(references, spec.epsilons)
     return tuple((index, reference, float(eps), tuple(params[reference].items()), level)
                  for index, (reference, eps) in enumerate((r, e) for r in references for e in spec.epsilons))
+
+
+SHORT_RECORD_SCAN_BYTES = 64 << 20  # the launcher reads at most this much of --corpus to find one long-enough record
+
+
+def refuse_short_records(corpus: str, corpus_format: str, text_fields: tuple, window: int) -> None:
+    """Linkage compares records of at least --linkage-window words: when no record of a local text/JSONL --corpus
+    has that many (read up to SHORT_RECORD_SCAN_BYTES, stopping at the first that has), the run would do every other
+    part and then fail with "linkage compared nothing" (round 9, R9-14): refused in one line before the run, with
+    the longest record's length. Words are counted by textdp's tokenizer, as the audit counts them."""
+    import json
+
+    from textdp.text.tokenize import Tokenizer
+    from transforms.compressed import open_decompressed
+
+    if corpus_format not in ("text", "jsonl"):
+        return
+    tokenizer, longest, budget = Tokenizer({}), 0, SHORT_RECORD_SCAN_BYTES
+    for path in matched_paths(corpus):
+        if "://" in path or not os.path.isfile(path):
+            return  # not read here: the run decides
+        try:
+            with open(path, "rb") as raw:
+                for line in open_decompressed(raw, path):
+                    budget -= len(line)
+                    if budget < 0:
+                        return
+                    text = line.decode("utf-8", "replace")
+                    if corpus_format == "jsonl":
+                        try:
+                            record = json.loads(text)
+                        except ValueError:
+                            continue
+                        if not isinstance(record, dict):
+                            continue
+                        texts = [record[f] for f in text_fields if isinstance(record.get(f), str)]
+                    else:
+                        texts = [text]
+                    words = sum(len(tokenizer.tokenize_batch([t]).ids) for t in texts)
+                    if words >= window:
+                        return
+                    longest = max(longest, words)
+        except Exception:  # unreadable or damaged: the run reports it
+            return
+    if longest == 0:  # no record with a word at all: the run's own "yielded no record" refusal says so
+        return
+    raise TextdpError(f"no record of --corpus has at least --linkage-window {window} words (the longest has {longest}), "
+                      f"so linkage would compare nothing after every other part ran: give --linkage-window {max(longest, 1)} "
+                      "or smaller, or leave linkage out of --checks")
 
 
 def refuse_shared_prior(corpus: str, prior_corpus: str) -> None:

@@ -110,12 +110,24 @@ def test_huge_max_record_bytes_is_refused_before_the_run(tiny_artifact_dir, tmp_
 
 
 def test_audit_linkage_that_compares_nothing_is_not_a_success(tiny_artifact_dir, tmp_path, capsys):
+    """A local text corpus whose records are all shorter than --linkage-window is refused before the run (round 9,
+    R9-14: it used to run every other part first); one the launcher does not read (Parquet) fails after the run,
+    exit 1, never "success"."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     corpus = tmp_path / "short.txt"
     corpus.write_text("the good movie\n" * 200)  # 3 words per record, window 20
     code, err = _run(capsys, ["audit", "--artifact", tiny_artifact_dir, "--epsilons", "5", "--checks", "linkage",
                               "--corpus", str(corpus), "--records", "50", "--output", str(tmp_path / "a")])
+    assert code == 2 and "no record of --corpus has at least --linkage-window 20 words (the longest has 3)" in err
+    assert not (tmp_path / "a").exists()
+    pq.write_table(pa.table({"text": ["the good movie"] * 200}), tmp_path / "short.parquet")
+    code, err = _run(capsys, ["audit", "--artifact", tiny_artifact_dir, "--epsilons", "5", "--checks", "linkage",
+                              "--corpus", str(tmp_path / "short.parquet"), "--records", "50",
+                              "--output", str(tmp_path / "b")])
     assert code == 1 and "linkage compared nothing: no record of --corpus has at least 20 words" in err
-    report = open(tmp_path / "a" / "report.html", encoding="utf-8").read()
+    report = open(tmp_path / "b" / "report.html", encoding="utf-8").read()
     assert "Nothing was compared" in report and "give --corpus" not in report
 
 
