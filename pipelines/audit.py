@@ -381,7 +381,10 @@ def refuse_short_records(corpus: str, corpus_format: str, text_fields: tuple, wi
                     budget -= len(line)
                     if budget < 0:
                         return
-                    text = line.decode("utf-8", "replace")
+                    try:
+                        text = line.decode("utf-8")
+                    except UnicodeDecodeError:  # an error record of the run, not a record
+                        continue
                     if corpus_format == "jsonl":
                         try:
                             record = json.loads(text)
