@@ -17,7 +17,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.testing.util import assert_that, equal_to
 
 from tests.test_hostile_round8c import _start_file, _taken, _watch
-from tests.test_streaming_hostile import _errors, _released
+from tests.test_streaming_hostile import ART, _errors, _released, run_cli
 from transforms.streaming import DUPLICATE_FILE, SKIPPED, SYMLINK, DigestFiles
 
 SECRET = "topsecret hunter two"
@@ -120,3 +120,30 @@ def test_a_file_rewritten_in_place_with_the_same_size_and_time_is_read_again(tmp
     errors = _errors(str(out / "r"))
     assert [(os.path.basename(e["source"]), e["reason"]) for e in errors] == [("b.txt", DUPLICATE_FILE)], errors
     assert "5 in, 4 out, 1 failed" in result.stdout, result.stdout
+
+
+def test_a_streaming_run_never_replaces_the_window_public_summaries_of_another_release(tmp_path):
+    """R9b-9: a streaming release (--output out/r) wrote its window public summaries at --public-summary pub/p; a run
+    with a new --output out2/r and the same --public-summary is refused in one line before any worker starts (exit
+    2), with --overwrite or without (the files there name out/r as their output), and the first release's public
+    summaries are left as they were. Deterministic (one real watch run, then two refusals)."""
+    watched, out = tmp_path / "in", tmp_path / "out"
+    watched.mkdir()
+    (watched / "a.txt").write_text("alpha one\n", encoding="utf-8")
+    common = ("--streaming", "--format", "text", "--input", str(watched / "*.txt"), "--public-summary",
+              str(tmp_path / "pub" / "p"), "--artifact", ART, "--epsilon", "1", "--window-size", "60",
+              "--poll-interval", "0.5", "--streaming-stop-after", "2")
+    (tmp_path / "pub").mkdir()
+    first = run_cli(*common, "--output", str(out / "r"), timeout=120)
+    assert first.returncode == 0, first.stderr
+    published = sorted(glob.glob(str(tmp_path / "pub" / "p-*Z-*Z-p*.json")))
+    assert len(published) == 1
+    before = open(published[0], "rb").read()
+    for overwrite in ((), ("--overwrite",)):
+        refused = run_cli(*common, "--output", str(tmp_path / "out2" / "r"), *overwrite, timeout=120)
+        assert refused.returncode == 2, (overwrite, refused.stdout, refused.stderr)
+        lines = [line for line in refused.stderr.splitlines() if "error" in line]
+        assert len(lines) == 1 and "is the public summary of another release" in lines[0], refused.stderr
+        assert f"its output is {out / 'r'}" in lines[0] and "with --overwrite or without" in lines[0]
+        assert open(published[0], "rb").read() == before
+        assert not os.path.exists(tmp_path / "out2")
