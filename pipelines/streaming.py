@@ -38,7 +38,7 @@ from pipelines.jobs import Plan, is_local
 from pipelines.ledger import LedgerRun
 from textdp.artifact import gcs
 from textdp.errors import TextdpError
-from textdp.outputs import OutputGuard, pattern_matches
+from textdp.outputs import OutputGuard, pattern_matches, refuse_public_of_another_release
 from textdp.privacy.statements import run_warnings
 from transforms.io import OUTPUT_SUFFIX, infer_format, matched_paths
 from transforms.privatize import Privatize
@@ -183,8 +183,23 @@ def _check_outputs(options: PipelineOptions, data_format: str) -> OutputGuard:
                       label=opts.public_summary)
         if opts.input:
             _refuse_watched("--public-summary", opts.input, [f"{opts.public_summary}{sample}.json"])
+        refuse_public_of_another_release(opts.public_summary, matched_paths(f"{public}{PANE}.json"), out.output,
+                                         _window_release)
     guard.check()
     return guard
+
+
+_PANE_FILES = re.compile(r"(-\d{8}T\d{6}Z-\d{8}T\d{6}Z-p\d+)-\*-of-\*[^/]*$")
+
+
+def _window_release(described: str) -> tuple:
+    """A window public summary's ``output`` (``<output>-<start>-<end>-p<pane>-*-of-*.txt``) -> (``<output>``, the
+    name of that pane's operator summary, which the release's run record lists)."""
+    found = _PANE_FILES.search(described)
+    if found is None:
+        return described, ""
+    prefix = described[:found.start()]
+    return prefix, f"{os.path.basename(prefix)}{found.group(1)}-summary.json"
 
 
 def _refuse_watched(flag: str, pattern: str, names) -> None:

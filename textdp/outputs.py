@@ -313,6 +313,45 @@ def read_attached(path: str) -> List[str]:
     return [name for name in found if isinstance(name, str) and os.path.isabs(name)] if isinstance(found, list) else []
 
 
+def public_summary_output(path: str) -> Optional[str]:
+    """The ``output`` a local public summary file names (``"publishable": true``, as ``public_summary`` writes);
+    None when it is not one, names none, or cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            document = json.loads(handle.read(1 << 24).decode("utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(document, dict) or document.get("publishable") is not True:
+        return None
+    described = document.get("output")
+    return described if isinstance(described, str) else None
+
+
+def refuse_public_of_another_release(public: str, paths: Iterable[str], output: str,
+                                     release_of: Callable[[str], Tuple[str, str]]) -> None:
+    """The public-summary rule of both jobs (round 7 F9, R9b-9): an existing public summary at ``public`` whose
+    ``output`` names another release than ``--output output`` is refused in one line, with --overwrite or
+    without, so that release keeps its publishable document. ``paths``: the public summary files at that place;
+    ``release_of(described output) -> (its --output prefix, the name of one file of that release that the
+    release's run record lists)``: the same release given by another relative path is recognised by this
+    --output's run record listing that file."""
+    own = None
+    for path in sorted(paths):
+        described = public_summary_output(path)
+        if described is None or is_remote(path):
+            continue
+        prefix, member = release_of(described)
+        if prefix == output or (not is_remote(output) and os.path.realpath(prefix) == os.path.realpath(output)):
+            continue
+        if own is None:
+            own = set(read_record(real_path(output) + RUN_RECORD_SUFFIX) or ()) if not is_remote(output) else set()
+        if os.path.basename(prefix) == os.path.basename(output) and member in own:
+            continue  # this release, its --output once given relative to another directory
+        raise TextdpError(f"--public-summary {shown(public)}: {shown(path)} is the public summary of another release "
+                          f"(its output is {shown(prefix)}, not --output {shown(output)}); a run never replaces another "
+                          "release's public summaries, with --overwrite or without: choose another --public-summary")
+
+
 def _is_public_summary_file(path: str) -> bool:
     from textdp.privacy.summary import is_public_summary
 

@@ -27,6 +27,7 @@ the file watch keeps the identity (content digest) of the files already read.
 from __future__ import annotations
 
 import datetime
+import errno
 import hashlib
 import json
 import os
@@ -632,7 +633,8 @@ DUPLICATE_FILE = "duplicate_file"  # the same records as a file already read (a 
 FILE_CHANGED = "file_changed_after_read"  # a file read earlier grew or was rewritten in place keeping its start
 FILE_UNSETTLED = "file_not_settled"  # still changing (size or time) when the watch stopped: not read
 NOT_REGULAR = "not_a_regular_file"  # a pipe, socket, device or directory matched: never opened (R8b-5)
-WATCH_REASONS = (DUPLICATE_FILE, FILE_CHANGED, FILE_UNSETTLED, NOT_REGULAR)
+SYMLINK = "symlink"  # a symbolic link matched (or one on its way below the pattern's fixed folder): never followed (R9b-7)
+WATCH_REASONS = (DUPLICATE_FILE, FILE_CHANGED, FILE_UNSETTLED, NOT_REGULAR, SYMLINK)
 SKIPPED = "skipped"
 _BOM = b"\xef\xbb\xbf"
 
@@ -687,10 +689,47 @@ def not_regular(path: str) -> Optional[str]:
             "put each input in a regular file")
 
 
-def open_watched(path: str):
-    """A matched file opened for reading, never blocking: a local path is opened O_NONBLOCK and checked
-    (``fstat``) to be a regular file on the descriptor it reads, so a FIFO put in its place after the check is
-    not waited on. Raises OSError if it is gone; ``NotRegularFile`` if it is not a regular file."""
+SYMLINK_DETAIL = ("the watch matched {kind}; it is never followed (a link dropped into the watched place could make the job "
+                  "read and release any file it can read): put each input in the watched place as a regular file")
+
+
+def symlink_in(path: str, pattern: str = "") -> Optional[str]:
+    """Why a matched local path is not read because it is a symbolic link, or a folder on its way below the
+    pattern's fixed folder is one (``os.lstat``: nothing is followed or opened); None otherwise, or for a remote
+    object. The folders the operator named in the pattern itself (its part before the first glob character) are
+    the operator's choice and are not looked at (R9b-7)."""
+    import stat
+
+    from textdp.outputs import escaped, is_remote
+
+    if is_remote(path):
+        return None
+    parts = pattern.split("/")
+    fixed = "/".join(parts[:next((i for i, part in enumerate(parts) if any(c in part for c in "*?[")),
+                                 len(parts) - 1)])
+    base = os.path.abspath(fixed) if pattern else os.path.dirname(os.path.abspath(path))
+    target = os.path.abspath(path)
+    if os.path.commonpath([base, target]) != base:
+        base = os.path.dirname(target)
+    below = os.path.relpath(target, base).split(os.sep)
+    for depth in range(1, len(below) + 1):
+        place = os.path.join(base, *below[:depth])
+        try:
+            mode = os.lstat(place).st_mode
+        except OSError:
+            return None  # gone: the open says so
+        if stat.S_ISLNK(mode):
+            kind = "a symbolic link" if depth == len(below) else f"a path through the symbolic link {escaped(place)}"
+            return SYMLINK_DETAIL.format(kind=kind)
+    return None
+
+
+def open_watched(path: str, pattern: str = ""):
+    """A matched file opened for reading, never blocking and never through a symbolic link: a local path that is
+    a symlink (or lies below one under the pattern's fixed folder, ``symlink_in``) raises ``WatchedSymlink``; a
+    local path is opened O_NONBLOCK | O_NOFOLLOW and checked (``fstat``) to be a regular file on the descriptor it
+    reads, so a FIFO or a link put in its place after the check is not waited on or followed. Raises OSError if it
+    is gone; ``NotRegularFile`` if it is not a regular file."""
     import stat
 
     from apache_beam.io.filesystems import FileSystems
@@ -699,10 +738,18 @@ def open_watched(path: str):
 
     if is_remote(path):
         return FileSystems.open(path, compression_type="uncompressed")
+    problem = symlink_in(path, pattern)
+    if problem:
+        raise WatchedSymlink(problem)
     problem = not_regular(path)
     if problem:
         raise NotRegularFile(problem)
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    try:  # O_NOFOLLOW: a symlink put in its place after the check is not followed either (ELOOP)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise WatchedSymlink(symlink_in(path, pattern) or SYMLINK_DETAIL.format(kind="a symbolic link")) from None
+        raise
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise NotRegularFile(not_regular(path) or "the watch matched a path that is not a regular file; it is "
@@ -716,6 +763,11 @@ def open_watched(path: str):
 
 class NotRegularFile(Exception):
     """A watched path that is not a regular file (its message: ``not_regular``'s, never the file's text)."""
+
+
+class WatchedSymlink(Exception):
+    """A watched path that is a symbolic link, or lies below one (its message: ``symlink_in``'s, never the text of
+    the file it points to)."""
 
 
 def file_records_digest(path: str, data: Optional[bytes] = None) -> str:
@@ -775,22 +827,43 @@ class SnapshotFile:
         return io.BytesIO(self.data)
 
 
+def watch_state(meta):
+    """What the local watch compares to tell that a matched file changed, and when it last changed (seconds):
+    for a local path its ``os.lstat`` size, modification time, inode and status-change time (``st_ctime_ns``, which
+    a write moves even when the writer then sets the modification time back, as ``touch -d``, ``cp -p`` and
+    ``rsync -t --inplace`` do: R9b-10), the later of the two times; for a remote object Beam's size and
+    modification time. ``(None, 0)``: the local path is gone."""
+    from textdp.outputs import is_remote
+
+    if is_remote(meta.path):
+        return (meta.size_in_bytes, meta.last_updated_in_seconds), meta.last_updated_in_seconds
+    try:
+        found = os.lstat(meta.path)
+    except OSError:
+        return None, 0
+    return ((found.st_size, found.st_mtime_ns, found.st_ino, found.st_ctime_ns),
+            max(found.st_mtime_ns, found.st_ctime_ns) / 1e9)
+
+
 class PollFiles(beam.DoFn):
     """The file watch of the local runner: from one impulse, match ``pattern`` every ``interval`` seconds until
     ``stop_after`` seconds have passed, timestamped with the time a file was taken (as ``MatchContinuously``
     does). The local runners run no unbounded source, so there the watch is bounded and the windows are written
     when it stops (docs/streaming.md).
 
-    Which files are read (F5-F7 of the red team): a file is taken once its size and modification time have not
-    changed over one poll interval (seen unchanged by two polls, or last modified at least one interval ago), so
-    a file still being written is not read half-way. A file is known by its records: a file whose normalised
+    Which files are read (F5-F7 of the red team): a file is taken once its size, times and inode
+    (``watch_state``) have not changed over one poll interval (seen unchanged by two polls, or last changed at
+    least one interval ago), so a file still being written is not read half-way; a file rewritten in place keeping
+    its size and modification time has a new status-change time, so it is looked at again (R9b-10).
+    A file is known by its records: a file whose normalised
     content (``records_digest``: byte order mark, CRLF and final newline aside) was read before, under any name,
     is not read again (a rename, a copy or a re-send through a tool that changes line endings would release its
     records twice): error item ``duplicate_file``. A name that comes back with new content (deleted and
     re-created, or rewritten) is read. A file read earlier that then grew (its start, as bytes or as records, is
     the content read) is not read again: error item ``file_changed_after_read`` (its first part is out already,
     and reading it again would release that part twice). A match that is not a regular file (a FIFO, socket,
-    device or directory) is never opened (``open_watched``): error item ``not_a_regular_file``, once. A hidden
+    device or directory) is never opened (``open_watched``): error item ``not_a_regular_file``, once; a symbolic
+    link (or a path below one under the pattern's fixed folder) is never followed: error item ``symlink``, once. A hidden
     name (``.name.XXXXXX``, where rsync and scp write a partial copy) is not matched unless the pattern's own
     component starts with ``.`` (``transforms.io.hidden_match``, the shell's rule). When the
     watch stops, files new or changing at its last poll get one more look one interval later: settled, they are
@@ -804,8 +877,8 @@ class PollFiles(beam.DoFn):
     def process(self, _):
         import time
 
-        # path -> (size, mtime) seen; path -> (size, mtime, sha256 of its bytes, length and records_digest of its
-        # normalised content) taken; records digest -> the first path read with it
+        # path -> its watch_state seen; path -> (watch_state, size read, sha256 of its bytes, length and
+        # records_digest of its normalised content) taken; records digest -> the first path read with it
         self._pending, self._taken, self._contents = {}, {}, {}
         deadline = time.monotonic() + self.stop_after
         while True:
@@ -832,23 +905,25 @@ class PollFiles(beam.DoFn):
         for meta in matched:
             if final and meta.path not in pending:  # the last look is for the files waiting to settle only
                 continue
-            state = (meta.size_in_bytes, meta.last_updated_in_seconds)
+            state, changed = watch_state(meta)
+            if state is None:  # gone since the match: the next match says what is there
+                continue
             before = self._taken.get(meta.path)
-            if before is not None and before[:2] == state:  # unchanged since it was taken
+            if before is not None and before[0] == state:  # unchanged since it was taken
                 pending.pop(meta.path, None)
                 continue
-            settled = time.time() - meta.last_updated_in_seconds >= self.interval  # unchanged for an interval
+            settled = time.time() - changed >= self.interval  # unchanged for an interval
             if pending.get(meta.path) != state and not settled:  # new and recent, or changing: look again
                 pending[meta.path] = state
                 continue
             pending.pop(meta.path, None)
             try:
-                with open_watched(meta.path) as handle:
+                with open_watched(meta.path, self.pattern) as handle:
                     data = handle.read()
-            except NotRegularFile as exc:  # a FIFO, socket, device or directory: never opened, said once
-                self._taken[meta.path] = state + (None, 0, None)
+            except (NotRegularFile, WatchedSymlink) as exc:  # a FIFO, socket, device, directory or link: said once
+                self._taken[meta.path] = (state, None, None, 0, None)
                 yield beam.pvalue.TaggedOutput(SKIPPED, window.TimestampedValue(skipped_file(
-                    meta.path, NOT_REGULAR, str(exc)), found))
+                    meta.path, SYMLINK if isinstance(exc, WatchedSymlink) else NOT_REGULAR, str(exc)), found))
                 continue
             except OSError:  # gone between the match and the read: the next match says what is there
                 continue
@@ -856,13 +931,13 @@ class PollFiles(beam.DoFn):
             text = normalised(data) if not _compressed(meta.path) else None
             digest = hashlib.sha256(text).hexdigest() if text is not None else file_records_digest(meta.path, data)
             grew = before is not None and before[2] is not None and (
-                (0 < before[0] <= len(data) and hashlib.sha256(data[:before[0]]).hexdigest() == before[2])
+                (0 < before[1] < len(data) and hashlib.sha256(data[:before[1]]).hexdigest() == before[2])
                 or (text is not None and 0 < before[3] < len(text) and text[before[3]:before[3] + 1] == b"\n"
                     and hashlib.sha256(text[:before[3]]).hexdigest() == before[4]))  # its records, then more
-            self._taken[meta.path] = (len(data), state[1], raw_digest, len(text or b""), digest)
+            self._taken[meta.path] = (state, len(data), raw_digest, len(text or b""), digest)
             if grew:
                 yield beam.pvalue.TaggedOutput(SKIPPED, window.TimestampedValue(skipped_file(
-                    meta.path, FILE_CHANGED, f"the file grew from {before[0]} to {len(data)} bytes after "
+                    meta.path, FILE_CHANGED, f"the file grew from {before[1]} to {len(data)} bytes after "
                     "it was read; it is not read again (its first part would be released twice): write each file "
                     "whole under a new name"), found))
             elif digest in self._contents:
@@ -888,13 +963,24 @@ _FIRST_PATH_PARAM = beam.DoFn.StateParam(_FIRST_PATH)
 class DigestFiles(beam.DoFn):
     """The streaming runners' watch, after ``MatchContinuously``: a matched file -> ``(records digest, metadata)``
     (``content_digest``, opened without blocking); a FIFO, socket, device or directory -> output ``skipped``,
-    error record ``not_a_regular_file`` (never opened); a file gone since the match -> nothing."""
+    error record ``not_a_regular_file`` (never opened); a symbolic link, or a path below one under ``pattern``'s
+    fixed folder (``symlink_in``) -> error record ``symlink`` (never followed); a file gone since the match ->
+    nothing."""
+
+    def __init__(self, pattern: str = ""):
+        super().__init__()
+        self.pattern = pattern
 
     def process(self, meta):
         try:
+            problem = symlink_in(meta.path, self.pattern)
+            if problem:
+                raise WatchedSymlink(problem)
             yield content_digest(meta.path), meta
         except NotRegularFile as exc:
             yield beam.pvalue.TaggedOutput(SKIPPED, skipped_file(meta.path, NOT_REGULAR, str(exc)))
+        except WatchedSymlink as exc:
+            yield beam.pvalue.TaggedOutput(SKIPPED, skipped_file(meta.path, SYMLINK, str(exc)))
         except OSError:
             return
 
@@ -934,7 +1020,7 @@ def watch_files(pipeline, pattern: str, poll_interval: float, stop_after: Option
                       pattern, interval=float(poll_interval), has_deduplication=True, match_updated_files=True,
                       start_timestamp=Timestamp.now(), stop_timestamp=stop_timestamp(stop_after))
                   | "NotHidden" >> beam.Filter(lambda meta, glob: not hidden_match(meta.path, glob), pattern)
-                  | "Digest" >> beam.ParDo(DigestFiles()).with_output_types(
+                  | "Digest" >> beam.ParDo(DigestFiles(pattern)).with_output_types(
                       beam.typehints.Tuple[str, beam.typehints.Any]).with_outputs(SKIPPED, main="digests"))
         once = polled.digests | "OncePerContent" >> beam.ParDo(OncePerContent()).with_output_types(
             beam.typehints.Any).with_outputs(SKIPPED, main="files")
