@@ -475,9 +475,10 @@ class Ledger:
         return True
 
     def commit(self, run_id: str, epsilon: float, mechanism: str,
-               entries: Iterable[Tuple[str, int, int, int]]) -> bool:
+               entries: Iterable[Tuple[str, int, int, int]], reopen: bool = False) -> bool:
         """Record a run's releases, (author hash, tokens, records, withheld) each, in one transaction; True if it
-        was recorded now, False if it already was (committing a run twice changes nothing)."""
+        was recorded now, False if it already was (committing a run twice changes nothing). ``reopen``: a run whose
+        reservation was discarded may be committed too (it ran on and released: round 9b, R9b-11)."""
         from sqlalchemy import select
 
         entries = list(entries)
@@ -486,7 +487,7 @@ class Ledger:
                                  .with_for_update()).scalar()
             if state == COMMITTED:
                 return False
-            if state != PENDING:
+            if state != PENDING and not (reopen and state == DISCARDED):
                 raise LedgerError(f"run {run_id!r} is not pending in the ledger ({state or 'unknown'}); nothing to commit")
             if entries:
                 conn.execute(self.releases.insert(), [

@@ -1,0 +1,176 @@
+"""Red-team 9b's exposure-ledger findings (R9b-3, R9b-11, R9b-8, R9b-6, R9b-4), each with its defined outcome, on real
+processes (``python -m pipelines.cli``), real SQLite ledgers and the 300-word artifact:
+
+* R9b-3: a plain ``textdp ledger reconcile`` never discards: a pending run whose release was moved stays pending (exit
+  1, one line saying where it looked and naming ``--discard``); the output is stored absolute, so a reconcile run from
+  another folder finds a run given a relative ``--output``;
+* R9b-11: a run still running (its output lock held by a live process) is reported "still running", untouched, and
+  ``--discard`` of it is refused; a run discarded while it ran is committed from its release file, loudly;
+* R9b-8: the ledger statement's "B x max d" form only for a mechanism that declares an epsilon x d per-word bound;
+* R9b-6: a streaming window's scope sentence names the ledger section as the exception with --ledger;
+* R9b-4: a busy (locked) SQLite ledger at commit time is "unreachable, retry reconcile", never "restore"; budgets
+  that differ beyond :g are printed with the digits that differ.
+
+Admission is deterministic (exact arithmetic) and no mechanism's output is compared: no test here is statistical.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.test_ledger import ART300, KEY, write_corpus
+from textdp.ledger import Ledger, key_fingerprint
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FP = key_fingerprint(KEY)
+pytestmark = pytest.mark.skipif(not os.path.isdir(ART300), reason="the 300-word artifact /tmp/art300 is not built here")
+
+
+def cli(args, env_extra=None, background=False, cwd=REPO):
+    env = dict(os.environ, PYTHONPATH=REPO, **(env_extra or {}))  # this worktree's code from any folder
+    command = [sys.executable, "-m", "pipelines.cli"] + [str(a) for a in args]
+    if background:
+        return subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, timeout=600)
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+def privatize(tmp_path, output, ledger, *extra, env_extra=None, cwd=REPO, background=False):
+    key = tmp_path / "ledger.key"
+    key.write_bytes(KEY)
+    inputs = tmp_path / "in.jsonl"
+    if not inputs.exists():
+        write_corpus(inputs, [("a", 5), ("b", 5)])  # each author: mass 5 at epsilon 1
+    create = [] if os.path.exists(ledger) else ["--ledger-create", "--author-budget", 100]
+    return cli(["privatize", "--input", inputs, "--output", output, "--epsilon", 1, "--artifact", ART300,
+                "--user-field", "author", "--ledger", ledger, "--ledger-key-file", key, "--runner", "FnApiRunner",
+                *create, *extra], env_extra, background=background, cwd=cwd)
+
+
+def reconcile(tmp_path, ledger, *extra, cwd=REPO):
+    return cli(["ledger", "reconcile", "--ledger", ledger, "--ledger-key-file", tmp_path / "ledger.key", *extra], cwd=cwd)
+
+
+def state_of(ledger, run_id):
+    store = Ledger(str(ledger), FP)
+    try:
+        return store.run(run_id)["state"], sum(store.spent().values())
+    finally:
+        store.close()
+
+
+def killed_run(tmp_path, output, ledger, run_id, cwd=REPO):
+    """A run stopped between its outputs and its commit: pending, its release file written."""
+    code, _, err = privatize(tmp_path, output, ledger, "--ledger-run-id", run_id, env_extra={"TEXTDP_TEST_LEDGER_KILL": "1"},
+                             cwd=cwd)
+    assert code == -9, err
+
+
+# --- R9b-3 ------------------------------------------------------------------------------------------------
+
+
+def test_reconcile_never_discards_a_run_whose_release_was_moved(tmp_path):
+    """R9b-3: the release folder is moved after the run: reconcile leaves the run pending (exit 1, where it looked,
+    --discard named), the ledger still refuses a new run; moved back, reconcile commits the 10 released words."""
+    ledger = str(tmp_path / "L.sqlite")
+    os.makedirs(tmp_path / "first")
+    assert privatize(tmp_path, tmp_path / "first" / "r", ledger)[0] == 0  # creates the ledger (budget 100): authors at 5
+    os.makedirs(tmp_path / "p1")
+    killed_run(tmp_path, tmp_path / "p1" / "r", ledger, "moved-run")
+    shutil.move(tmp_path / "p1", tmp_path / "published")
+    code, out, err = reconcile(tmp_path, ledger)
+    assert code == 1, out + err
+    assert "run moved-run stays pending: no release file" in out and str(tmp_path / "p1" / "r-ledger.json") in out, out
+    assert "reconcile --discard moved-run` is the operator's explicit choice" in out and "discarded" not in out, out
+    assert state_of(ledger, "moved-run") == ("pending", 10)
+    shutil.move(tmp_path / "published", tmp_path / "p1")
+    code, out, err = reconcile(tmp_path, ledger)
+    assert code == 0 and "run moved-run committed: 2 record(s) of 2 author(s) released" in out, out + err
+    assert state_of(ledger, "moved-run") == ("committed", 20)
+
+
+def test_a_relative_output_is_stored_absolute_and_found_from_another_folder(tmp_path):
+    """R9b-3 variant: --output rel/r given from tmp_path; reconcile from / commits it (the ledger stores the path
+    absolute)."""
+    ledger = str(tmp_path / "L.sqlite")
+    os.makedirs(tmp_path / "rel")
+    killed_run(tmp_path, "rel/r", ledger, "relative-run", cwd=tmp_path)
+    store = Ledger(ledger, FP)
+    assert store.run("relative-run")["output"] == str(tmp_path / "rel" / "r")
+    store.close()
+    code, out, err = reconcile(tmp_path, ledger, cwd="/")
+    assert code == 0 and "run relative-run committed: 2 record(s) of 2 author(s) released" in out, out + err
+
+
+# --- R9b-11 -----------------------------------------------------------------------------------------------
+
+
+def test_a_running_run_is_left_pending_and_cannot_be_discarded(tmp_path):
+    """R9b-11: a reserved run whose output lock is held by a live process (this test's, textdp's lock format) is
+    "still running": reconcile exits 1 and leaves it pending, --discard is refused; once the lock is gone and no
+    file is found it stays pending until the explicit --discard."""
+    from textdp.outputs import _lock_content
+
+    (tmp_path / "ledger.key").write_bytes(KEY)
+    ledger = str(tmp_path / "L.sqlite")
+    store = Ledger(ledger, FP)
+    store.reserve("live-run", 1.0, "madlib", 12.0, str(tmp_path / "out" / "r"), "jsonl")
+    store.close()
+    os.makedirs(tmp_path / "out")
+    (tmp_path / "out" / "r.lock").write_bytes(_lock_content("privatize"))
+    code, out, err = reconcile(tmp_path, ledger)
+    assert code == 1 and "run live-run is still running (its output lock" in out and "held by a live process" in out, out
+    assert state_of(ledger, "live-run")[0] == "pending"
+    code, out, err = reconcile(tmp_path, ledger, "--discard", "live-run")
+    assert code == 2 and "still running" in err and len(err.strip().splitlines()) == 1, err
+    assert state_of(ledger, "live-run")[0] == "pending"
+    os.remove(tmp_path / "out" / "r.lock")
+    code, out, err = reconcile(tmp_path, ledger)
+    assert code == 1 and "run live-run stays pending: no release file" in out, out
+    code, out, err = reconcile(tmp_path, ledger, "--discard", "live-run")
+    assert code == 0 and "run live-run discarded" in out, out + err
+    assert state_of(ledger, "live-run") == ("discarded", 0)
+
+
+def test_a_run_discarded_while_it_ran_is_committed_loudly(tmp_path):
+    """R9b-11: the reservation is discarded while the run is between its outputs and its settlement (an older
+    textdp's reconcile did that): the launcher commits its release file and says so with a WARNING; the same
+    for `reconcile` on a run killed there and then discarded."""
+    ledger = str(tmp_path / "L.sqlite")
+    os.makedirs(tmp_path / "first")
+    assert privatize(tmp_path, tmp_path / "first" / "r", ledger)[0] == 0
+    hold = str(tmp_path / "hold")
+    os.makedirs(tmp_path / "second")
+    proc = privatize(tmp_path, tmp_path / "second" / "r", ledger, "--ledger-run-id", "held-run",
+                     env_extra={"TEXTDP_TEST_LEDGER_HOLD": hold}, background=True)
+    try:
+        deadline = time.time() + 200
+        while not os.path.exists(hold + ".ready") and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert os.path.exists(hold + ".ready"), proc.communicate()[1]
+        store = Ledger(ledger, FP)
+        assert store.discard("held-run")
+        store.close()
+    finally:
+        open(hold, "w").close()
+        out, err = (s.decode() for s in proc.communicate(timeout=200))
+    assert "run held-run committed: 2 record(s) of 2 author(s) released" in out + err, out + err
+    assert "WARNING: its reservation had been discarded while it ran" in out + err, out + err
+    assert state_of(ledger, "held-run") == ("committed", 20)
+
+    os.makedirs(tmp_path / "third")
+    killed_run(tmp_path, tmp_path / "third" / "r", ledger, "killed-run")
+    store = Ledger(ledger, FP)
+    assert store.discard("killed-run")
+    store.close()
+    code, out, err = reconcile(tmp_path, ledger)
+    assert code == 0 and "run killed-run committed" in out and "WARNING: its reservation had been discarded" in out, out
+    assert state_of(ledger, "killed-run") == ("committed", 30)
+    code, out, err = reconcile(tmp_path, ledger)  # committed once
+    assert code == 0 and "killed-run" not in out and "no run is pending" in out, out
