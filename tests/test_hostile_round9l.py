@@ -16,6 +16,7 @@ Admission is deterministic (exact arithmetic) and no mechanism's output is compa
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -174,3 +175,25 @@ def test_a_run_discarded_while_it_ran_is_committed_loudly(tmp_path):
     assert state_of(ledger, "killed-run") == ("committed", 30)
     code, out, err = reconcile(tmp_path, ledger)  # committed once
     assert code == 0 and "killed-run" not in out and "no run is pending" in out, out
+
+
+# --- R9b-8 ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mechanism,epsilon_d", [("madlib", True), ("clusant", False), ("custext", False),
+                                                 ("mahalanobis", False)])
+def test_ledger_statement_follows_the_mechanisms_bound(tmp_path, mechanism, epsilon_d):
+    """R9b-8: the public summary's ledger statement says "B x max_i d" only for a mechanism that declares an
+    epsilon x d per-word bound (Mechanism.EPSILON_D_BOUND); CluSanT, CusText and Mahalanobis get the epsilon-mass
+    form, which refers to the privacy statement's per-word exponents."""
+    from textdp.mechanisms import mechanism_class
+
+    assert mechanism_class(mechanism).EPSILON_D_BOUND is epsilon_d
+    ledger = str(tmp_path / "L.sqlite")
+    code, _, err = privatize(tmp_path, tmp_path / "r", ledger, "--mechanism", mechanism, "--public-summary",
+                             tmp_path / "pub.json")
+    assert code == 0, err
+    statement = json.load(open(tmp_path / "pub.json"))["ledger"]["statement"]
+    assert ("100 x max_i d(w_i, w_i')" in statement) is epsilon_d, statement
+    assert ("the sum of the per-word exponents of this run's privacy statement" in statement) is not epsilon_d, statement
+    assert "epsilon-mass" in statement and "at most 100" in statement
