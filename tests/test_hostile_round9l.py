@@ -16,6 +16,7 @@ Admission is deterministic (exact arithmetic) and no mechanism's output is compa
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -197,3 +198,21 @@ def test_ledger_statement_follows_the_mechanisms_bound(tmp_path, mechanism, epsi
     assert ("100 x max_i d(w_i, w_i')" in statement) is epsilon_d, statement
     assert ("the sum of the per-word exponents of this run's privacy statement" in statement) is not epsilon_d, statement
     assert "epsilon-mass" in statement and "at most 100" in statement
+
+
+# --- R9b-6 ------------------------------------------------------------------------------------------------
+
+
+def test_a_window_scope_names_the_ledger_section_as_the_exception(tmp_path):
+    """R9b-6: with --ledger, a streaming window's public summary's scope names the ledger section as its one
+    cross-window claim (beside the ledger statement's cap); without a ledger the scope is as before."""
+    from tests.test_streaming_ledger import run_teststream
+    from transforms.streaming import pane_scope_statement
+
+    out = run_teststream(tmp_path, "s", str(tmp_path / "L.sqlite"), "s-1", 1.0, 12.0, [[(0, "a", 3), (1, "b", 2)]])
+    (path,) = glob.glob(f"{out}-pub-*.json")
+    public = json.load(open(path))
+    scope = public["window"]["scope"]
+    assert "the ledger section (--ledger) is the exception" in scope and "no claim here covers" not in scope, scope
+    assert "is at most 12" in public["ledger"]["statement"]
+    assert pane_scope_statement(3, per_author=True).endswith("no claim here covers an author across windows.")
