@@ -348,8 +348,13 @@ class LedgerRun:
                 if section:
                     _add_to_summary(self.public_summary, section, public=True)
         except Exception as exc:  # the database went away after the run: the run stays pending, said in one line
-            self.outcome = (f"ledger: run {self.run_id} could not be settled ({type(exc).__name__}); it stays pending: "
-                            "run `textdp ledger reconcile` when the ledger is reachable")
+            from textdp.ledger.store import _reason
+
+            held = "" if self.streaming else f"; its release file {release_path(self.output)} holds what it released"
+            self.outcome = (f"ledger: run {self.run_id} could not be settled: the ledger {self.shown} cannot be reached "
+                            f"now ({getattr(exc, 'reason', '') or _reason(exc)})"
+                            f"; it stays pending{held}: run `textdp ledger reconcile` when the ledger is reachable (it "
+                            "is not lost: do not restore it from a backup)")
         finally:
             self.ledger.close()
             self.reserved = False  # settled once

@@ -20,6 +20,7 @@ import glob
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -216,3 +217,58 @@ def test_a_window_scope_names_the_ledger_section_as_the_exception(tmp_path):
     assert "the ledger section (--ledger) is the exception" in scope and "no claim here covers" not in scope, scope
     assert "is at most 12" in public["ledger"]["statement"]
     assert pane_scope_statement(3, per_author=True).endswith("no claim here covers an author across windows.")
+
+
+# --- R9b-4 ------------------------------------------------------------------------------------------------
+
+
+def test_a_ledger_locked_at_commit_is_unreachable_not_replaced(tmp_path):
+    """R9b-4: another process holds an exclusive lock on the SQLite ledger when the run settles (the launcher's
+    busy timeout shortened to 1 s by the test-only variable): the run stays pending with the unreachable message
+    (retry reconcile; never "restore", never "counted in no ledger"); once the lock is gone, reconcile commits it."""
+    ledger = str(tmp_path / "L.sqlite")
+    os.makedirs(tmp_path / "first")
+    assert privatize(tmp_path, tmp_path / "first" / "r", ledger)[0] == 0
+    hold = str(tmp_path / "hold")
+    os.makedirs(tmp_path / "second")
+    proc = privatize(tmp_path, tmp_path / "second" / "r", ledger, "--ledger-run-id", "busy-run",
+                     env_extra={"TEXTDP_TEST_LEDGER_HOLD": hold, "TEXTDP_TEST_LEDGER_BUSY_TIMEOUT": "1"},
+                     background=True)
+    locker = sqlite3.connect(ledger, timeout=1, isolation_level=None)
+    try:
+        deadline = time.time() + 200
+        while not os.path.exists(hold + ".ready") and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert os.path.exists(hold + ".ready"), proc.communicate()[1]
+        locker.execute("BEGIN EXCLUSIVE")
+        open(hold, "w").close()
+        out, err = (s.decode() for s in proc.communicate(timeout=200))
+    finally:
+        open(hold, "w").close()
+        locker.close()
+    assert proc.returncode != 0, out + err
+    assert "run busy-run could not be settled: the ledger" in err and "cannot be reached now" in err, err
+    assert "database is locked" in err and "it stays pending; its release file" in err, err
+    assert "counted in no ledger" not in err and "restore the ledger" not in err, err
+    code, out, err = reconcile(tmp_path, ledger)
+    assert code == 0 and "run busy-run committed: 2 record(s) of 2 author(s) released" in out, out + err
+
+
+def test_an_unreachable_server_is_not_a_ledger_to_restore(tmp_path):
+    """R9b-4 variant: a PostgreSQL URL whose server refuses connections (port 1): 'cannot be reached now', one
+    line, exit 2, no 'restore it from a backup'; the password is in no message."""
+    (tmp_path / "ledger.key").write_bytes(KEY)
+    code, out, err = cli(["ledger", "status", "--ledger", "postgresql+psycopg://u:SECRETPW@127.0.0.1:1/db",
+                          "--ledger-key-file", tmp_path / "ledger.key"])
+    assert code == 2 and "cannot be reached now" in err and len(err.strip().splitlines()) == 1, err
+    assert "restore" not in err and "SECRETPW" not in err + out, err
+
+
+def test_budgets_that_differ_are_printed_with_the_digits_that_differ(tmp_path):
+    """R9b-4 cosmetic: --author-budget 100.00000000000001 on a ledger at 100 is refused naming both values with
+    enough digits to differ."""
+    ledger = str(tmp_path / "L.sqlite")
+    os.makedirs(tmp_path / "first")
+    assert privatize(tmp_path, tmp_path / "first" / "r", ledger)[0] == 0
+    code, out, err = privatize(tmp_path, tmp_path / "first" / "r2", ledger, "--author-budget", "100.00000000000001")
+    assert code == 2 and "--author-budget 100.00000000000001 differs from the ledger's budget 100.0 " in err, err
