@@ -6,7 +6,9 @@ author becomes the pipeline's side input), and settles the run when it ends howe
 
 * the run wrote ``<output>-ledger.json`` (its per-author releases): committed in one transaction, keyed by run id,
   so a second commit of the same run changes nothing; the ledger section is added to the summaries;
-* it wrote no record file: the reservation is discarded (a failed run changes nothing);
+* it wrote no record file: its launcher discards the reservation (a failed run changes nothing); a plain
+  ``textdp ledger reconcile`` never discards (the files may have been moved, or the run may still be running):
+  the run stays pending until ``reconcile --discard RUN_ID``;
 * it wrote records but no ledger file (stopped between the two): the run stays pending, the ledger refuses new
   runs, and ``textdp ledger reconcile`` settles it.
 
@@ -35,6 +37,12 @@ FIVE_DIGITS = "[0-9]" * 5
 KILL_ENV, HOLD_ENV = "TEXTDP_TEST_LEDGER_KILL", "TEXTDP_TEST_LEDGER_HOLD"
 
 
+
+
+def absolute(output: str) -> str:
+    """The output as the ledger stores it: a local prefix made absolute (a reconcile run from another folder
+    finds it, round 9b R9b-3), a URL as given."""
+    return output if "://" in output else os.path.abspath(output)
 
 
 def release_path(output: str) -> str:
@@ -104,22 +112,74 @@ def settle_streaming_run(ledger: Ledger, run: dict) -> str:
                if pending else ""))
 
 
-def settle_run(ledger: Ledger, run: dict) -> str:
-    """Settle one pending run from what it wrote (see the module docstring); returns what happened, one line."""
+def running_holder(output: str) -> Optional[str]:
+    """Why the run writing at ``output`` may still be running (its output lock exists and its holder is not provably
+    gone), else None. Local outputs only (a gs:// run's lock cannot be asked for its process)."""
+    from textdp.outputs import LOCK_SUFFIX, _lock_holder, is_remote
+
+    lock = output + LOCK_SUFFIX
+    if is_remote(output) or not os.path.lexists(lock):
+        return None
+    verdict = _lock_holder(lock)[0]
+    if verdict == "stale":
+        return None
+    return (f"its output lock {lock} is held by a live process" if verdict == "alive" else
+            f"its output lock {lock} exists ({verdict})")
+
+
+def _commit_release(ledger: Ledger, run_id: str, output: str, release: dict, reopen: bool = False) -> str:
+    section = release["section"]
+    new = ledger.commit(run_id, section["epsilon"], str(section["mechanism"]), release["entries"], reopen=reopen)
+    _add_to_summary(f"{output}-summary.json", section, public=False)
+    return (f"ledger: run {run_id} {'committed' if new else 'was already committed'}: "
+            f"{section['records_released']} record(s) of {section['authors']} author(s) released, "
+            f"{section['records_withheld']} withheld (budget_exhausted)")
+
+
+def _release_of(ledger: Ledger, run_id: str, output: str) -> Optional[dict]:
+    release = _read_json(release_path(output))
+    if release is not None and release.get("run_id") == run_id and release.get("key_fingerprint") == ledger.fingerprint:
+        return release
+    return None
+
+
+def settle_discarded_run(ledger: Ledger, run: dict) -> Optional[str]:
+    """A run whose reservation was discarded (``reconcile --discard``, or an implicit discard of an older textdp)
+    but which then finished and wrote its release file: committed now, said loudly (round 9b, R9b-11): its
+    authors' masses count again, and may be above the budget (a run admitted meanwhile did not see them)."""
+    if is_streaming_run(run) or not run.get("output"):
+        return None
+    release = _release_of(ledger, run["run_id"], run["output"])
+    if release is None:
+        return None
+    line = _commit_release(ledger, run["run_id"], run["output"], release, reopen=True)
+    return (line + "; WARNING: its reservation had been discarded while it ran, so runs admitted after that did not "
+            "count these releases: some authors may now be above the budget (`textdp ledger status` shows how many)")
+
+
+def settle_run(ledger: Ledger, run: dict, launcher: bool = False) -> str:
+    """Settle one pending run from what it wrote (see the module docstring); returns what happened, one line.
+    ``launcher``: the run's own launcher after its job ended (it knows its run is over and where it wrote): a run
+    that wrote no record file is discarded. A plain ``textdp ledger reconcile`` never discards (round 9b, R9b-3,
+    R9b-11): a run still running, or whose files are not found, stays pending; discarding is ``--discard RUN_ID``."""
     if is_streaming_run(run):
         return settle_streaming_run(ledger, run)
     run_id, output = run["run_id"], run["output"]
-    release = _read_json(release_path(output))
-    if release is not None and release.get("run_id") == run_id and release.get("key_fingerprint") == ledger.fingerprint:
-        section = release["section"]
-        new = ledger.commit(run_id, section["epsilon"], str(section["mechanism"]), release["entries"])
-        _add_to_summary(f"{output}-summary.json", section, public=False)
-        return (f"ledger: run {run_id} {'committed' if new else 'was already committed'}: "
-                f"{section['records_released']} record(s) of {section['authors']} author(s) released, "
-                f"{section['records_withheld']} withheld (budget_exhausted)")
+    release = _release_of(ledger, run_id, output)
+    if release is not None:
+        return _commit_release(ledger, run_id, output, release)
+    running = None if launcher else running_holder(output)
+    if running is not None:
+        return (f"ledger: run {run_id} is still running ({running}): it stays pending, untouched; run `textdp ledger "
+                "reconcile` again after it ends")
     if not _any_match(_records_pattern(output, run["data_format"])):
-        ledger.discard(run_id)
-        return f"ledger: run {run_id} wrote no records; its reservation was discarded (the ledger is unchanged)"
+        if launcher:
+            ledger.discard(run_id)
+            return f"ledger: run {run_id} wrote no records; its reservation was discarded (the ledger is unchanged)"
+        return (f"ledger: run {run_id} stays pending: no release file {release_path(output)} and no record file at "
+                f"{output} were found (moved, published, or never written): put its release file back there and run "
+                f"`textdp ledger reconcile` again; if it released nothing, `textdp ledger reconcile --discard {run_id}` "
+                "is the operator's explicit choice")
     return (f"ledger: run {run_id} wrote records at {output} but not its ledger file {release_path(output)}: it stays "
             "pending and the ledger takes no new run until it is settled; remove its record files and run "
             f"`textdp ledger reconcile --discard {run_id}`, or restore the ledger file and run `textdp ledger reconcile`")
@@ -228,8 +288,8 @@ class LedgerRun:
         """Take the ledger for this run; returns [(author hash, (numerator, denominator))] of committed masses."""
         from textdp.ledger.budget import as_pair
 
-        self.output, self.data_format, self.public_summary = output, data_format, public_summary
-        spent = self.ledger.reserve(self.run_id, epsilon, mechanism, self.budget, output, data_format)
+        self.output, self.data_format, self.public_summary = absolute(output), data_format, public_summary
+        spent = self.ledger.reserve(self.run_id, epsilon, mechanism, self.budget, self.output, data_format)
         self.reserved = True
         return sorted((author, as_pair(mass)) for author, mass in spent.items())
 
@@ -238,9 +298,9 @@ class LedgerRun:
         workers (``transforms.ledger.WindowLedger``), each against the ledger as it stands then. ``written``: the
         streaming launcher's ``() -> (the window summaries the run wrote or None, their pattern)``, for ``settle``'s
         line when the ledger is gone."""
-        self.output, self.data_format, self.streaming = output, STREAM_PREFIX + data_format, True
+        self.output, self.data_format, self.streaming = absolute(output), STREAM_PREFIX + data_format, True
         self.written = written
-        self.ledger.reserve(self.run_id, epsilon, mechanism, self.budget, output, self.data_format)
+        self.ledger.reserve(self.run_id, epsilon, mechanism, self.budget, self.output, self.data_format)
         self.reserved = True
 
     def window_ledger(self):
@@ -273,14 +333,28 @@ class LedgerRun:
                                 "ledger, then run `textdp ledger reconcile`"))
                 return [self.outcome]
             run = self.ledger.run(self.run_id)
-            self.outcome = settle_run(self.ledger, run) if run and run["state"] == PENDING else None
+            if run and run["state"] == PENDING:
+                self.outcome = settle_run(self.ledger, run, launcher=True)
+            elif run and run["state"] == DISCARDED:  # discarded while it ran (R9b-11): never silent
+                self.outcome = settle_discarded_run(self.ledger, run) or (
+                    f"ledger: run {self.run_id}'s reservation was discarded while it ran and it wrote no release file "
+                    f"{release_path(self.output)}: whatever it released is counted in no ledger")
+            elif run and run["state"] == COMMITTED:  # a `textdp ledger reconcile` committed it from its release file
+                self.outcome = f"ledger: run {self.run_id} was already committed (by `textdp ledger reconcile`)"
+            else:
+                self.outcome = None
             if self.outcome and "committed" in self.outcome and not self.streaming:
                 section = (_read_json(release_path(self.output)) or {}).get("section")
                 if section:
                     _add_to_summary(self.public_summary, section, public=True)
         except Exception as exc:  # the database went away after the run: the run stays pending, said in one line
-            self.outcome = (f"ledger: run {self.run_id} could not be settled ({type(exc).__name__}); it stays pending: "
-                            "run `textdp ledger reconcile` when the ledger is reachable")
+            from textdp.ledger.store import _reason
+
+            held = "" if self.streaming else f"; its release file {release_path(self.output)} holds what it released"
+            self.outcome = (f"ledger: run {self.run_id} could not be settled: the ledger {self.shown} cannot be reached "
+                            f"now ({getattr(exc, 'reason', '') or _reason(exc)})"
+                            f"; it stays pending{held}: run `textdp ledger reconcile` when the ledger is reachable (it "
+                            "is not lost: do not restore it from a backup)")
         finally:
             self.ledger.close()
             self.reserved = False  # settled once
@@ -470,6 +544,11 @@ def run(argv: Optional[List[str]] = None) -> int:
                 say(f"run {args.discard!r} is a streaming run: its windows were counted when each was decided; settle it "
                     "with `textdp ledger reconcile` once its job has stopped")
                 return 2
+            running = running_holder(run_["output"])
+            if running is not None:
+                say(f"run {args.discard!r} is still running ({running}): it cannot be discarded; wait for it to end, "
+                    "then run `textdp ledger reconcile`")
+                return 2
             if _any_match(_records_pattern(run_["output"], run_["data_format"])) or _exists(release_path(run_["output"])):
                 say(f"run {args.discard!r} has files at {run_['output']} (records or its ledger file): remove them "
                     "first, or settle it with `textdp ledger reconcile`")
@@ -482,6 +561,11 @@ def run(argv: Optional[List[str]] = None) -> int:
             line = settle_run(ledger, run_)
             print(line)
             still += "stays pending" in line
+        for run_ in ledger.runs_list():  # discarded, then it finished and wrote its release file (R9b-11)
+            if run_["state"] == DISCARDED:
+                line = settle_discarded_run(ledger, run_)
+                if line:
+                    print(line)
         if not ledger.pending():
             print("ledger: no run is pending")
         return 1 if still else 0

@@ -121,13 +121,16 @@ def test_records_without_ledger_file_stay_pending_until_removed_and_discarded(tm
     store.close()
 
 
-def test_a_reservation_whose_run_wrote_nothing_is_discarded_by_reconcile(tmp_path):
+def test_a_reservation_whose_run_wrote_nothing_stays_pending_until_discarded(tmp_path):
+    """A plain reconcile never discards (round 9b, R9b-3: the files may have been moved); --discard does."""
     (tmp_path / "ledger.key").write_bytes(KEY)
     store = Ledger(str(tmp_path / "l.sqlite"), FP)
     store.reserve("ghost", 0.1, "madlib", 1.0, str(tmp_path / "never"), "jsonl")
     store.close()
     code, out, _ = ledger_cli(tmp_path, "reconcile")
-    assert code == 0 and "run ghost wrote no records; its reservation was discarded" in out
+    assert code == 1 and "run ghost stays pending: no release file" in out
+    code, out, _ = ledger_cli(tmp_path, "reconcile", "--discard", "ghost")
+    assert code == 0 and "run ghost discarded" in out
     store = Ledger(str(tmp_path / "l.sqlite"), FP)
     assert store.spent() == {} and not store.pending()
     store.close()

@@ -138,6 +138,7 @@ class WriteLedgerRelease(beam.DoFn):
             "ledger": self.ledger_shown, "run_id": self.run_id, "author_budget": self.budget,
             "epsilon": float(parameters["epsilon"]), "mechanism": parameters.get("mechanism"),
             "coverage": mechanism.privacy_statement().get("coverage"),
+            "epsilon_d_bound": bool(getattr(mechanism, "EPSILON_D_BOUND", False)),  # the statement's form (R9b-8)
             "authors": len(entries), "authors_withheld": sum(1 for e in entries if e[3]),
             "records_released": sum(e[2] for e in entries), "records_withheld": sum(e[3] for e in entries),
             "tokens_released": sum(e[1] for e in entries),
@@ -231,6 +232,7 @@ class WindowLedger:
             "ledger": self.shown, "run_id": self.run_id, "window": window, "author_budget": self.budget,
             "epsilon": epsilon, "mechanism": parameters.get("mechanism"),
             "coverage": mechanism.privacy_statement().get("coverage"),
+            "epsilon_d_bound": bool(getattr(mechanism, "EPSILON_D_BOUND", False)),  # the statement's form (R9b-8)
             "state": "closed" if closed else "committed", "decided_before": not fresh,
             "authors": len(by_author),
             "authors_withheld": sum(1 for a in by_author if not all(decisions[a])),

@@ -275,9 +275,10 @@ def pane_amplifier(records: Sequence[dict], amplifier, shape_field: str, text_fi
 
 
 def pane_scope_statement(records: int, shuffled: bool = True, per_author: bool = False, k_threshold=None,
-                         subsample=None) -> str:
+                         subsample=None, ledger: bool = False) -> str:
     """What the amplification report of a window pane covers (derived from the pane's record count and the
-    Amplifier steps that ran)."""
+    Amplifier steps that ran). ``ledger``: the run has --ledger, whose section is the one cross-window claim
+    (round 9b, R9b-6)."""
     text = (f"This report covers one window pane: its {records} record(s) were "
             + ("permuted among themselves and " if shuffled else "")
             + "released in this pane's files, and every figure and claim here is computed from those records only. "
@@ -288,7 +289,11 @@ def pane_scope_statement(records: int, shuffled: bool = True, per_author: bool =
     if per_author:
         text += (" Authors (--user-field) are counted within this pane only: an author whose records arrive in "
                  "several windows is released in each of them, and what each window's release costs that author adds "
-                 "up (basic composition); no claim here covers an author across windows.")
+                 "up (basic composition); " + (
+                     "no claim of this amplification report covers an author across windows; the ledger section "
+                     "(--ledger) is the exception: it caps each author id's cumulative epsilon-mass across every "
+                     "window and run recorded in the ledger." if ledger else
+                     "no claim here covers an author across windows."))
     if k_threshold is not None:
         text += (f" The k-threshold counted the distinct {'authors' if per_author else 'records'} of this pane only: "
                  f"a word was kept when at least {int(k_threshold)} of them used it in this window, whatever other "
@@ -489,7 +494,7 @@ class WriteWindowPane(beam.DoFn):
         if warnings:  # into the pane's summaries' warnings too, as the batch job does
             section["warnings"] = warnings
         section["scope"] = pane_scope_statement(len(released), amp.shuffle, stats["per_author"], amp.k_threshold,
-                                                amp.subsample)
+                                                amp.subsample, ledger=self.ledger is not None)
         section["order"] = pane_order_statement(amp.shuffle, amp.records_per_shard)
         write_json(f"{prefix}-amplification.json", section)
         if self.data_format == "text":

@@ -4,6 +4,9 @@ Composition (docs/ledger.md): a word w released with epsilon e satisfies P[M(w) 
 for every w' (the mechanism's per-word guarantee). The words an author released over runs r = 1..R, n_r words at
 epsilon e_r, are independent releases, so for any other words of the same number the ratio is at most
 exp(sum_i e_i d(w_i, w_i')) <= exp(m * max_i d(w_i, w_i')), m = sum_r e_r n_r: the author's epsilon-mass.
+That form holds only for a mechanism whose per-word bound is exp(e d) (``Mechanism.EPSILON_D_BOUND``, carried in
+the section as ``epsilon_d_bound``); for any other the ratio is the product of its per-word bounds at those
+epsilons, and the statement says so without the m x max d form (round 9b, R9b-8).
 """
 
 from __future__ import annotations
@@ -43,8 +46,15 @@ def ledger_statement(section: dict, public: bool = False) -> str:
     subset = " for the words the mechanism's guarantee covers (see the privacy statement)" if covered == "subset" else ""
     if budget is None:
         return bound + "."
+    if section.get("epsilon_d_bound"):  # the mechanism declares exp(epsilon * d(w, w')) per word (Mechanism)
+        loss = (f"loss at most {budget:g} x max_i d(w_i, w_i') (d the distance of the privacy statement's per-word "
+                "bound, for the most different pair)")
+    else:  # CluSanT, CusText, Mahalanobis, SanText+, a custom mechanism: not epsilon x d (round 9b, R9b-8)
+        loss = ("loss at most the sum of the per-word exponents of this run's privacy statement (per_token) at "
+                "the epsilons those words were released with, whose sum, the author's epsilon-mass, is at most "
+                f"{budget:g}; this mechanism's per-word bound is not epsilon x d(w, w'), so no bound of the form "
+                f"{budget:g} x d is claimed")
     return (bound + f". By sequential composition of the per-word guarantee{subset}, an author's words released "
             f"across those runs, w_1..w_n, versus any other words w_1'..w_n', are protected as one release with "
-            f"loss at most {budget:g} x max_i d(w_i, w_i') (the embedding distance of the most different pair); "
-            "this holds per author id as given by --user-field, not for a person who writes under several ids, and "
-            "not for records released outside this ledger")
+            f"{loss}; this holds per author id as given by --user-field, not for a person who writes under several "
+            "ids, and not for records released outside this ledger")

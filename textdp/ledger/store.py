@@ -45,6 +45,43 @@ class LedgerError(TextdpError):
     """A ledger that cannot be used (corrupt, another schema or key, busy): one line, nothing ran."""
 
 
+class LedgerUnreachable(LedgerError):
+    """The ledger's database is there but cannot be reached now (an SQLite file locked by another process, a server
+    down or refusing connections): retry later; never "restore it" (round 9b, R9b-4). ``reason``: the driver's
+    first line."""
+
+    def __init__(self, message: str, reason: str = ""):
+        super().__init__(message)
+        self.reason = reason
+
+
+# how long an SQLite connection waits for another process's lock before the ledger is "unreachable" (seconds);
+# the environment variable is for tests only
+BUSY_TIMEOUT = float(os.environ.get("TEXTDP_TEST_LEDGER_BUSY_TIMEOUT") or 60)
+_UNREACHABLE = ("database is locked", "database is busy", "database table is locked", "connection", "could not connect",
+                "timeout", "timed out", "server closed", "refused", "no route to host", "name or service not known",
+                "could not translate host name", "the database system is starting up", "shutting down")
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether a driver error means "cannot be reached now" (busy, locked, no connection) rather than "not a
+    usable ledger" (not a database, tables missing)."""
+    from sqlalchemy.exc import DisconnectionError, InterfaceError
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+    if isinstance(exc, (DisconnectionError, InterfaceError, PoolTimeout)):
+        return True
+    inner = getattr(exc, "orig", None) or exc
+    text = str(inner).lower()
+    return any(needle in text for needle in _UNREACHABLE)
+
+
+def shown_budget(value: float, other: float) -> str:
+    """``value`` with :g, or with every digit when :g would print it the same as ``other`` (R9b-4: "12 differs
+    from 12")."""
+    return format(value, "g") if format(value, "g") != format(other, "g") else repr(float(value))
+
+
 def ledger_url(location: str):
     """An SQLAlchemy URL as given (``postgresql+psycopg://...``), or a plain path: an embedded SQLite file, as a URL
     object whose database is that path verbatim (a string URL would read a ``?`` in the name as query arguments and
@@ -171,7 +208,7 @@ class Ledger:
                 raise LedgerError(f"--ledger {self.shown!r} already exists and --ledger-create asks for a new ledger: "
                                   "drop --ledger-create to use it, or give a new path")
         try:
-            kwargs = {"connect_args": {"timeout": 30}} if str(url).startswith("sqlite") else {"pool_pre_ping": True}
+            kwargs = {"connect_args": {"timeout": BUSY_TIMEOUT}} if str(url).startswith("sqlite") else {"pool_pre_ping": True}
             with warnings.catch_warnings():  # pysqlite ignores query arguments (?password=): no multi-line warning
                 warnings.simplefilter("ignore")
                 self.engine = create_engine(url, **kwargs)
@@ -213,6 +250,10 @@ class Ledger:
         except LedgerError:
             raise
         except SQLAlchemyError as exc:
+            if unreachable(exc):  # busy, locked or a server down: not a damaged ledger (R9b-4)
+                raise LedgerUnreachable(f"--ledger {self.shown!r} cannot be reached now ({_reason(exc)}); nothing ran: "
+                                        "try again when the database is reachable (another process may hold a lock "
+                                        "on it)", _reason(exc)) from None
             raise LedgerError(f"--ledger {self.shown!r} cannot be read as a textdp ledger ({_reason(exc)}); nothing "
                               "ran: restore it from a backup or point --ledger elsewhere") from None
         if values.get("schema_version") not in READABLE_VERSIONS:
@@ -306,7 +347,8 @@ class Ledger:
             current = self._budget(conn)
             if current is not None:
                 if given is not None and exact(given) != exact(current):
-                    raise LedgerError(f"--author-budget {given:g} differs from the ledger's budget {current:g} (set by its "
+                    raise LedgerError(f"--author-budget {shown_budget(given, current)} differs from the ledger's budget "
+                                      f"{shown_budget(current, given)} (set by its "
                                       "first capped run and kept in the ledger): every run of a ledger is capped by "
                                       "its one budget; drop --author-budget or give the same value")
                 return current
@@ -333,8 +375,8 @@ class Ledger:
         stored = conn.execute(select(self.meta.c.value).where(self.meta.c.name == BUDGET)).scalar()
         current = float(stored) if stored is not None else self._budget(conn)
         if current is not None and (budget is None or exact(budget) != exact(current)):
-            raise LedgerError(f"the ledger's budget is {current:g}, this run's "
-                              f"{'none' if budget is None else format(budget, 'g')} (nothing ran)")
+            raise LedgerError(f"the ledger's budget is {current if budget is None else shown_budget(current, budget)}, "
+                              f"this run's {'none' if budget is None else shown_budget(budget, current)} (nothing ran)")
         if budget is not None and stored is None:
             if current is None:
                 self._refuse_above(conn, budget)
@@ -355,6 +397,9 @@ class Ledger:
             with self.engine.connect() as conn:
                 found = conn.execute(select(self.meta.c.value).where(self.meta.c.name == LEDGER_ID)).scalar()
         except Exception as exc:
+            if unreachable(exc):  # busy or down, not replaced: the caller's "unreachable" path (R9b-4)
+                raise LedgerUnreachable(f"the ledger {self.shown!r} cannot be reached now ({_reason(exc)})",
+                                        _reason(exc)) from None
             return f"it cannot be read ({_reason(exc)})"
         return None if found == self.ledger_id else "it was replaced by another ledger or file"
 
@@ -475,9 +520,10 @@ class Ledger:
         return True
 
     def commit(self, run_id: str, epsilon: float, mechanism: str,
-               entries: Iterable[Tuple[str, int, int, int]]) -> bool:
+               entries: Iterable[Tuple[str, int, int, int]], reopen: bool = False) -> bool:
         """Record a run's releases, (author hash, tokens, records, withheld) each, in one transaction; True if it
-        was recorded now, False if it already was (committing a run twice changes nothing)."""
+        was recorded now, False if it already was (committing a run twice changes nothing). ``reopen``: a run whose
+        reservation was discarded may be committed too (it ran on and released: round 9b, R9b-11)."""
         from sqlalchemy import select
 
         entries = list(entries)
@@ -486,7 +532,7 @@ class Ledger:
                                  .with_for_update()).scalar()
             if state == COMMITTED:
                 return False
-            if state != PENDING:
+            if state != PENDING and not (reopen and state == DISCARDED):
                 raise LedgerError(f"run {run_id!r} is not pending in the ledger ({state or 'unknown'}); nothing to commit")
             if entries:
                 conn.execute(self.releases.insert(), [

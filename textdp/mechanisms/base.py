@@ -28,6 +28,9 @@ calibrate and audit need to know, so that none of them keeps a list of mechanism
     ``calibration_fields()``, ``exact_label()``, ``BOUND_TEXT``.
 ``privacy_statement()["coverage"]``
     what the guarantee covers (all words, a stated subset, none).
+``EPSILON_D_BOUND``
+    whether the per-word bound is exp(epsilon x d(w, w')), d the embedding distance (the exposure ledger's
+    statement then says "loss at most B x max d"; any other bound gets the epsilon-mass form). Default False.
 
 Simple range and choice checks come from the declarations (``check_parameters``); checks that need
 the vocabulary or relate parameters stay methods (``check_special``); the number and epsilon rules are
@@ -188,6 +191,7 @@ class Mechanism:
     # is refused (check_special): the run would be the identity. One rule for every mechanism that applies it.
     IDENTITY_CHANGE = 1e-6
     BOUND_TEXT = "as the mechanism states it"  # the per-token bound of a pair, for the audit's report
+    EPSILON_D_BOUND = False  # per-word bound exp(epsilon * d(w, w')), d the embedding distance (the ledger's statement)
     FIXED: dict = {}  # constructor keywords a variant always has (SanText+: plus=True)
     EXAMPLE: dict = {}  # parameters (public names) that run it at an ordinary epsilon on a small vocabulary
 

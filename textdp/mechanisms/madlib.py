@@ -58,6 +58,7 @@ class Madlib(Mechanism):
     SEARCHES_NEAREST = True
     BATCH_TOKENS = SEARCH_BATCH_TOKENS
     CALIBRATE_PRUNED_SEARCH = True
+    EPSILON_D_BOUND = True  # exp(epsilon * d(w, w')), the embedding distance
     BOUND_TEXT = "epsilon * d(w, w'), Euclidean"
     NEIGHBOURS_NEEDED = 1  # words the search must return per noisy point
 

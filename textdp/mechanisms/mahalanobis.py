@@ -118,6 +118,7 @@ class Mahalanobis(Madlib):
     PARAMETERS = Madlib.PARAMETERS + (LAM,)
     CALIBRATE_PRUNED_SEARCH = False  # calibrate runs its own privatize_ids
     BOUND_TEXT = "epsilon * d(w, w') in the Mahalanobis metric of the mechanism"
+    EPSILON_D_BOUND = False  # epsilon * d_RM, not the embedding distance
     CHECKS_READ_ARRAYS = True  # the covariance must be usable (not zero variance; not singular at lambda 1)
 
     @classmethod

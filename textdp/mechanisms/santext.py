@@ -82,6 +82,7 @@ class SanText(Mechanism):
     EXACT_LAW = True
     AUDIT_KERNEL = True
     BOUND_TEXT = "epsilon * d(w, w'), Euclidean"
+    EPSILON_D_BOUND = True  # exp(epsilon * d(x, x')) (SanText+ and plus=True: no, the 1/p factor)
 
     def __init__(self, artifact, epsilon: float, plus: bool = False, sensitive_fraction: float = 0.9,
                  p: float = 0.3, sensitive_ids: Optional[Sequence[int]] = None, batch: int = 8192):
@@ -94,6 +95,7 @@ class SanText(Mechanism):
         self.epsilon = float(epsilon)
         self.plus = bool(plus)
         self.name = "santext+" if self.plus else "santext"
+        self.EPSILON_D_BOUND = not self.plus  # SanText: exp(epsilon * d); SanText+: times 1/p
         self.vocab_size = int(artifact.vocab_size)
         self.batch = int(batch)
         self.table = NeighbourTable.from_artifact(artifact)
@@ -230,6 +232,7 @@ class SanTextPlus(SanText):
     AUDIT_KERNEL = False
     BOUND_TEXT = "none claimed when p < 1 (a kept non-sensitive word reveals itself)"
     FIXED = {"plus": True}
+    EPSILON_D_BOUND = False  # the 1/p factor between a sensitive and a non-sensitive word
 
     @classmethod
     def check_special(cls, epsilon, artifact=None, sensitive_fraction: float = 0.9, sensitive_ids=None,

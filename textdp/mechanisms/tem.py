@@ -99,6 +99,7 @@ class TEM(Mechanism):
     EXACT_LAW = True
     AUDIT_KERNEL = True
     BOUND_TEXT = "epsilon * min(d(w, w'), gamma) (Carvalho et al., Thm. 4.1; the scores are clipped at gamma)"
+    EPSILON_D_BOUND = True  # exp(epsilon * min(d, gamma)) <= exp(epsilon * d)
     DENSE_AFTER = 1_000_000  # on-the-fly distances for one input word before it gets a dense row
     # the table sampler's knobs, read and set through the mechanism (tests, benchmarks)
     DENSE_AFTER_CANDIDATES = forward_to_sampler("DENSE_AFTER_CANDIDATES")

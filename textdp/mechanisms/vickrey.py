@@ -91,6 +91,7 @@ class Vickrey(Mechanism):
             self.base = Madlib(artifact, epsilon, nn=nn, search_k=search_k, batch=batch)
         else:
             self.base = Mahalanobis(artifact, epsilon, lam=lam, nn=nn, search_k=search_k, batch=batch)
+        self.EPSILON_D_BOUND = self.base.EPSILON_D_BOUND  # post-processing of its noise's bound
         self.epsilon = self.base.epsilon
         self.nn = nn
         self.search_k = int(search_k)
