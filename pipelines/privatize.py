@@ -130,7 +130,7 @@ def check(options: PipelineOptions) -> Checked:
     paths = output_paths(out.output, data_format)
     guard = _check_outputs(options, paths, data_format, inputs)  # before any input is opened: refuses unreadable ones
     _refuse_empty_inputs(inputs, data_format)  # round 7 F2
-    format_warnings = refuse_wide_text("--input", inputs, data_format)  # and JSONL/text against the first lines
+    format_warnings = refuse_wide_text("--input", inputs, data_format, text_fields)  # and JSONL/text against the first lines
     schema = parquet_schema(opts.input, text_fields) if data_format == "parquet" else None  # refuses mismatches
     _check_fields(amplifier, data_format, schema, inputs, text_fields)
     warnings = list(format_warnings)
