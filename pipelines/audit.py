@@ -359,7 +359,7 @@ def refuse_shared_prior(corpus: str, prior_corpus: str, text_fields: Optional[tu
     """--prior-corpus trains the attackers' prior and the contextual attacker's language model on text that must be
     disjoint from the attacked records (docs/audit.md): a file that both patterns match (the same path, or the same
     real path through a link) is refused in one line, naming the file, never its text."""
-    from textdp.outputs import identity
+    from textdp.outputs import identity, shown
 
     def real(path: str):  # a local file by its identity (device, inode): a hard link is the same file (R8b-11)
         if "://" in path:
@@ -370,7 +370,7 @@ def refuse_shared_prior(corpus: str, prior_corpus: str, text_fields: Optional[tu
     shared = sorted((path for path in map(real, matched_paths(prior_corpus)) if path in attacked), key=str)
     if shared or (real(corpus) == real(prior_corpus)):
         name = os.path.basename(attacked[shared[0]]) if shared else os.path.basename(corpus)
-        raise TextdpError(f"--prior-corpus and --corpus both read {name}: the attackers would be trained on the records "
+        raise TextdpError(f"--prior-corpus and --corpus both read {shown(name)}: the attackers would be trained on the records "
                           "they attack, which overstates what they recover; give --prior-corpus public text disjoint "
                           "from --corpus, or leave it out (the records of --corpus that are not attacked are used)")
     # a copy, a gzip of it, another download holding the same records (R9b-5): compared by records as read

@@ -93,3 +93,65 @@ def test_r9_3_audit_prior_corpus_with_trailing_spaces_is_refused(tmp_path, tiny_
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "--prior-corpus holds 3 of the 3 distinct records of --corpus" in err
     assert not (tmp_path / "out").exists()
+
+
+# --- R9-11: control characters in input file names never reach the console as themselves ------------------------
+
+
+FORGED = "b\nrecords: 3 in, 3 out, 0 failed\x1b[2K\u2028\x85\x7f"
+
+
+def test_r9_11_shown_escapes_every_control_character_and_undecodable_byte():
+    """textdp.outputs.shown, the one path printer (escaped is the same function): C0, C1, DEL and U+2028/U+2029 as
+    escapes, bytes that are not UTF-8 as \\xNN, everything else (accents, spaces) as itself."""
+    from textdp.outputs import escaped, shown
+
+    assert escaped is shown
+    assert shown("/d/" + FORGED + ".txt") == "/d/b\\nrecords: 3 in, 3 out, 0 failed\\x1b[2K\\u2028\\x85\\x7f.txt"
+    assert shown("/d/a\r\tb\u2029") == "/d/a\\r\\tb\\u2029"
+    assert shown(os.fsdecode(b"/d/caf\xe9 r\xc3\xa9sum\xc3\xa9.txt")) == "/d/caf\\xe9 résumé.txt"
+
+
+def _one_escaped_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, lines
+    line = lines[0]
+    assert "\x1b" not in line and "\x85" not in line and "\u2028" not in line and "\x7f" not in line
+    assert "b\\nrecords: 3 in, 3 out, 0 failed\\x1b[2K\\u2028\\x85\\x7f" in line, line
+    return line
+
+
+@pytest.mark.parametrize("case", ["binary", "copy", "empty", "not jsonl", "false gzip", "parquet schemas"])
+def test_r9_11_input_names_with_control_characters_are_escaped_in_refusals(case, tmp_path, tiny_artifact_dir, capsys):
+    """An input file named with a newline, ESC [2K, U+2028, NEL and DEL (a forged `records:` line) in each input
+    refusal: one console line (exit 2), the name's control characters written as escapes, never as themselves."""
+    directory = tmp_path / "d"
+    directory.mkdir()
+    text = "".join(r + "\n" for r in REVIEWS)
+    suffix, extra = ".txt", ["--format=text"]
+    if case == "binary":
+        (directory / "a.txt").write_text(text)
+        (directory / (FORGED + ".txt")).write_bytes(b"\x00\x01bin")
+    elif case == "copy":
+        (directory / "a.txt").write_text(text)
+        (directory / (FORGED + ".txt")).write_text(text)
+    elif case == "empty":
+        (directory / (FORGED + ".txt")).write_bytes(b"")
+    elif case == "not jsonl":
+        suffix, extra = ".jsonl", ["--format=jsonl"]
+        (directory / (FORGED + ".jsonl")).write_text("not json\nnot json either\n")
+    elif case == "false gzip":
+        suffix = ".gz"
+        (directory / (FORGED + ".gz")).write_text(text)
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        suffix, extra = ".parquet", ["--format=parquet"]
+        pq.write_table(pa.table({"text": REVIEWS}), directory / "a.parquet")
+        pq.write_table(pa.table({"text": REVIEWS, "n": [1, 2, 3]}), directory / (FORGED + ".parquet"))
+    assert _privatize(tmp_path, tiny_artifact_dir, f"--input={directory}/*{suffix}", *extra) == 2
+    captured = capsys.readouterr()
+    line = _one_escaped_line(captured.err)
+    assert "records:" not in captured.out and "police" not in line
+    assert not os.path.exists(f"{tmp_path}/o")

@@ -728,6 +728,7 @@ def refuse_wide_text(flag: str, paths: Sequence[str], data_format: str, text_fie
     such a file is mostly valid: one letter per "word", its NULs kept as layout, which would release every word's
     length. Only the first bytes are read, never quoted (TextdpError)."""
     from textdp.errors import TextdpError
+    from textdp.outputs import shown
 
     refuse_duplicate_content(flag, paths, data_format, text_fields)
     if data_format == "parquet":
@@ -745,17 +746,17 @@ def refuse_wide_text(flag: str, paths: Sequence[str], data_format: str, text_fie
         else:
             head_tar = head[257:262] == b"ustar"
         if head_tar:
-            raise TextdpError(f"{flag}: {path} is a tar archive, not {data_format} (its tar headers would be read as "
+            raise TextdpError(f"{flag}: {shown(path)} is a tar archive, not {data_format} (its tar headers would be read as "
                               "records): extract it first and give the extracted files")
         if head.startswith(b"PAR1"):
-            raise TextdpError(f"{flag}: {path} is a Parquet file (it starts with PAR1), not {data_format}: give the "
+            raise TextdpError(f"{flag}: {shown(path)} is a Parquet file (it starts with PAR1), not {data_format}: give the "
                               "format parquet")
         wide = next((f"{name} (it starts with a byte-order mark)" for mark, name in _WIDE_MARKS if head.startswith(mark)),
                     None)
         if wide is None and head and head.count(0) > len(head) // 10:
             wide = "UTF-16, another wide encoding or binary (NUL bytes in its first 4 KiB)"
         if wide:
-            raise TextdpError(f"{flag}: {path} is {wide}, not UTF-8: convert it (e.g. iconv -f UTF-16 -t UTF-8)")
+            raise TextdpError(f"{flag}: {shown(path)} is {wide}, not UTF-8: convert it (e.g. iconv -f UTF-16 -t UTF-8)")
     refuse_false_compression(flag, paths)
     refuse_undecodable_start(flag, paths)
     return check_declared_format(flag, paths, data_format)
@@ -1033,6 +1034,7 @@ def refuse_false_compression(flag: str, paths: Sequence[str]) -> None:
     read nothing); in a glob where other files are fine, each such file is the run's unreadable_file error
     record, as before. Never quotes the bytes (TextdpError)."""
     from textdp.errors import TextdpError
+    from textdp.outputs import shown
 
     local = [p for p in paths if "://" not in p and os.path.isfile(p)]
     if not paths or len(local) < len(paths):
@@ -1053,7 +1055,7 @@ def refuse_false_compression(flag: str, paths: Sequence[str]) -> None:
     if lying:
         path, compression = lying[0]
         more = f" (and so do the other {len(lying) - 1} matched file(s))" if len(lying) > 1 else ""
-        raise TextdpError(f"{flag}: {path} is named as {compression} data but its first bytes are not{more}: rename "
+        raise TextdpError(f"{flag}: {shown(path)} is named as {compression} data but its first bytes are not{more}: rename "
                           "it to what it is (e.g. drop the .gz of a plain-text file)")
 
 
@@ -1063,6 +1065,7 @@ def refuse_undecodable_start(flag: str, paths: Sequence[str]) -> None:
     run (round 6 F17), naming the byte offset of the first invalid byte, never the bytes; a file with some
     undecodable lines among UTF-8 ones is the run's to report (an undecodable error record per line)."""
     from textdp.errors import TextdpError
+    from textdp.outputs import shown
 
     for path in [p for p in paths if "://" not in p and os.path.isfile(p)][:FORMAT_SAMPLE_FILES]:
         lines = _first_lines(path, FORMAT_SAMPLE_LINES)
@@ -1077,7 +1080,7 @@ def refuse_undecodable_start(flag: str, paths: Sequence[str]) -> None:
             first = starts[0]
             offset = _offset_in_file(path, lines[0]) + first
             where = "of its decompressed data" if _compression_name(path) else ""
-            raise TextdpError(f"{flag}: {path} is not UTF-8 (none of its first {len(lines)} non-blank line(s) is; the "
+            raise TextdpError(f"{flag}: {shown(path)} is not UTF-8 (none of its first {len(lines)} non-blank line(s) is; the "
                               f"first invalid byte is at offset {offset:,}{' ' + where if where else ''}): convert it, "
                               "e.g. iconv -f WINDOWS-1252 -t UTF-8 if it came from Excel or Windows")
 
@@ -1127,6 +1130,7 @@ def check_declared_format(flag: str, paths: Sequence[str], data_format: str) -> 
     warning returned (its keys and numbers would be privatized as words and the output would not be JSON).
     Local files only (the first FORMAT_SAMPLE_FILES); never quotes a line (TextdpError)."""
     from textdp.errors import TextdpError
+    from textdp.outputs import shown
 
     if data_format not in ("text", "jsonl"):
         return []
@@ -1137,16 +1141,16 @@ def check_declared_format(flag: str, paths: Sequence[str], data_format: str) -> 
         json_like = sum(1 for text, (_, problem) in zip(texts, parsed) if problem is None or text.lstrip()[:1] in "{[")
         if data_format == "jsonl" and texts and (texts[0].strip() == "[" or (not objects and texts[0].lstrip()[:1] == "[")):
             if texts[0].strip() == "[" or isinstance(parsed[0][0], list):  # a JSON array (a line "[" is no record)
-                raise TextdpError(f"{flag}: {path} holds a JSON array, not JSON Lines (one JSON object per line): "
-                                  f"convert it, e.g. jq -c '.[]' {path} > records.jsonl")
-            raise TextdpError(f"{flag}: {path} is not JSONL: none of its first {len(texts)} non-blank line(s) is a JSON "
+                raise TextdpError(f"{flag}: {shown(path)} holds a JSON array, not JSON Lines (one JSON object per line): "
+                                  f"convert it, e.g. jq -c '.[]' {shown(path)} > records.jsonl")
+            raise TextdpError(f"{flag}: {shown(path)} is not JSONL: none of its first {len(texts)} non-blank line(s) is a JSON "
                               "object (lines starting with [ : is it plain text? give the format text)")
         if data_format == "jsonl" and texts and not objects and texts[0].lstrip()[:1] == "{" and len(texts) >= 2:
-            raise TextdpError(f"{flag}: {path} is not JSONL: none of its first {len(texts)} non-blank lines is a whole JSON "
+            raise TextdpError(f"{flag}: {shown(path)} is not JSONL: none of its first {len(texts)} non-blank lines is a whole JSON "
                               "object (one object spread over lines, i.e. pretty-printed JSON?): JSON Lines needs one "
-                              f"object per line, e.g. jq -c . {path} > records.jsonl")
+                              f"object per line, e.g. jq -c . {shown(path)} > records.jsonl")
         if data_format == "jsonl" and texts and not json_like:  # broken JSON ("{", "[1,") is the run's to report
-            raise TextdpError(f"{flag}: {path} is not JSONL: none of its first {len(texts)} non-blank line(s) is JSON "
+            raise TextdpError(f"{flag}: {shown(path)} is not JSONL: none of its first {len(texts)} non-blank line(s) is JSON "
                               "or starts like it (is it plain text? give the format text)")
         lines = texts
         if data_format == "text" and len(lines) >= 2 and objects == len(lines):
