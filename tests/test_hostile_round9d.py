@@ -155,3 +155,46 @@ def test_r9_11_input_names_with_control_characters_are_escaped_in_refusals(case,
     line = _one_escaped_line(captured.err)
     assert "records:" not in captured.out and "police" not in line
     assert not os.path.exists(f"{tmp_path}/o")
+
+
+# --- R9-6: pass-through JSONL field names that are data stay out of the public summary ---------------------------
+
+
+def test_r9_6_the_public_summary_counts_field_names_that_are_not_identifiers(tmp_path, tiny_artifact_dir, capsys):
+    """A JSONL key "John Smith has HIV" passed through: the public summary ("publishable": true) lists only the
+    identifier-like names and counts the other one ("1 field whose name is not shown"), in its lists and its sentence;
+    the operator's amplification report keeps the name."""
+    source = tmp_path / "keys.jsonl"
+    source.write_text('{"text": "the president said", "John Smith has HIV": 1}\n{"text": "our police said", "id": 2, '
+                      '"rating": 5}\n', encoding="utf-8")
+    public = tmp_path / "pub.json"
+    assert _privatize(tmp_path, tiny_artifact_dir, f"--input={source}", f"--public-summary={public}",
+                      "--drop-fields=id") == 0
+    capsys.readouterr()
+    raw = public.read_text(encoding="utf-8")
+    document = json.loads(raw)
+    assert document["publishable"] is True and "Smith" not in raw and "HIV" not in raw
+    fields = document["amplification"]["fields"]
+    assert fields["removed"] == ["id"] and fields["removed_not_shown"] == 0
+    assert fields["remaining"] == ["rating", "text"] and fields["remaining_not_shown"] == 1
+    assert fields["released_unprivatized"] == ["rating"] and fields["released_unprivatized_not_shown"] == 1
+    assert ("the field rating and 1 field whose name is not shown are released as they stand, with no guarantee"
+            in fields["statement"])
+    operator = json.loads((tmp_path / "o" / "p-amplification.json").read_text(encoding="utf-8"))
+    assert operator["fields"]["released_unprivatized"] == ["John Smith has HIV", "rating"]
+    assert "the fields John Smith has HIV, rating are released as they stand" in operator["fields"]["statement"]
+
+
+def test_r9_6_the_fields_sentence_names_and_counts_what_it_is_given():
+    """The one sentence builder (textdp.privacy.accounting.unprivatized_fields_statement): names listed, the others
+    counted with the right number, "no other field remains" when there is none."""
+    from textdp.privacy.accounting import unprivatized_fields_statement
+    from textdp.privacy.summary import public_fields
+
+    assert unprivatized_fields_statement([], 0).endswith("no other field remains")
+    assert "; 2 fields whose names are not shown are released as they stand" in unprivatized_fields_statement([], 2)
+    assert "; the field a is released as it stands" in unprivatized_fields_statement(["a"])
+    shown = public_fields({"removed": [], "remaining": ["a b", "x@y.com", "text", "ok_1"],
+                           "released_unprivatized": ["a b", "x@y.com", "ok_1"], "statement": "ignored"})
+    assert shown["remaining"] == ["text", "ok_1"] and shown["remaining_not_shown"] == 2
+    assert "the field ok_1 and 2 fields whose names are not shown are released" in shown["statement"]
