@@ -83,7 +83,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from textdp.errors import TextdpError
+from textdp.errors import FIELD_NAME_SHOWN, TextdpError  # the field-name rule lives in errors (R9-6: the public summary uses it)
 
 GLOB_CHARACTERS = "*?[]{}"
 LOCK_SUFFIX = ".lock"
@@ -1069,5 +1069,4 @@ def missing_fields(flag: str, names: Sequence[str], known: Sequence[str], where:
     return f"{flag} {name!r}: no such field in {where}{hint}; fields there: {listed}{more}"
 
 
-FIELD_NAME_SHOWN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,40}")
 MAX_FIELDS_SHOWN = 10

@@ -21,6 +21,7 @@ import json
 import time
 from typing import Dict, Optional, Sequence
 
+from textdp.errors import FIELD_NAME_SHOWN
 from textdp.privacy.accounting import unprivatized_fields_statement
 from textdp.privacy.statements import (
     FLOATING_POINT_STATEMENT,
@@ -255,11 +256,9 @@ def public_amplification(section: dict) -> dict:
 
 
 def public_fields(fields: dict) -> dict:
-    """The operator report's field lists with only identifier-like names (``textdp.outputs.FIELD_NAME_SHOWN``, the rule
+    """The operator report's field lists with only identifier-like names (``textdp.errors.FIELD_NAME_SHOWN``, the rule
     of the console refusals): a JSONL key can be data (a pivot's "John Smith has HIV"), so every other name is counted
     (``..._not_shown``), never listed, and the statement says "1 field whose name is not shown" (round 9, R9-6)."""
-    from textdp.outputs import FIELD_NAME_SHOWN
-
     public: dict = {}
     for key in ("removed", "remaining", "released_unprivatized"):
         names = list(fields[key])
