@@ -130,14 +130,14 @@ def _checks(opts: AuditOptions) -> tuple:
     return asked
 
 
-def _format(pattern: str, given: Optional[str], flag: str) -> str:
+def _format(pattern: str, given: Optional[str], flag: str, text_field: str = "text") -> str:
     fmt = given or infer_format(pattern)
     if fmt is None:
         raise TextdpError(f"cannot infer the format of {flag} {pattern!r} from its extension; give --corpus-format")
     matched = matched_paths(pattern)
     if not matched:
         raise TextdpError(f"no file matches {flag} {pattern!r}")
-    refuse_wide_text(flag, matched, fmt)
+    refuse_wide_text(flag, matched, fmt, tuple(f.strip() for f in text_field.split(",") if f.strip()))
     return fmt
 
 
@@ -186,15 +186,16 @@ def prepare_run(options: PipelineOptions) -> Prepared:
         raise TextdpError(f"--artifact {artifact!r} is not a directory")
     corpus_format, text_fields = None, ()
     if opts.corpus:
-        corpus_format = _format(opts.corpus, opts.corpus_format, "--corpus")
+        corpus_format = _format(opts.corpus, opts.corpus_format, "--corpus", opts.corpus_text_field)
         text_fields = () if corpus_format == "text" else tuple(
             f.strip() for f in opts.corpus_text_field.split(",") if f.strip())
     if opts.corpus and "linkage" in checks:
         refuse_short_records(opts.corpus, corpus_format, text_fields, opts.linkage_window)
     if opts.prior_corpus:
-        _format(opts.prior_corpus, opts.corpus_format or corpus_format, "--prior-corpus")
+        prior_format = _format(opts.prior_corpus, opts.corpus_format or corpus_format, "--prior-corpus",
+                               opts.corpus_text_field)
         if opts.corpus:
-            refuse_shared_prior(opts.corpus, opts.prior_corpus)
+            refuse_shared_prior(opts.corpus, opts.prior_corpus, text_fields if prior_format == "jsonl" else None)
     if opts.no_contextual and opts.contextual_candidates != PipelineOptions([]).view_as(AuditOptions).contextual_candidates:
         raise TextdpError("--contextual-candidates applies to the contextual attacker, which --no-contextual turns off: "
                           "give one or the other")
@@ -408,11 +409,11 @@ def refuse_short_records(corpus: str, corpus_format: str, text_fields: tuple, wi
                       "or smaller, or leave linkage out of --checks")
 
 
-def refuse_shared_prior(corpus: str, prior_corpus: str) -> None:
+def refuse_shared_prior(corpus: str, prior_corpus: str, text_fields: Optional[tuple] = None) -> None:
     """--prior-corpus trains the attackers' prior and the contextual attacker's language model on text that must be
     disjoint from the attacked records (docs/audit.md): a file that both patterns match (the same path, or the same
     real path through a link) is refused in one line, naming the file, never its text."""
-    from textdp.outputs import identity
+    from textdp.outputs import identity, shown
 
     def real(path: str):  # a local file by its identity (device, inode): a hard link is the same file (R8b-11)
         if "://" in path:
@@ -423,12 +424,12 @@ def refuse_shared_prior(corpus: str, prior_corpus: str) -> None:
     shared = sorted((path for path in map(real, matched_paths(prior_corpus)) if path in attacked), key=str)
     if shared or (real(corpus) == real(prior_corpus)):
         name = os.path.basename(attacked[shared[0]]) if shared else os.path.basename(corpus)
-        raise TextdpError(f"--prior-corpus and --corpus both read {name}: the attackers would be trained on the records "
+        raise TextdpError(f"--prior-corpus and --corpus both read {shown(name)}: the attackers would be trained on the records "
                           "they attack, which overstates what they recover; give --prior-corpus public text disjoint "
                           "from --corpus, or leave it out (the records of --corpus that are not attacked are used)")
     # a copy, a gzip of it, another download holding the same records (R9b-5): compared by records as read
-    attacked_lines = record_line_digests(matched_paths(corpus))
-    shared_lines = attacked_lines & record_line_digests(matched_paths(prior_corpus))
+    attacked_lines = record_line_digests(matched_paths(corpus), text_fields=text_fields)
+    shared_lines = attacked_lines & record_line_digests(matched_paths(prior_corpus), text_fields=text_fields)
     if len(shared_lines) >= 2 and len(shared_lines) > PRIOR_OVERLAP_SHARE * len(attacked_lines):
         raise TextdpError(f"--prior-corpus holds {len(shared_lines):,} of the {len(attacked_lines):,} distinct records "
                           "of --corpus (a copy or another download of it?): the attackers would be trained on the records "

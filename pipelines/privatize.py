@@ -38,7 +38,7 @@ from pipelines.jobs import Plan, is_dry_run, run_job
 from pipelines.ledger import LedgerRun, release_path, report_line
 from textdp.artifact import gcs
 from textdp.errors import TextdpError
-from textdp.outputs import RUN_RECORD_SUFFIX, OutputGuard, missing_fields, read_attached
+from textdp.outputs import RUN_RECORD_SUFFIX, OutputGuard, missing_fields, read_attached, shown
 from textdp.privacy.statements import run_warnings
 from textdp.privacy.summary import FAILED_PREFIX
 from transforms.amplifier import Amplify, SplitAuthorless
@@ -123,13 +123,13 @@ def check(options: PipelineOptions) -> Checked:
         raise TextdpError(f"no file matches --input {opts.input!r}")
     skipped = skipped_matches(opts.input)  # a dangling or looping symlink: never skipped silently (F13)
     if skipped:
-        raise TextdpError(f"--input {opts.input!r} matches {skipped[0]}, which cannot be read (a dangling or looping "
+        raise TextdpError(f"--input {opts.input!r} matches {shown(skipped[0])}, which cannot be read (a dangling or looping "
                           f"symlink?){f' and {len(skipped) - 1} more such name(s)' if len(skipped) > 1 else ''}; fix or "
                           "remove it, or narrow --input, so that no matched file is left out")
     paths = output_paths(out.output, data_format)
     guard = _check_outputs(options, paths, data_format, inputs)  # before any input is opened: refuses unreadable ones
     _refuse_empty_inputs(inputs, data_format)  # round 7 F2
-    format_warnings = refuse_wide_text("--input", inputs, data_format)  # and JSONL/text against the first lines
+    format_warnings = refuse_wide_text("--input", inputs, data_format, text_fields)  # and JSONL/text against the first lines
     schema = parquet_schema(opts.input, text_fields) if data_format == "parquet" else None  # refuses mismatches
     _check_fields(amplifier, data_format, schema, inputs, text_fields)
     warnings = list(format_warnings)
@@ -237,7 +237,7 @@ def _refuse_empty_inputs(inputs: List[str], data_format: str) -> None:
                 return
         except Exception:  # unreadable or corrupt: the run's own checks and error records say so
             return
-    raise TextdpError(f"--input matches {len(inputs)} file(s) and none holds a record (e.g. {inputs[0]} is empty); "
+    raise TextdpError(f"--input matches {len(inputs)} file(s) and none holds a record (e.g. {shown(inputs[0])} is empty); "
                       "nothing would be released (with --overwrite, an empty release would replace the earlier one): "
                       "check the input")
 

@@ -17,6 +17,12 @@ or ``except FileNotFoundError`` works too:
 ``TextdpError``: a damaged artifact is neither a caller's bad value nor a missing file.
 """
 
+import re
+
+# A field or column name a message or the public summary may show: identifier-like only, since keys can be data (a
+# pivot's "John Smith has HIV", an e-mail address); other names are counted, never shown (R8-5, R9-6).
+FIELD_NAME_SHOWN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,40}")
+
 
 class TextdpError(Exception):
     """Base class for every error the library raises on purpose."""

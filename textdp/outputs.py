@@ -83,7 +83,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from textdp.errors import TextdpError
+from textdp.errors import FIELD_NAME_SHOWN, TextdpError  # the field-name rule lives in errors (R9-6: the public summary uses it)
 
 GLOB_CHARACTERS = "*?[]{}"
 LOCK_SUFFIX = ".lock"
@@ -167,7 +167,7 @@ def refuse_unreadable(flag: str, paths: Iterable[str]) -> None:
     for path in paths:
         problem = unreadable(path)
         if problem:
-            raise TextdpError(f"{flag}: {path} {problem}")
+            raise TextdpError(f"{flag}: {shown(path)} {problem}")
 
 
 def refuse_tilde(flag: str, path: str) -> None:
@@ -184,11 +184,6 @@ def _is_control(character: str) -> bool:
     return unicodedata.category(character) in ("Cc", "Zl", "Zp")
 
 
-def escaped(path: str) -> str:
-    """A path for a message with every control character written as an escape (\\n, \\x1b...), never as itself."""
-    return "".join(repr(c)[1:-1] if _is_control(c) else c for c in shown(path))
-
-
 def refuse_control_characters(flag: str, path: str) -> None:
     """A control character in an output path (a newline from a pasted value or a ``"$(...)"``, ESC) is always a
     mistake: it would be in the file names and would split (or, with terminal escapes, rewrite) the console lines that
@@ -196,7 +191,7 @@ def refuse_control_characters(flag: str, path: str) -> None:
     with escapes."""
     found = sorted({c for c in path if _is_control(c)})
     if found:
-        raise TextdpError(f"{flag} {escaped(path)} contains the control character{'s' if len(found) > 1 else ''} "
+        raise TextdpError(f"{flag} {shown(path)} contains the control character{'s' if len(found) > 1 else ''} "
                           f"{' '.join(repr(c)[1:-1] for c in found)}: output paths may not contain control characters "
                           "(a newline, a carriage return, ESC...); choose another name")
 
@@ -234,9 +229,16 @@ def refuse_system_place(flag: str, given: str, resolved: str) -> None:
 
 
 def shown(path: str) -> str:
-    """A path for a message: bytes that are not UTF-8 (surrogate escapes from argv) as \\xNN."""
-    return os.fsencode(path).decode("utf-8", "backslashreplace") if not is_remote(path) else \
+    """A path (input, output, any file name) for a message: bytes that are not UTF-8 (surrogate escapes from argv) as
+    \\xNN, and every control character (C0, C1, DEL, U+2028/U+2029: a newline or ESC in a file name) written as an
+    escape (\\n, \\x1b...), never as itself, so no name can forge a console line or send a terminal escape (R8-7,
+    R9-11). The one path printer of every refusal."""
+    text = os.fsencode(path).decode("utf-8", "backslashreplace") if not is_remote(path) else \
         path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return "".join(repr(c)[1:-1] if _is_control(c) else c for c in text)
+
+
+escaped = shown  # the name fix8b gave it (output paths): one function
 
 
 def refuse_undecodable(flag: str, path: str) -> None:
@@ -553,7 +555,7 @@ class OutputGuard:
         for flag, path in self.inputs:
             for out in self.outputs:
                 if out.catches(path):
-                    raise TextdpError(f"{flag} matches {path}, which this run would overwrite or delete as one of "
+                    raise TextdpError(f"{flag} matches {shown(path)}, which this run would overwrite or delete as one of "
                                       f"its outputs ({out.what}, {out.flag}); choose another {out.flag}")
         self._check_places()
         self._refuse_recorded_inputs()
@@ -568,7 +570,7 @@ class OutputGuard:
                 found = identity(path)
                 if found is not None and found in self.identities:
                     flag, name = self.identities[found]
-                    raise TextdpError(f"{flag} {name} is the same file as {path} (a hard link or another name of "
+                    raise TextdpError(f"{flag} {shown(name)} is the same file as {shown(path)} (a hard link or another name of "
                                       f"it), which this run would overwrite or delete as one of its outputs "
                                       f"({out.what}, {out.flag}); choose another {out.flag}")
         for i, a in enumerate(self.outputs):
@@ -611,7 +613,7 @@ class OutputGuard:
         for flag, path in self.inputs:
             for made_path, what in made:
                 if path == made_path:
-                    raise TextdpError(f"{flag} matches {path}, which is {what}; choose another {flag}")
+                    raise TextdpError(f"{flag} matches {shown(path)}, which is {what}; choose another {flag}")
 
     def _refuse_recorded_inputs(self) -> None:
         """An input that an earlier run's record lists as textdp's own output (its release shards, error
@@ -1106,5 +1108,4 @@ def missing_fields(flag: str, names: Sequence[str], known: Sequence[str], where:
     return f"{flag} {name!r}: no such field in {where}{hint}; fields there: {listed}{more}"
 
 
-FIELD_NAME_SHOWN = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,40}")
 MAX_FIELDS_SHOWN = 10

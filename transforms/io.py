@@ -734,15 +734,16 @@ _WIDE_MARKS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
                (b"\xfe\xff", "UTF-16"))
 
 
-def refuse_wide_text(flag: str, paths: Sequence[str], data_format: str) -> None:
+def refuse_wide_text(flag: str, paths: Sequence[str], data_format: str, text_fields: Optional[Sequence[str]] = None) -> None:
     """Text and JSONL inputs are UTF-8: a local file whose (decompressed) start is a UTF-16/32 byte-order
     mark, or whose first 4 KiB (decompressed) are more than 10% NUL bytes (UTF-16 without a mark), is refused before the
     run; so is a tar archive, compressed or not (``ustar`` at offset 257 of the decompressed stream). Read as UTF-8
     such a file is mostly valid: one letter per "word", its NULs kept as layout, which would release every word's
     length. Only the first bytes are read, never quoted (TextdpError)."""
     from textdp.errors import TextdpError
+    from textdp.outputs import shown
 
-    refuse_duplicate_content(flag, paths, data_format)
+    refuse_duplicate_content(flag, paths, data_format, text_fields)
     if data_format == "parquet":
         return []
     for path in paths:
@@ -758,17 +759,17 @@ def refuse_wide_text(flag: str, paths: Sequence[str], data_format: str) -> None:
         else:
             head_tar = head[257:262] == b"ustar"
         if head_tar:
-            raise TextdpError(f"{flag}: {path} is a tar archive, not {data_format} (its tar headers would be read as "
+            raise TextdpError(f"{flag}: {shown(path)} is a tar archive, not {data_format} (its tar headers would be read as "
                               "records): extract it first and give the extracted files")
         if head.startswith(b"PAR1"):
-            raise TextdpError(f"{flag}: {path} is a Parquet file (it starts with PAR1), not {data_format}: give the "
+            raise TextdpError(f"{flag}: {shown(path)} is a Parquet file (it starts with PAR1), not {data_format}: give the "
                               "format parquet")
         wide = next((f"{name} (it starts with a byte-order mark)" for mark, name in _WIDE_MARKS if head.startswith(mark)),
                     None)
         if wide is None and head and head.count(0) > len(head) // 10:
             wide = "UTF-16, another wide encoding or binary (NUL bytes in its first 4 KiB)"
         if wide:
-            raise TextdpError(f"{flag}: {path} is {wide}, not UTF-8: convert it (e.g. iconv -f UTF-16 -t UTF-8)")
+            raise TextdpError(f"{flag}: {shown(path)} is {wide}, not UTF-8: convert it (e.g. iconv -f UTF-16 -t UTF-8)")
     refuse_false_compression(flag, paths)
     refuse_undecodable_start(flag, paths)
     return check_declared_format(flag, paths, data_format)
@@ -833,9 +834,10 @@ def _same_content(a: str, b: str) -> bool:
     return _content_digest(a) == _content_digest(b)
 
 
-def record_line_digests(paths: Sequence[str], budget: int = None) -> set:
-    """8-byte digests of the distinct non-blank lines of local text/JSONL files, read as the reader reads them
-    (``_Records``), up to ``budget`` decompressed bytes in all (default RECORD_CHECK_MAX_BYTES); gs:// and unreadable
+def record_line_digests(paths: Sequence[str], budget: int = None, text_fields: Optional[Sequence[str]] = None) -> set:
+    """8-byte digests of the distinct records of local text/JSONL files, compared as textdp privatizes them
+    (``_Records``: text lines, or with ``text_fields`` the JSONL objects' text fields, NFKC with whitespace runs
+    collapsed), up to ``budget`` decompressed bytes in all (default RECORD_CHECK_MAX_BYTES); gs:// and unreadable
     files are left out."""
     found: set = set()
     budget = RECORD_CHECK_MAX_BYTES if budget is None else budget
@@ -843,7 +845,7 @@ def record_line_digests(paths: Sequence[str], budget: int = None) -> set:
         if budget <= 0:
             break
         try:
-            read = _Records(path, lines=True)
+            read = _Records(path, lines=True, text_fields=text_fields)
         except Exception:
             continue
         budget -= read.size
@@ -851,13 +853,43 @@ def record_line_digests(paths: Sequence[str], budget: int = None) -> set:
     return found
 
 
-class _Records:
-    """One local text/JSONL file read as the reader reads it: its non-blank lines with the line ending (LF or CRLF)
-    and a first line's UTF-8 byte-order mark dropped. ``digest``: SHA-256 of those lines (each + LF), the whole file or
-    the first ``limit`` bytes of that normalised stream; ``lines``: an 8-byte BLAKE2b digest per distinct line when
-    asked; ``size``: the decompressed bytes read."""
+def _normal_text(text: str) -> str:
+    """Text as textdp privatizes it, for comparing records: NFKC (canonical and compatibility forms are one word),
+    whitespace runs collapsed to one space and stripped (the tokenizer keeps whitespace as layout, not as words)."""
+    import unicodedata
 
-    def __init__(self, path: str, limit: Optional[int] = None, lines: bool = False):
+    return " ".join(unicodedata.normalize("NFKC", text).split())
+
+
+def _privatized_key(line: bytes, text_fields: Optional[Sequence[str]] = None) -> bytes:
+    """What one non-blank line releases, for the duplicate checks (R9-3): a text line's normalised text
+    (``_normal_text``); with ``text_fields`` (JSONL) a parsed object's text fields, each normalised (other fields,
+    key order and number spellings aside); a JSONL line that does not parse or lacks a text field: its normalised
+    line; a line that is not UTF-8: its bytes. Empty when nothing is released (a blank normalised text)."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return b"b" + line
+    if text_fields:
+        payload, problem = parse_json_line(text)
+        if problem is None and isinstance(payload, dict) and all(isinstance(payload.get(f), str) for f in text_fields):
+            values = [_normal_text(payload[f]) for f in text_fields]
+            if not any(values):
+                return b""
+            return b"o" + json.dumps(values, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    normal = _normal_text(text)
+    return b"l" + normal.encode("utf-8", "surrogatepass") if normal else b""
+
+
+class _Records:
+    """One local text/JSONL file read as the reader reads it (non-blank lines, LF or CRLF, a first line's UTF-8
+    byte-order mark dropped), each line compared by what textdp privatizes of it (``_privatized_key``: NFKC text with
+    whitespace runs collapsed; with ``text_fields``, a JSONL object's text fields). ``digest``: SHA-256 of those keys
+    (each + LF), the whole file or the first ``limit`` bytes of that stream; ``lines``: an 8-byte BLAKE2b digest per
+    distinct key when asked; ``size``: the decompressed bytes read."""
+
+    def __init__(self, path: str, limit: Optional[int] = None, lines: bool = False,
+                 text_fields: Optional[Sequence[str]] = None):
         import hashlib
 
         digest, self.lines, self.size = hashlib.sha256(), (set() if lines else None), 0
@@ -875,11 +907,14 @@ class _Records:
                     line = line[:-1]
                 if not line.strip():
                     continue
-                piece = line + b"\n" if limit is None else (line + b"\n")[:limit - hashed]
+                key = _privatized_key(line, text_fields)
+                if not key:
+                    continue
+                piece = key + b"\n" if limit is None else (key + b"\n")[:limit - hashed]
                 digest.update(piece)
                 hashed += len(piece)
                 if self.lines is not None:
-                    self.lines.add(hashlib.blake2b(line, digest_size=8).digest())
+                    self.lines.add(hashlib.blake2b(key, digest_size=8).digest())
         self.digest = digest.hexdigest()
 
     def _line(self, handle):
@@ -896,18 +931,24 @@ class _Records:
             pieces.append(piece)
 
 
-def refuse_duplicate_content(flag: str, paths: Sequence[str], data_format: Optional[str] = None) -> None:
+def refuse_duplicate_content(flag: str, paths: Sequence[str], data_format: Optional[str] = None,
+                             text_fields: Optional[Sequence[str]] = None) -> None:
     """The same records matched twice would be released once per copy with fresh noise (two releases of a record
     compose; round 7 F11, round 8 R8-4): refused before the run, naming both files, never their content.
 
-    Text and JSONL files are compared as the reader reads them (non-blank lines, CRLF or LF, a UTF-8 byte-order mark
-    dropped, final newline optional): two files with the same records are refused (a cp/unix2dos/dos2unix copy, an
-    editor's re-save, reviews.txt next to reviews.txt.gz); so is a file all of whose non-blank lines (at least 2
-    distinct ones) occur in another matched file (a part next to its merge, all.txt = cat part1.txt part2.txt). One
-    line shared by two files is legitimate and never refused. Cost: every local file's first 64 KiB of records are
-    hashed, and only files agreeing there are hashed whole for equality; the containment check reads local files whole
-    up to RECORD_CHECK_MAX_BYTES (256 MiB decompressed) in all, keeping an 8-byte digest per distinct line, and is
-    skipped for the files past that budget. Parquet files are compared by their decompressed bytes. gs:// files and
+    Text and JSONL files are compared by what textdp privatizes of each record (``_privatized_key``, round 9
+    R9-3): a text line's text, or a JSONL object's ``text_fields`` (default ``text``; other fields, key order and number
+    spellings such as 0 and 0.0 aside; a line that does not parse: the line), NFKC-normalised with whitespace runs
+    collapsed and stripped, the lines read as the reader reads them (CRLF or LF, a UTF-8 byte-order mark dropped, final
+    newline optional, blank lines skipped): two files with the same records are refused (a cp/unix2dos/dos2unix copy,
+    an editor's re-save that strips or pads trailing spaces, an NFD copy from macOS, a re-export that adds a column,
+    reviews.txt next to reviews.txt.gz); so is a file all of whose records (at least 2 distinct ones) occur in another
+    matched file (a part next to its merge, all.txt = cat part1.txt part2.txt). One record shared by two files is
+    legitimate and never refused. Cost: every local file's first 64 KiB of normalised records (read from at most about
+    256 KiB of it) are hashed, and only files agreeing there are hashed whole for equality; the containment check reads
+    local files whole up to RECORD_CHECK_MAX_BYTES (256 MiB decompressed) in all, keeping an 8-byte digest per distinct
+    record, and is skipped for the files past that budget. Parquet files are compared by their decompressed bytes.
+    gs:// files and
     unreadable or damaged ones are not compared (the guard and the run report those)."""
     from textdp.errors import TextdpError
     from textdp.outputs import shown
@@ -916,6 +957,10 @@ def refuse_duplicate_content(flag: str, paths: Sequence[str], data_format: Optio
     if len(local) < 2:
         return
     parquet = data_format == "parquet"
+    if data_format == "jsonl":
+        text_fields = tuple(text_fields or ("text",))
+    else:
+        text_fields = None
     whole: dict = {}
     budget = RECORD_CHECK_MAX_BYTES
     if not parquet:
@@ -923,7 +968,7 @@ def refuse_duplicate_content(flag: str, paths: Sequence[str], data_format: Optio
             if budget <= 0:
                 break
             try:
-                read = _Records(path, lines=True)
+                read = _Records(path, lines=True, text_fields=text_fields)
             except Exception:  # a damaged file is the run's to report
                 continue
             budget -= read.size
@@ -932,13 +977,14 @@ def refuse_duplicate_content(flag: str, paths: Sequence[str], data_format: Optio
 
     def full(path):
         if path not in whole:
-            whole[path] = _Records(path)
+            whole[path] = _Records(path, text_fields=text_fields)
         return whole[path].digest
 
     seen: dict = {}
     for path in local:
         try:
-            quick = _content_digest(path, 0, DUPLICATE_SAMPLE_BYTES) if parquet else _Records(path, DUPLICATE_SAMPLE_BYTES).digest
+            quick = _content_digest(path, 0, DUPLICATE_SAMPLE_BYTES) if parquet else \
+                _Records(path, DUPLICATE_SAMPLE_BYTES, text_fields=text_fields).digest
         except Exception:
             continue
         if quick == _EMPTY_DIGEST:  # no records: two empty files release nothing twice
@@ -949,7 +995,9 @@ def refuse_duplicate_content(flag: str, paths: Sequence[str], data_format: Optio
             except Exception:
                 continue
             if same:
-                how = "compared decompressed" if parquet else "compared as read: line endings, a byte-order mark and blank lines aside"
+                how = "compared decompressed" if parquet else \
+                    "compared by the text privatized: NFKC, whitespace runs, line endings and blank lines aside" + \
+                    (", and fields that are not --text-field" if text_fields else "")
                 raise TextdpError(f"{flag} matches two files with the same content: {shown(other)} and {shown(path)} "
                                   f"({how}), so each of their records would be released twice with "
                                   f"fresh noise (two releases of a record compose); remove the copy or narrow {flag}")
@@ -999,6 +1047,7 @@ def refuse_false_compression(flag: str, paths: Sequence[str]) -> None:
     read nothing); in a glob where other files are fine, each such file is the run's unreadable_file error
     record, as before. Never quotes the bytes (TextdpError)."""
     from textdp.errors import TextdpError
+    from textdp.outputs import shown
 
     local = [p for p in paths if "://" not in p and os.path.isfile(p)]
     if not paths or len(local) < len(paths):
@@ -1019,7 +1068,7 @@ def refuse_false_compression(flag: str, paths: Sequence[str]) -> None:
     if lying:
         path, compression = lying[0]
         more = f" (and so do the other {len(lying) - 1} matched file(s))" if len(lying) > 1 else ""
-        raise TextdpError(f"{flag}: {path} is named as {compression} data but its first bytes are not{more}: rename "
+        raise TextdpError(f"{flag}: {shown(path)} is named as {compression} data but its first bytes are not{more}: rename "
                           "it to what it is (e.g. drop the .gz of a plain-text file)")
 
 
@@ -1029,6 +1078,7 @@ def refuse_undecodable_start(flag: str, paths: Sequence[str]) -> None:
     run (round 6 F17), naming the byte offset of the first invalid byte, never the bytes; a file with some
     undecodable lines among UTF-8 ones is the run's to report (an undecodable error record per line)."""
     from textdp.errors import TextdpError
+    from textdp.outputs import shown
 
     for path in [p for p in paths if "://" not in p and os.path.isfile(p)][:FORMAT_SAMPLE_FILES]:
         lines = _first_lines(path, FORMAT_SAMPLE_LINES)
@@ -1043,7 +1093,7 @@ def refuse_undecodable_start(flag: str, paths: Sequence[str]) -> None:
             first = starts[0]
             offset = _offset_in_file(path, lines[0]) + first
             where = "of its decompressed data" if _compression_name(path) else ""
-            raise TextdpError(f"{flag}: {path} is not UTF-8 (none of its first {len(lines)} non-blank line(s) is; the "
+            raise TextdpError(f"{flag}: {shown(path)} is not UTF-8 (none of its first {len(lines)} non-blank line(s) is; the "
                               f"first invalid byte is at offset {offset:,}{' ' + where if where else ''}): convert it, "
                               "e.g. iconv -f WINDOWS-1252 -t UTF-8 if it came from Excel or Windows")
 
@@ -1093,6 +1143,7 @@ def check_declared_format(flag: str, paths: Sequence[str], data_format: str) -> 
     warning returned (its keys and numbers would be privatized as words and the output would not be JSON).
     Local files only (the first FORMAT_SAMPLE_FILES); never quotes a line (TextdpError)."""
     from textdp.errors import TextdpError
+    from textdp.outputs import shown
 
     if data_format not in ("text", "jsonl"):
         return []
@@ -1103,16 +1154,16 @@ def check_declared_format(flag: str, paths: Sequence[str], data_format: str) -> 
         json_like = sum(1 for text, (_, problem) in zip(texts, parsed) if problem is None or text.lstrip()[:1] in "{[")
         if data_format == "jsonl" and texts and (texts[0].strip() == "[" or (not objects and texts[0].lstrip()[:1] == "[")):
             if texts[0].strip() == "[" or isinstance(parsed[0][0], list):  # a JSON array (a line "[" is no record)
-                raise TextdpError(f"{flag}: {path} holds a JSON array, not JSON Lines (one JSON object per line): "
-                                  f"convert it, e.g. jq -c '.[]' {path} > records.jsonl")
-            raise TextdpError(f"{flag}: {path} is not JSONL: none of its first {len(texts)} non-blank line(s) is a JSON "
+                raise TextdpError(f"{flag}: {shown(path)} holds a JSON array, not JSON Lines (one JSON object per line): "
+                                  f"convert it, e.g. jq -c '.[]' {shown(path)} > records.jsonl")
+            raise TextdpError(f"{flag}: {shown(path)} is not JSONL: none of its first {len(texts)} non-blank line(s) is a JSON "
                               "object (lines starting with [ : is it plain text? give the format text)")
         if data_format == "jsonl" and texts and not objects and texts[0].lstrip()[:1] == "{" and len(texts) >= 2:
-            raise TextdpError(f"{flag}: {path} is not JSONL: none of its first {len(texts)} non-blank lines is a whole JSON "
+            raise TextdpError(f"{flag}: {shown(path)} is not JSONL: none of its first {len(texts)} non-blank lines is a whole JSON "
                               "object (one object spread over lines, i.e. pretty-printed JSON?): JSON Lines needs one "
-                              f"object per line, e.g. jq -c . {path} > records.jsonl")
+                              f"object per line, e.g. jq -c . {shown(path)} > records.jsonl")
         if data_format == "jsonl" and texts and not json_like:  # broken JSON ("{", "[1,") is the run's to report
-            raise TextdpError(f"{flag}: {path} is not JSONL: none of its first {len(texts)} non-blank line(s) is JSON "
+            raise TextdpError(f"{flag}: {shown(path)} is not JSONL: none of its first {len(texts)} non-blank line(s) is JSON "
                               "or starts like it (is it plain text? give the format text)")
         lines = texts
         if data_format == "text" and len(lines) >= 2 and objects == len(lines):

@@ -30,6 +30,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms import window
 
 from textdp.errors import TextdpError
+from textdp.outputs import shown as shown_path
 
 MAX_LISTED_DIFFERENCES = 6
 SCHEMA_READ_THREADS = 8
@@ -118,18 +119,18 @@ def check_input_schemas(paths: Sequence[str], text_fields: Sequence[str]) -> pa.
     readable = [(path, schema) for path, schema in read if schema is not None]
     if not readable:
         raise TextdpError(f"none of the {len(paths)} Parquet input file(s) is a readable Parquet file "
-                          f"(first: {paths[0]})")
+                          f"(first: {shown_path(paths[0])})")
     paths, schemas = [path for path, _ in readable], [schema for _, schema in readable]
     first_path, first = paths[0], schemas[0]
     for path, schema in readable:
         duplicated = _duplicate_names(schema)
         if duplicated:
-            raise TextdpError(f"the Parquet input {path} has more than one column named {_column(duplicated[0])}; "
+            raise TextdpError(f"the Parquet input {shown_path(path)} has more than one column named {_column(duplicated[0])}; "
                               "textdp reads rows as name -> value and would lose one of them")
     problems = []
     for path, schema in zip(paths[1:], schemas[1:]):
-        problems.extend(f"{path} {difference}"
-                        for difference in schema_differences(_relaxed(first), schema, first_path))
+        problems.extend(f"{shown_path(path)} {difference}"
+                        for difference in schema_differences(_relaxed(first), schema, shown_path(first_path)))
     if problems:
         shown = "; ".join(problems[:MAX_LISTED_DIFFERENCES])
         more = len(problems) - MAX_LISTED_DIFFERENCES

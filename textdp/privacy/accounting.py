@@ -351,6 +351,19 @@ def amplifier_stats(records_in: int, records_out: int, shapes, fields, rare_type
     }
 
 
+def unprivatized_fields_statement(names: Sequence[str], hidden: int = 0) -> str:
+    """The sentence on the fields released as they stand: ``names`` listed, and ``hidden`` more counted without their
+    names (the public summary shows only identifier-like names, R9-6)."""
+    parts = ([f"the field{'s' if len(names) > 1 else ''} {', '.join(names)}"] if names else []) + (
+        [f"{hidden} field{'s' if hidden > 1 else ''} whose name{'s are' if hidden > 1 else ' is'} not shown"] if hidden else [])
+    if not parts:
+        return "the privacy statements cover the privatized text fields only; no other field remains"
+    plural = len(names) + hidden > 1
+    return ("the privacy statements cover the privatized text fields only; " + " and ".join(parts)
+            + f" {'are released as they stand' if plural else 'is released as it stands'}, with no guarantee, "
+            "and can link records to people or split them into smaller groups")
+
+
 def amplification_section(stats: dict, token_eps0: float, *, shuffled: bool, delta: float,
                           subsample_rate: Optional[float], k_threshold: Optional[int],
                           seed_used: bool, diameter: Optional[dict] = None,
@@ -374,11 +387,7 @@ def amplification_section(stats: dict, token_eps0: float, *, shuffled: bool, del
     report["fields"] = {
         "removed": stats["removed_fields"], "remaining": stats["remaining_fields"],
         "released_unprivatized": unprotected,
-        "statement": ("the privacy statements cover the privatized text fields only; "
-                      + (f"the field{'s' if len(unprotected) > 1 else ''} {', '.join(unprotected)} "
-                         f"{'are released as they stand' if len(unprotected) > 1 else 'is released as it stands'}, with no guarantee, "
-                         "and can link records to people or split them into smaller groups"
-                         if unprotected else "no other field remains")),
+        "statement": unprivatized_fields_statement(unprotected),
     }
     if k_threshold is not None:
         report["k_threshold"].update(rare_word_types=stats["rare_word_types"],

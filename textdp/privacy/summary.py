@@ -21,6 +21,8 @@ import json
 import time
 from typing import Dict, Optional, Sequence
 
+from textdp.errors import FIELD_NAME_SHOWN
+from textdp.privacy.accounting import unprivatized_fields_statement
 from textdp.privacy.statements import (
     FLOATING_POINT_STATEMENT,
     STRUCTURE_STATEMENT,
@@ -246,11 +248,24 @@ def public_amplification(section: dict) -> dict:
                           else subsample["statement"])}
     if "k_threshold" in section:
         public["k_threshold"] = {key: section["k_threshold"][key] for key in ("k", "claimed", "statement")}
-    public["fields"] = {key: section["fields"][key] for key in ("removed", "remaining", "released_unprivatized",
-                                                                "statement")}
+    public["fields"] = public_fields(section["fields"])
     public["order"] = section["order"]
     public["seed"] = section["seed"]
     public["numerical_precision"] = section["numerical_precision"]
+    return public
+
+
+def public_fields(fields: dict) -> dict:
+    """The operator report's field lists with only identifier-like names (``textdp.errors.FIELD_NAME_SHOWN``, the rule
+    of the console refusals): a JSONL key can be data (a pivot's "John Smith has HIV"), so every other name is counted
+    (``..._not_shown``), never listed, and the statement says "1 field whose name is not shown" (round 9, R9-6)."""
+    public: dict = {}
+    for key in ("removed", "remaining", "released_unprivatized"):
+        names = list(fields[key])
+        public[key] = [name for name in names if FIELD_NAME_SHOWN.fullmatch(name)]
+        public[f"{key}_not_shown"] = len(names) - len(public[key])
+    public["statement"] = unprivatized_fields_statement(public["released_unprivatized"],
+                                                        public["released_unprivatized_not_shown"])
     return public
 
 
