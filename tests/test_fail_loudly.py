@@ -318,6 +318,7 @@ def _help_of(job, capsys):
 def test_help_shows_each_flag_once_in_sections_and_both_spellings_still_work(job, capsys):
     """Every flag the job accepts appears once in its --help (its hyphen spelling; the underscore spelling is
     hidden, still accepted by the parser, and the epilog says so); the flags are in titled sections."""
+    from pipelines.flags import plain_float, plain_int
     from pipelines.jobs import HELP_SECTION_ORDER, help_parser, parse_job_options
 
     text = _help_of(job, capsys)
@@ -335,7 +336,7 @@ def test_help_shows_each_flag_once_in_sections_and_both_spellings_still_work(job
     assert any(s.startswith("--mechanism ") for s in sections) != (job == "neighbours")
     # the hidden spellings still parse: the underscore form of every multi-word flag gives the same value
     two = [a for a in parser._actions if len(a.option_strings) == 2 and "_" in a.option_strings[1]  # noqa: W503
-           and a.type in (int, float) and a.default not in (None, 0)]
+           and a.type in (int, float, plain_int, plain_float) and a.default not in (None, 0)]
     assert two
     required = {"privatize": ["--input=x.txt", "--output=o", "--epsilon=1"]}.get(job, ["--output=o"])
     if job == "neighbours":
