@@ -734,3 +734,43 @@ def test_a_signal_while_the_job_module_is_imported_is_one_line(signame, code, wo
     err = done.stderr.strip().splitlines()
     assert done.returncode == code and len(err) == 1 and word in err[0] and "nothing was written" in err[0], done.stderr
     assert not (tmp_path / "o").exists()
+
+
+# --- R9-12: a custom mechanism that is the identity on large batches only ----------------------------------------
+
+
+class BigBatchIdentity(CappedExponential):
+    """Right on batches of up to 1,000 ids (the trial's 64), the identity on the run's batches of 4,096."""
+
+    name = "r9-big-batch-identity"
+
+    def privatize_ids(self, ids, rng):
+        ids = np.asarray(ids, dtype=np.int64)
+        return ids.copy() if len(ids) > 1000 else CappedExponential.privatize_ids(self, ids, rng)
+
+
+def test_a_mechanism_that_is_the_identity_on_large_batches_is_warned_before_the_run(tmp_path, tiny_artifact_dir,
+                                                                                     capsys):
+    """The trial released 64 ids; the run calls privatize_ids with BATCH_TOKENS (4,096) ids, where this class is the
+    identity: 99% of the words were released unchanged under a covered statement, no warning. Now the trial also
+    releases one batch of the run's size: one WARNING line before the run and in both summaries. The honest class at
+    the same epsilon changes > 90% of the words of this artifact alone and in a batch (keep probability < 0.1, see
+    the band test), so it is warned with probability far below 1e-9."""
+    from textdp.artifact.store import Artifact
+    from textdp.mechanisms import trial_build
+    from textdp.privacy.statements import trial_warnings
+
+    artifact = Artifact(tiny_artifact_dir)
+    trial = trial_build(BigBatchIdentity, artifact, 1.0)
+    assert trial.batch == 4096 and trial.batch_changed == 0.0 and trial.changed > 50
+    assert any("one batch of 4,096" in w for w in trial_warnings(trial))
+    honest = trial_build(CappedExponential, artifact, 1.0)
+    assert honest.batch_changed > 0.8 and trial_warnings(honest) == []
+    source = _input(tmp_path, "in.txt", "the president said our police were cold\n")
+    out = tmp_path / "o" / "p"
+    assert cli_main(["privatize", RUNNER, "--epsilon=1", f"--input={source}", f"--output={out}",
+                     f"--public-summary={tmp_path}/o/pub.json", f"--artifact={tiny_artifact_dir}",
+                     "--mechanism=tests.test_hostile_round8:BigBatchIdentity"]) == 0
+    assert "one batch of 4,096" in capsys.readouterr().err
+    for path in (f"{out}-summary.json", f"{tmp_path}/o/pub.json"):
+        assert any("one batch of 4,096" in w for w in json.load(open(path, encoding="utf-8"))["warnings"])

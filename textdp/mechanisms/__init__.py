@@ -523,6 +523,8 @@ class Trial(NamedTuple):
     probes: int
     changed: int
     silent_bands: tuple = ()
+    batch: int = 0  # the ids of one more release at the mechanism's own batch size (BATCH_TOKENS): the probes tiled
+    batch_changed: float = -1.0  # the share of those released as another id (-1: not run)
 
 
 def trial_build(reference, artifact, epsilon: float, **params) -> Optional[Trial]:
@@ -565,7 +567,12 @@ def trial_build(reference, artifact, epsilon: float, **params) -> Optional[Trial
             again = np.tile(probe[positions], TRIAL_RETRIES)
             if not (released_ids(mechanism, again, rng, size) != again).any():
                 silent.append((band, len(positions), int(probe[positions[0]]), int(probe[positions[-1]])))
-        return Trial(int(len(probe)), int(np.count_nonzero(changed)), tuple(silent))
+        # the run calls privatize_ids with BATCH_TOKENS ids: a mechanism right on 64 ids only is seen (round 9, R9-12)
+        batch, batch_changed = int(getattr(type(mechanism), "BATCH_TOKENS", 0) or 0), -1.0
+        if batch > len(probe):
+            tiled = np.resize(probe, batch)
+            batch_changed = float(np.mean(released_ids(mechanism, tiled, rng, size) != tiled))
+        return Trial(int(len(probe)), int(np.count_nonzero(changed)), tuple(silent), batch, batch_changed)
     except TextdpError:
         raise
     except Exception as exc:  # the user's privatize_ids

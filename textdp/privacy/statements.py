@@ -222,6 +222,10 @@ def scale_warnings(epsilon: float, distance: Optional[dict]) -> list:
             "unchanged (choose epsilon on this artifact's scale)"]
 
 
+BATCH_CHECK_MIN_SHARE = 0.2  # the batch check judges a mechanism that changed at least this share of the trial's ids
+BATCH_CHECK_RATIO = 4  # ... and warns when one batch of the run's size changed under a quarter of that share
+
+
 def trial_warnings(trial) -> list:
     """The launcher's trial release (``textdp.mechanisms.trial_build``, a mechanism that is not built in; a
     ``textdp.mechanisms.Trial`` or None): one line when it changed none of its probe ids (the mechanism acts as the
@@ -232,13 +236,20 @@ def trial_warnings(trial) -> list:
     if trial.changed == 0:
         return [f"the mechanism released each of the {trial.probes} vocabulary words of the launcher's trial as itself: "
                 "at these settings it acts as the identity, and the guarantee it declares is not what the output shows"]
+    found = []
+    alone = trial.changed / trial.probes
+    if trial.batch_changed >= 0 and alone >= BATCH_CHECK_MIN_SHARE and trial.batch_changed < alone / BATCH_CHECK_RATIO:
+        found.append(f"the launcher's trial changed {alone:.0%} of its {trial.probes} vocabulary words released alone, but "
+                     f"{trial.batch_changed:.1%} of the same words in one batch of {trial.batch:,} (the run's batch size): the "
+                     "mechanism may act as the identity on large batches, where the guarantee it declares would not be "
+                     "what the output shows")
     if not trial.silent_bands:
-        return []
+        return found
     from textdp.mechanisms import TRIAL_BAND_NAMES, TRIAL_RETRIES
 
     bands = "; ".join(f"the {TRIAL_BAND_NAMES[band]} quarter (frequency ranks "
                       f"{low + 1:,} to {high + 1:,}: {count} words)" for band, count, low, high in trial.silent_bands)
-    return [f"the launcher's trial changed {trial.changed} of its {trial.probes} vocabulary words, but released every "
+    return found + [f"the launcher's trial changed {trial.changed} of its {trial.probes} vocabulary words, but released every "
             f"trial word of {bands} as itself in all {1 + TRIAL_RETRIES} of its releases: the mechanism may act as the "
             "identity on that part of the vocabulary (e.g. a table built for some words only), where the guarantee it "
             "declares would not be what the output shows"]
