@@ -774,3 +774,23 @@ def test_a_mechanism_that_is_the_identity_on_large_batches_is_warned_before_the_
     assert "one batch of 4,096" in capsys.readouterr().err
     for path in (f"{out}-summary.json", f"{tmp_path}/o/pub.json"):
         assert any("one batch of 4,096" in w for w in json.load(open(path, encoding="utf-8"))["warnings"])
+
+
+# --- R9-15: a refusal leaves no folder it made ------------------------------------------------------------------
+
+
+def test_a_refused_run_removes_the_folders_it_made_for_its_locks(tmp_path, tiny_artifact_dir, capsys):
+    """An --output too long for the file system was refused (exit 2) after its parent folders were made: 17 empty
+    nested folders stayed. Now the folders a refused run made are removed; one that held something before is kept."""
+    deep = tmp_path / "base"
+    deep.mkdir()
+    (deep / "keep.txt").write_text("mine\n", encoding="utf-8")
+    long = str(deep)
+    for _ in range(20):
+        long += "/" + "e" * 240
+    source = _input(tmp_path, "in.txt", "the cat sat\n")
+    code = cli_main(["privatize", f"--input={source}", f"--output={long}/p", "--epsilon=10",
+                     f"--artifact={tiny_artifact_dir}", RUNNER])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "too long" in err[0]
+    assert sorted(os.listdir(deep)) == ["keep.txt"]

@@ -403,6 +403,7 @@ class OutputGuard:
         self._others: Dict[Tuple[str, str], Tuple[str, Tuple[Tuple[str, Tuple[str, ...]], ...]]] = {}
         self.lock_targets: Dict[str, str] = {}   # lock file -> flag and path it guards
         self.earlier: List[str] = []
+        self._made_dirs: List[str] = []  # folders acquire() created for the locks, deepest first
         self._aside: Dict[str, str] = {}  # directory -> its hidden folder holding the earlier run's files
         self._moved: List[Tuple[str, str]] = []  # (earlier file, where it was moved aside)
         self._held: List[str] = []
@@ -809,6 +810,11 @@ class OutputGuard:
         content = _lock_content(self.job)
         try:  # the first write of the run: an output that cannot be written is refused here, before the run
             if not os.path.isdir(directory):
+                missing, parent = [], directory
+                while parent and not os.path.isdir(parent):  # the folders this run makes: removed if left empty
+                    missing.append(parent)
+                    parent = os.path.dirname(parent)
+                self._made_dirs.extend(missing)  # deepest first (before: makedirs may fail halfway, ENAMETOOLONG)
                 os.makedirs(directory)
             handle = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
@@ -977,6 +983,14 @@ class OutputGuard:
                     os.remove(lock)
             except OSError:
                 pass
+        for directory in self._made_dirs:  # folders this run made that hold nothing (a refused run): round 9, R9-15
+            try:
+                os.rmdir(directory)
+            except OSError as exc:
+                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                    break  # not empty (the run wrote there): its parents are not empty either
+                continue  # never made: makedirs stopped above it (missing, or a name too long to make)
+        self._made_dirs = []
 
     @property
     def held(self) -> Tuple[str, ...]:
