@@ -394,27 +394,35 @@ def test_a_binary_author_column_counts_against_the_same_ledger_budget(tmp_path, 
     column. Now the second run withholds every record (budget_exhausted), as for the same ids as strings.
     Deterministic: admission is exact arithmetic."""
     import pyarrow as pa
+
+    from tests.test_ledger import WORDS
+
+    text = " ".join(WORDS[:5])
+    _assert_parquet_authors_are_the_jsonl_ones(tmp_path, tiny_artifact_dir, ["alice", "bob"], text, pa.table(
+        {"author": pa.array([b"alice", b"bob"], pa.binary()), "text": [text, text]}))
+
+
+def _assert_parquet_authors_are_the_jsonl_ones(tmp_path, artifact, authors, text, table):
+    """A JSONL run brings ``authors`` (one record of ``text``, 5 words, each) to the budget 6; a run of the Parquet
+    ``table`` (the same ids in another column type) must withhold every record (budget_exhausted). Exact."""
     import pyarrow.parquet as pq
 
-    from tests.test_ledger import KEY, WORDS
+    from tests.test_ledger import KEY
 
     key = tmp_path / "ledger.key"
     key.write_bytes(KEY)
-    rows = [("alice", 5), ("bob", 5)]
-    text = lambda n: " ".join(WORDS[i % len(WORDS)] for i in range(n))  # noqa: E731
-    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"author": a, "text": text(n)}) + "\n" for a, n in rows),
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"author": a, "text": text}) + "\n" for a in authors),
                                       encoding="utf-8")
-    pq.write_table(pa.table({"author": pa.array([a.encode() for a, _ in rows], pa.binary()),
-                             "text": [text(n) for _, n in rows]}), tmp_path / "b.parquet")
+    pq.write_table(table, tmp_path / "b.parquet")
     ledger = tmp_path / "L.sqlite"
-    common = ["--epsilon=1", f"--artifact={tiny_artifact_dir}", "--user-field=author", f"--ledger={ledger}",
+    common = ["--epsilon=1", f"--artifact={artifact}", "--user-field=author", f"--ledger={ledger}",
               f"--ledger-key-file={key}", RUNNER]
     assert cli_main(["privatize", f"--input={tmp_path}/a.jsonl", f"--output={tmp_path}/o/a", "--ledger-create",
                      "--author-budget=6", *common]) == 0
     cli_main(["privatize", f"--input={tmp_path}/b.parquet", f"--output={tmp_path}/o/b", "--max-failed-fraction=1",
               *common])
     summary = json.load(open(f"{tmp_path}/o/b-summary.json", encoding="utf-8"))
-    assert summary["records"]["out"] == 0 and summary["records"]["failed_by_reason"] == {"budget_exhausted": 2}
+    assert summary["records"]["out"] == 0 and summary["records"]["failed_by_reason"] == {"budget_exhausted": len(authors)}
 
 
 # --- R8b-10: a ledger path with URL characters is the file it names ------------------------------------------------
@@ -637,26 +645,12 @@ def test_a_decimal_author_column_counts_against_the_same_ledger_budget(tmp_path,
     from decimal import Decimal
 
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from tests.test_ledger import KEY, WORDS
+    from tests.test_ledger import WORDS
 
-    key = tmp_path / "ledger.key"
-    key.write_bytes(KEY)
     text = " ".join(WORDS[:5])
-    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"author": a, "text": text}) + "\n" for a in (7, 8)),
-                                      encoding="utf-8")
-    pq.write_table(pa.table({"author": pa.array([Decimal(7), Decimal(8)], pa.decimal128(38, 0)),
-                             "text": [text, text]}), tmp_path / "b.parquet")
-    ledger = tmp_path / "L.sqlite"
-    common = ["--epsilon=1", f"--artifact={tiny_artifact_dir}", "--user-field=author", f"--ledger={ledger}",
-              f"--ledger-key-file={key}", RUNNER]
-    assert cli_main(["privatize", f"--input={tmp_path}/a.jsonl", f"--output={tmp_path}/o/a", "--ledger-create",
-                     "--author-budget=6", *common]) == 0
-    cli_main(["privatize", f"--input={tmp_path}/b.parquet", f"--output={tmp_path}/o/b", "--max-failed-fraction=1",
-              *common])
-    summary = json.load(open(f"{tmp_path}/o/b-summary.json", encoding="utf-8"))
-    assert summary["records"]["out"] == 0 and summary["records"]["failed_by_reason"] == {"budget_exhausted": 2}
+    _assert_parquet_authors_are_the_jsonl_ones(tmp_path, tiny_artifact_dir, [7, 8], text, pa.table(
+        {"author": pa.array([Decimal(7), Decimal(8)], pa.decimal128(38, 0)), "text": [text, text]}))
 
 
 # --- R9-1: a Privatizer's mechanism object changed after it was built -------------------------------------------
