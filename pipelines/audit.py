@@ -65,7 +65,7 @@ from transforms.audit_outputs import (
     self_check_schema,
 )
 from transforms.audit_stages import Attacks, SelfCheckStage
-from transforms.io import infer_format, matched_paths, read_text_file, record_line_digests, refuse_wide_text
+from transforms.io import infer_format, matched_paths, read_text_file, record_line_digests, refuse_skipped_matches, refuse_wide_text
 
 OUTPUT_FILES = (f"{SELF_CHECK_TABLE}.parquet", f"{INVERSION_TABLE}.parquet", f"{LINKAGE_TABLE}.parquet", SUMMARY_FILE,
                 "report.html", "self_check.png", "inversion.png", "linkage.png", CONFORMANCE_FILE)
@@ -185,6 +185,9 @@ def prepare_run(options: PipelineOptions) -> Prepared:
     if artifact and not artifact.startswith("gs://") and not os.path.isdir(artifact):
         raise TextdpError(f"--artifact {artifact!r} is not a directory")
     corpus_format, text_fields = None, ()
+    for flag, pattern in (("--corpus", opts.corpus), ("--prior-corpus", opts.prior_corpus)):
+        if pattern:  # a dangling or looping symlink matched: never skipped silently, as privatize's --input
+            refuse_skipped_matches(flag, pattern)
     if opts.corpus:
         corpus_format = _format(opts.corpus, opts.corpus_format, "--corpus", opts.corpus_text_field)
         text_fields = () if corpus_format == "text" else tuple(

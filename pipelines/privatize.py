@@ -52,8 +52,8 @@ from transforms.io import (
     infer_format,
     matched_paths,
     parquet_schema,
+    refuse_skipped_matches,
     refuse_wide_text,
-    skipped_matches,
 )
 from transforms.ledger import BoundContributions, TagPositions, WriteLedgerRelease
 from transforms.perturb import WriteSummary
@@ -121,11 +121,7 @@ def check(options: PipelineOptions) -> Checked:
     inputs = _matches(opts.input)
     if not inputs:
         raise TextdpError(f"no file matches --input {opts.input!r}")
-    skipped = skipped_matches(opts.input)  # a dangling or looping symlink: never skipped silently (F13)
-    if skipped:
-        raise TextdpError(f"--input {opts.input!r} matches {shown(skipped[0])}, which cannot be read (a dangling or looping "
-                          f"symlink?){f' and {len(skipped) - 1} more such name(s)' if len(skipped) > 1 else ''}; fix or "
-                          "remove it, or narrow --input, so that no matched file is left out")
+    refuse_skipped_matches("--input", opts.input)  # a dangling or looping symlink: never skipped silently (F13)
     paths = output_paths(out.output, data_format)
     guard = _check_outputs(options, paths, data_format, inputs)  # before any input is opened: refuses unreadable ones
     _refuse_empty_inputs(inputs, data_format)  # round 7 F2

@@ -788,3 +788,29 @@ def test_a_refused_run_removes_the_folders_it_made_for_its_locks(tmp_path, tiny_
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "too long" in err[0]
     assert sorted(os.listdir(deep)) == ["keep.txt"]
+
+
+# --- audit --corpus / --prior-corpus matching a dangling symlink -----------------------------------------------------
+
+
+@pytest.mark.parametrize("flag", ["--corpus", "--prior-corpus"])
+def test_audit_refuses_a_corpus_pattern_matching_a_dangling_symlink(flag, tmp_path, tiny_artifact_dir, capsys):
+    """privatize's --input refused a glob matching a dangling symlink (round 6 F13), audit's --corpus skipped it
+    silently (exit 0, the file left out). Now the same one-line refusal (transforms.io.refuse_skipped_matches)."""
+    import shutil
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    shutil.copy(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "reviews.txt"),
+                folder / "a.txt")
+    other = tmp_path / "prior"
+    other.mkdir()
+    (other / "p.txt").write_text("a film about a dog\n" * 3, encoding="utf-8")
+    target = folder if flag == "--corpus" else other
+    os.symlink(tmp_path / "nowhere.txt", target / "b.txt")
+    code = cli_main(["audit", f"--artifact={tiny_artifact_dir}", "--checks=inversion", "--epsilons=5",
+                     f"--corpus={folder}/*.txt", f"--prior-corpus={other}/*.txt", "--inversion-tokens=50",
+                     "--mc-draws=500", "--prior-words=100", "--records=5", f"--output={tmp_path}/aud", RUNNER])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and f"{flag} " in err[0] and "dangling or looping symlink" in err[0], err
+    assert not (tmp_path / "aud").exists()

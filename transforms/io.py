@@ -682,6 +682,19 @@ class WriteErrors(beam.PTransform):
 PRIVATE_FILE_MODE = 0o600
 
 
+def refuse_skipped_matches(flag: str, pattern: str) -> None:
+    """A name the pattern matches that cannot be read (a dangling or looping symlink) is never skipped silently
+    (round 6 F13): TextdpError, one line, naming it. privatize's --input, audit's --corpus and --prior-corpus."""
+    from textdp.errors import TextdpError
+    from textdp.outputs import shown
+
+    skipped = skipped_matches(pattern)
+    if skipped:
+        raise TextdpError(f"{flag} {pattern!r} matches {shown(skipped[0])}, which cannot be read (a dangling or looping "
+                          f"symlink?){f' and {len(skipped) - 1} more such name(s)' if len(skipped) > 1 else ''}; fix or "
+                          f"remove it, or narrow {flag}, so that no matched file is left out")
+
+
 def create_owner_only(path: str) -> None:
     """Create (or empty) local file ``path`` with mode 0600 whatever the umask; an existing file's mode is set to
     0600 before it is emptied. gs:// paths are left to the bucket."""
