@@ -899,13 +899,16 @@ class _Records:
     byte-order mark dropped), each line compared by what textdp privatizes of it (``_privatized_key``: NFKC text with
     whitespace runs collapsed; with ``text_fields``, a JSONL object's text fields). ``digest``: SHA-256 of those keys
     (each + LF), the whole file or the first ``limit`` bytes of that stream; ``lines``: an 8-byte BLAKE2b digest per
-    distinct key when asked; ``size``: the decompressed bytes read."""
+    distinct key when asked; ``size``: the decompressed bytes read; ``head_digest``: the digest of the first
+    DUPLICATE_SAMPLE_BYTES of that stream, what ``_Records(path, DUPLICATE_SAMPLE_BYTES).digest`` gives (a file read
+    whole is not read again for it)."""
 
     def __init__(self, path: str, limit: Optional[int] = None, lines: bool = False,
                  text_fields: Optional[Sequence[str]] = None):
         import hashlib
 
         digest, self.lines, self.size = hashlib.sha256(), (set() if lines else None), 0
+        head, head_hashed = (hashlib.sha256(), 0) if limit is None else (None, 0)
         hashed, first = 0, True
         with open(path, "rb") as raw:
             handle = open_decompressed(raw, path)
@@ -926,9 +929,15 @@ class _Records:
                 piece = key + b"\n" if limit is None else (key + b"\n")[:limit - hashed]
                 digest.update(piece)
                 hashed += len(piece)
+                if head is not None and head_hashed < DUPLICATE_SAMPLE_BYTES:
+                    part = piece[:DUPLICATE_SAMPLE_BYTES - head_hashed]
+                    head.update(part)
+                    head_hashed += len(part)
                 if self.lines is not None:
                     self.lines.add(hashlib.blake2b(key, digest_size=8).digest())
         self.digest = digest.hexdigest()
+        self.head_digest = head.hexdigest() if head is not None else (
+            self.digest if limit == DUPLICATE_SAMPLE_BYTES else None)
 
     def _line(self, handle):
         """The next line without its LF (None at the end) and whether it had one; read 1 MiB at a time."""
@@ -996,8 +1005,8 @@ def refuse_duplicate_content(flag: str, paths: Sequence[str], data_format: Optio
     seen: dict = {}
     for path in local:
         try:
-            quick = _content_digest(path, 0, DUPLICATE_SAMPLE_BYTES) if parquet else \
-                _Records(path, DUPLICATE_SAMPLE_BYTES, text_fields=text_fields).digest
+            quick = _content_digest(path, 0, DUPLICATE_SAMPLE_BYTES) if parquet else whole[path].head_digest \
+                if path in whole else _Records(path, DUPLICATE_SAMPLE_BYTES, text_fields=text_fields).digest
         except Exception:
             continue
         if quick == _EMPTY_DIGEST:  # no records: two empty files release nothing twice
