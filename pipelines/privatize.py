@@ -38,7 +38,7 @@ from pipelines.jobs import Plan, is_dry_run, run_job
 from pipelines.ledger import LedgerRun, release_path, report_line
 from textdp.artifact import gcs
 from textdp.errors import TextdpError
-from textdp.outputs import RUN_RECORD_SUFFIX, OutputGuard, missing_fields, read_attached, shown
+from textdp.outputs import RUN_RECORD_SUFFIX, OutputGuard, missing_fields, public_summary_output, read_attached, shown
 from textdp.privacy.statements import run_warnings
 from textdp.privacy.summary import FAILED_PREFIX
 from transforms.amplifier import Amplify, SplitAuthorless
@@ -192,13 +192,8 @@ def _refuse_foreign_public_summary(path: str, output: str, overwrite: bool) -> N
     prefix): refused in one line, so that release keeps its public summary (round 7 F9)."""
     if not overwrite or "://" in path or not os.path.isfile(path):
         return
-    try:
-        with open(path, "rb") as handle:
-            document = json.loads(handle.read(1 << 24).decode("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return  # not a public summary: the guard's own check refuses it
-    described = document.get("output") if isinstance(document, dict) and document.get("publishable") is True else None
-    if not isinstance(described, str):
+    described = public_summary_output(path)  # None: not a public summary (the guard's own check refuses it)
+    if described is None:
         return
     prefix = described.split(f"-{FIVE_DIGITS}", 1)[0]
     if prefix == output or os.path.realpath(prefix) == os.path.realpath(output):

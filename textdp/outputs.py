@@ -276,8 +276,8 @@ def refuse_long_name(flag: str, label: str, path: str, what: str) -> None:
                           f"per file name (NAME_MAX); choose a shorter {flag}")
 
 
-def read_record(path: str) -> Optional[List[str]]:
-    """The file names a run record lists; None when ``path`` is not a textdp run record (or is absent)."""
+def _record_document(path: str) -> Optional[dict]:
+    """A textdp run record's JSON document; None when ``path`` is not one (or is absent)."""
     try:
         with open(path, "rb") as handle:
             content = json.loads(handle.read(1 << 22).decode("utf-8"))
@@ -285,33 +285,26 @@ def read_record(path: str) -> Optional[List[str]]:
         return None
     if not isinstance(content, dict) or content.get(RECORD_KEY) != 1 or not isinstance(content.get("files"), list):
         return None
-    return [name for name in content["files"] if isinstance(name, str)]
+    return content
+
+
+def read_record(path: str) -> Optional[List[str]]:
+    """The file names a run record lists; None when ``path`` is not a textdp run record (or is absent)."""
+    content = _record_document(path)
+    return None if content is None else [name for name in content["files"] if isinstance(name, str)]
 
 
 def read_record_flag(path: str) -> Optional[str]:
     """The output flag a run record was written for (``--output``, ``--diagnostics-output``...); None when ``path``
     is not a run record or names none."""
-    if read_record(path) is None:
-        return None
-    try:
-        with open(path, "rb") as handle:
-            flag = json.loads(handle.read(1 << 22).decode("utf-8")).get("flag")
-    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
-        return None
+    flag = (_record_document(path) or {}).get("flag")
     return flag if isinstance(flag, str) else None
 
 
 def read_attached(path: str) -> List[str]:
     """The files a run record says belong to its release outside its own names (the public summary: an
     absolute path); [] when there are none or ``path`` is not a run record."""
-    if read_record(path) is None:
-        return []
-    try:
-        with open(path, "rb") as handle:
-            content = json.loads(handle.read(1 << 22).decode("utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return []
-    found = content.get("attached", [])
+    found = (_record_document(path) or {}).get("attached", [])
     return [name for name in found if isinstance(name, str) and os.path.isabs(name)] if isinstance(found, list) else []
 
 

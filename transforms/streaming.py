@@ -705,7 +705,7 @@ def symlink_in(path: str, pattern: str = "") -> Optional[str]:
     the operator's choice and are not looked at (R9b-7)."""
     import stat
 
-    from textdp.outputs import escaped, is_remote
+    from textdp.outputs import is_remote, shown
 
     if is_remote(path):
         return None
@@ -724,7 +724,7 @@ def symlink_in(path: str, pattern: str = "") -> Optional[str]:
         except OSError:
             return None  # gone: the open says so
         if stat.S_ISLNK(mode):
-            kind = "a symbolic link" if depth == len(below) else f"a path through the symbolic link {escaped(place)}"
+            kind = "a symbolic link" if depth == len(below) else f"a path through the symbolic link {shown(place)}"
             return SYMLINK_DETAIL.format(kind=kind)
     return None
 
