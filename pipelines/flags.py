@@ -43,7 +43,7 @@ from textdp.privacy import accounting
 from textdp.privacy.statements import VACUOUS_EXPONENT
 from textdp.privacy.summary import DEFAULT_MAX_FAILED_FRACTION
 from textdp.spec import PrivacySpec
-from textdp.text.privatizer import OOV_POLICIES
+from textdp.text.privatizer import DEFAULT_UNK_TOKEN, OOV_POLICIES
 from transforms.amplifier import AmplifierConfig
 from transforms.shuffle import DEFAULT_RECORDS_PER_SHARD
 from transforms.worker import WorkerConfig
@@ -178,7 +178,7 @@ class MechanismOptions(PipelineOptions):
                     kwargs["type"] = {float: plain_float, int: plain_int}.get(param.type, param.type)
                 group.add_argument(*param.flags, **kwargs)
 
-    def validate_mechanism(self, epsilons, location=None, manifest=None, oov_policy="random", unk_token="<unk>"):
+    def validate_mechanism(self, epsilons, location=None, manifest=None, oov_policy="random", unk_token=DEFAULT_UNK_TOKEN):
         """Refuse, before any worker starts, a flag of another mechanism given a value, and the mechanism's
         parameters at each of ``epsilons`` that it cannot use (its own checks:
         ``textdp.mechanisms.check_mechanism``). With ``manifest`` (what ``verify_artifact`` returned for
@@ -376,7 +376,7 @@ class OovOptions(PipelineOptions):
                  "unk (the --unk-token marker; shows where unknown words were) or keep (released unchanged and NOT "
                  "covered by the guarantee)")
         parser.add_argument(
-            "--unk-token", "--unk_token", dest="unk_token", default="<unk>",
+            "--unk-token", "--unk_token", dest="unk_token", default=DEFAULT_UNK_TOKEN,
             help="marker written for unknown words with --oov-policy unk; default '<unk>'")
 
 

@@ -110,6 +110,24 @@ def test_r8_8_a_tar_archive_compressed_or_not_is_refused(name, mode, extra, tmp_
     assert not os.path.exists(f"{tmp_path}/o")
 
 
+@pytest.mark.parametrize("name", ["t.zip", "t.txt"])
+def test_a_zip_archive_is_refused_as_an_archive_not_as_utf16(name, tmp_path, tiny_artifact_dir, capsys):
+    """A ZIP archive (named .zip, or named like text) was refused with a misleading reason ("UTF-16, another wide
+    encoding or binary"); now its first bytes name it: one line, "ZIP archive ... extract it first", before the run,
+    and neither the member's name nor its text is shown."""
+    import zipfile
+
+    archive = tmp_path / "arch" / name
+    archive.parent.mkdir()
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as packed:
+        packed.writestr("pasta-member.txt", BASE)
+    assert _privatize(tmp_path, tiny_artifact_dir, f"--input={archive}", "--format=text") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ZIP archive" in err[0] and "extract it first" in err[0], err
+    assert "UTF-16" not in err[0] and "pasta" not in err[0]
+    assert not os.path.exists(f"{tmp_path}/o")
+
+
 def test_r8_8_a_gzipped_binary_or_utf16_file_is_refused_and_gzipped_text_runs(tmp_path, tiny_artifact_dir, capsys):
     """The NUL / wide-encoding sniff now reads the decompressed start: a gzipped UTF-16 file is refused like a plain
     one; gzipped UTF-8 text still runs (exit 0)."""
@@ -201,3 +219,31 @@ def test_r8_5_parquet_column_names_that_are_not_identifiers_are_never_shown(tmp_
     assert len(err) == 1 and "do not all have the same columns" in err[0] and "name not shown" in err[0]
     assert "'tags' (struct)" in err[0] and "John" not in err[0]
     assert not os.path.exists(f"{tmp_path}/o")
+
+
+# --- an --unk-token the policy never uses --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", [None, "random", "keep"])
+def test_an_unk_token_with_a_policy_that_never_uses_it_is_refused(policy, tmp_path, tiny_artifact_dir, capsys):
+    """`--unk-token [REDACTED]` with the default policy random was accepted and ignored: the user expected to see the
+    marker where unknown words were and got random vocabulary words instead, without a word. Now a marker other than
+    the default is refused in one line, before the run, unless --oov-policy is unk; the API and the transform alike.
+    The default marker with any policy, and the marker with policy unk, still run."""
+    import textdp
+    from transforms.privatize import Privatize
+
+    source = tmp_path / "in.txt"
+    source.write_bytes(BASE)
+    policy_flag = [f"--oov-policy={policy}"] if policy else []
+    assert _privatize(tmp_path, tiny_artifact_dir, f"--input={source}", "--unk-token=[REDACTED]", *policy_flag) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "oov_policy 'unk'" in err[0] and "pasta" not in err[0], err
+    assert not os.path.exists(f"{tmp_path}/o")
+    for build in (textdp.Privatizer, Privatize):
+        with pytest.raises(textdp.TextdpError, match="only with oov_policy 'unk'"):
+            build(epsilon=5, artifact=tiny_artifact_dir, oov_policy=policy or "random", unk_token="[REDACTED]")
+    assert textdp.Privatizer(epsilon=1e6, artifact=tiny_artifact_dir, oov_policy=policy or "random",
+                             unk_token="<unk>").privatize(["the said"], seed=1)
+    marked = textdp.Privatizer(epsilon=1e6, artifact=tiny_artifact_dir, oov_policy="unk", unk_token="[REDACTED]")
+    assert marked.privatize(["the zyzzyvaqq said"], seed=1) == ["the [REDACTED] said"]

@@ -70,7 +70,7 @@ from textdp.mechanisms import (  # noqa: F401
 from textdp.privacy.summary import privacy_section
 from textdp.progress import progress_bar
 from textdp.spec import PrivacySpec
-from textdp.text.privatizer import TextPrivatizer, released_ids
+from textdp.text.privatizer import DEFAULT_UNK_TOKEN, TextPrivatizer, released_ids
 from textdp.text.records import EMPTY, NOT_A_TEXT, check_record
 
 ERROR_POLICIES = ("raise", "none")
@@ -179,7 +179,7 @@ class Privatizer:
     CHARS_PER_WORD = 6  # characters per word (with spaces and punctuation) of English text, for batching
 
     def __init__(self, epsilon: float, mechanism=DEFAULT_MECHANISM, artifact: Optional[str] = None,
-                 oov_policy: str = "random", unk_token: str = "<unk>", max_text_bytes: Optional[int] = None,
+                 oov_policy: str = "random", unk_token: str = DEFAULT_UNK_TOKEN, max_text_bytes: Optional[int] = None,
                  threads: Optional[int] = None, batch_tokens: int = API_BATCH_TOKENS, progress: Optional[bool] = None,
                  **mechanism_params):
         # mechanism, its parameters, epsilon, artifact and OOV policy, validated once (textdp/spec.py)

@@ -31,6 +31,7 @@ from textdp.mechanisms import (
     mechanism_reference,
     trial_build,
 )
+from textdp.text.privatizer import DEFAULT_UNK_TOKEN
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class PrivacySpec:
     params: Tuple[Tuple[str, Any], ...] = ()
     artifact: Optional[str] = None
     oov_policy: str = "random"
-    unk_token: str = "<unk>"
+    unk_token: str = DEFAULT_UNK_TOKEN
     epsilon_label: str = field(default="epsilon", compare=False, repr=False)
 
     def __post_init__(self):

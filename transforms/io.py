@@ -743,6 +743,9 @@ def read_text_file(flag: str, path: str) -> str:
                           "the line)") from None
 
 
+# Archives textdp does not open: their first bytes (a ZIP's local header, an empty ZIP's end record, 7-Zip, RAR 4/5).
+_ARCHIVE_MAGIC = ((b"PK\x03\x04", "ZIP"), (b"PK\x05\x06", "ZIP"), (b"PK\x07\x08", "ZIP"),
+                  (b"7z\xbc\xaf\x27\x1c", "7-Zip"), (b"Rar!\x1a\x07", "RAR"))
 _WIDE_MARKS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
                (b"\xfe\xff", "UTF-16"))
 
@@ -750,7 +753,8 @@ _WIDE_MARKS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
 def refuse_wide_text(flag: str, paths: Sequence[str], data_format: str, text_fields: Optional[Sequence[str]] = None) -> None:
     """Text and JSONL inputs are UTF-8: a local file whose (decompressed) start is a UTF-16/32 byte-order
     mark, or whose first 4 KiB (decompressed) are more than 10% NUL bytes (UTF-16 without a mark), is refused before the
-    run; so is a tar archive, compressed or not (``ustar`` at offset 257 of the decompressed stream). Read as UTF-8
+    run; so is a tar archive, compressed or not (``ustar`` at offset 257 of the decompressed stream), and a ZIP, 7-Zip
+    or RAR archive (its first bytes: they were refused as "UTF-16" before, a misleading reason). Read as UTF-8
     such a file is mostly valid: one letter per "word", its NULs kept as layout, which would release every word's
     length. Only the first bytes are read, never quoted (TextdpError)."""
     from textdp.errors import TextdpError
@@ -774,6 +778,10 @@ def refuse_wide_text(flag: str, paths: Sequence[str], data_format: str, text_fie
         if head_tar:
             raise TextdpError(f"{flag}: {shown(path)} is a tar archive, not {data_format} (its tar headers would be read as "
                               "records): extract it first and give the extracted files")
+        archive = next((name for magic, name in _ARCHIVE_MAGIC if head.startswith(magic)), None)
+        if archive:
+            raise TextdpError(f"{flag}: {shown(path)} is a {archive} archive, not {data_format} (its headers and compressed "
+                              "members would be read as records): extract it first and give the extracted files")
         if head.startswith(b"PAR1"):
             raise TextdpError(f"{flag}: {shown(path)} is a Parquet file (it starts with PAR1), not {data_format}: give the "
                               "format parquet")

@@ -35,7 +35,7 @@ from textdp.artifact.compact_vocab import SharedVocabularyArtifact
 from textdp.artifact.locate import resolve_artifact
 from textdp.mechanisms import make_mechanism, mechanism_reference, statement_of
 from textdp.search.nearest import search_threads
-from textdp.text.privatizer import TextPrivatizer
+from textdp.text.privatizer import DEFAULT_UNK_TOKEN, TextPrivatizer
 from textdp.text.records import check_record, record_texts, released_record
 from transforms.worker import NAMESPACE, WorkerConfig, WorkerState, blas_threads_in_use, process_loads
 
@@ -50,7 +50,7 @@ class PerturbConfig:
     # the mechanism's own keyword parameters (textdp.mechanisms.make_mechanism), as sorted (name, value) pairs
     params: Tuple[Tuple[str, Any], ...] = ()
     oov_policy: str = "random"
-    unk_token: str = "<unk>"
+    unk_token: str = DEFAULT_UNK_TOKEN
     seed: Optional[int] = None
     text_fields: Tuple[str, ...] = ()
     # when set, every released record is a dict carrying {"words": n, "layout": digest} in this field

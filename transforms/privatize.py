@@ -35,6 +35,7 @@ from textdp.artifact.locate import verify_artifact
 from textdp.errors import TextdpValueError
 from textdp.mechanisms import DEFAULT_MECHANISM, artifact_for_checks, check_number, default_batch_tokens
 from textdp.spec import PrivacySpec
+from textdp.text.privatizer import DEFAULT_UNK_TOKEN
 from textdp.text.records import as_pair, row_fields
 from transforms.perturb import PerturbConfig, PerturbTokens, error_record
 from transforms.worker import WorkerConfig
@@ -134,7 +135,7 @@ class Privatize(beam.PTransform):
     """
 
     def __init__(self, epsilon: float, mechanism=DEFAULT_MECHANISM, artifact: Optional[str] = None,
-                 text_fields: Sequence[str] = (), oov_policy: str = "random", unk_token: str = "<unk>",
+                 text_fields: Sequence[str] = (), oov_policy: str = "random", unk_token: str = DEFAULT_UNK_TOKEN,
                  seed: Optional[int] = None, max_text_bytes: Optional[int] = None,
                  batch_tokens: Optional[int] = None, shape_field: Optional[str] = None, keyed: bool = False,
                  diagnostics: bool = False, worker: Optional[WorkerConfig] = None, redistribute: bool = False,

@@ -44,18 +44,23 @@ from textdp.errors import ParameterError, TextdpError
 from textdp.text.tokenize import UNKNOWN_ID, TokenizedBatch, Tokenizer
 
 OOV_POLICIES = ("random", "unk", "keep")
+DEFAULT_UNK_TOKEN = "<unk>"
 
 
 def check_oov(policy, unk_token) -> None:
     """The out-of-vocabulary settings every entry point accepts (CLI, textdp.Privatizer, transforms.Privatize,
-    and the workers): a known policy, and a marker that is a non-empty string without whitespace (an empty
-    marker would erase the word, one with a space would add words: either changes the released layout that
-    the structure statement describes) that holds a word character (a marker of punctuation only, "...", would
-    erase the word the same way). ParameterError (a TextdpError and a ValueError), one line."""
+    and the workers): a known policy, a marker other than the default only with the policy ``unk`` (with ``random``
+    or ``keep`` it would be ignored without a word, and the user who gave it expects to see it), and a marker that
+    is a non-empty string without whitespace (an empty marker would erase the word, one with a space would add
+    words: either changes the released layout that the structure statement describes) that holds a word character
+    (a marker of punctuation only, "...", would erase the word the same way). ParameterError (a TextdpError and a ValueError), one line."""
     if policy not in OOV_POLICIES:
         raise ParameterError(f"oov_policy must be one of {', '.join(OOV_POLICIES)}, got {policy!r}")
     if not isinstance(unk_token, str) or not unk_token or any(char.isspace() for char in unk_token):
         raise ParameterError("unk_token must be a non-empty string without whitespace")
+    if policy != "unk" and unk_token != DEFAULT_UNK_TOKEN:  # a marker given but never used: the user expected it
+        raise ParameterError(f"unk_token {DEFAULT_UNK_TOKEN!r} is the only marker oov_policy {policy!r} accepts: the marker is "
+                             "used only with oov_policy 'unk' (--oov-policy unk); give that policy or drop the marker")
     if any(unicodedata.category(char).startswith("C") for char in unk_token):
         raise ParameterError("unk_token must be printable: no control, format, private-use, unassigned or surrogate "
                              "characters (they are released as structure or are invisible, so a reader would miscount words)")
@@ -151,7 +156,7 @@ class TextPrivatizer:
     """Releases texts word by word with ``mechanism`` over the vocabulary ``words``."""
 
     def __init__(self, mechanism, words: Sequence[str], word_to_id: Dict[str, int],
-                 oov_policy: str = "random", unk_token: str = "<unk>"):
+                 oov_policy: str = "random", unk_token: str = DEFAULT_UNK_TOKEN):
         check_oov(oov_policy, unk_token)
         if oov_policy == "unk":
             check_unk_token(unk_token, word_to_id)
