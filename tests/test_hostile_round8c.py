@@ -8,7 +8,6 @@ the released text can be compared: no test here is statistical.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -19,7 +18,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.testing.util import assert_that, equal_to
 
 from tests.test_streaming_hostile import ART, _errors, _released, run_cli  # noqa: E402  (one copy of the helpers)
-from transforms.streaming import DUPLICATE_FILE, FILE_CHANGED, NOT_REGULAR, SKIPPED, DigestFiles, OncePerContent, normalised, records_digest
+from transforms.streaming import DUPLICATE_FILE, FILE_CHANGED, NOT_REGULAR, SKIPPED, DigestFiles, OncePerContent
 
 
 def _watch(watched, out, writer, stop_after):
@@ -113,34 +112,6 @@ def test_a_resent_file_differing_only_by_line_endings_bom_or_final_newline_is_a_
     assert "13 in, 9 out, 4 failed" in result.stdout, result.stdout
     assert f"files not read: 4 ({DUPLICATE_FILE} 3, {FILE_CHANGED} 1)" in result.stdout, result.stdout
     assert "alpha" not in result.stdout + result.stderr + json.dumps(errors)  # no input text in the messages
-
-
-def test_records_digest_read_in_pieces_is_the_digest_of_the_normalised_content():
-    """The streaming digest (read 1 MiB at a time) equals the in-memory one (the local watch's) for every byte
-    string of up to 6 bytes over {a, CR, LF, the BOM's bytes}, read one and two bytes at a time; and the three
-    re-send variants share one identity while a prepended line does not. Exhaustive: not statistical."""
-    import io
-    import itertools
-
-    class Pieces(io.RawIOBase):
-        def __init__(self, data, size):
-            self.data, self.size, self.at = data, size, 0
-
-        def read(self, n=-1):
-            piece = self.data[self.at:self.at + self.size]
-            self.at += len(piece)
-            return piece
-
-    alphabet = [b"a", b"\r", b"\n", b"\xef", b"\xbb", b"\xbf"]
-    for length in range(7):
-        for letters in itertools.product(alphabet, repeat=length):
-            data = b"".join(letters)
-            expected = hashlib.sha256(normalised(data)).hexdigest()
-            for size in (1, 2):
-                assert records_digest(Pieces(data, size)) == expected, (data, size)
-    same = {records_digest(io.BytesIO(d)) for d in (b"x y\nz\n", b"x y\r\nz\r\n", b"\xef\xbb\xbfx y\nz", b"x y\nz")}
-    assert len(same) == 1
-    assert records_digest(io.BytesIO(b"w\nx y\nz\n")) not in same
 
 
 def test_the_streaming_runners_watch_never_opens_a_fifo_and_dedups_normalised_content(tmp_path):

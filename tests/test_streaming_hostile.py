@@ -20,7 +20,7 @@ import pytest
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms.streaming import DUPLICATE_FILE, FILE_CHANGED, SKIPPED, OncePerContent, content_digest
+from transforms.streaming import DUPLICATE_FILE, FILE_CHANGED, SKIPPED, OncePerContent, file_identity
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ART = "/tmp/art300"
@@ -142,7 +142,7 @@ def test_once_per_content_reads_a_content_once_whatever_its_name(tmp_path):
         (tmp_path / name).write_text(text, encoding="utf-8")
     metas = FileSystems.match([str(tmp_path / "*.txt")])[0].metadata_list
     with beam.Pipeline(runner="FnApiRunner") as pipeline:
-        out = (pipeline | beam.Create([(content_digest(m.path), m) for m in metas])
+        out = (pipeline | beam.Create([(file_identity(m.path, "text", ()), m) for m in metas])
                | beam.ParDo(OncePerContent()).with_outputs(SKIPPED, main="files"))
         contents = out.files | "Content" >> beam.Map(lambda m: open(m.path, encoding="utf-8").read())
         assert_that(contents, equal_to(["same\n", "other\n"]), label="files")

@@ -912,13 +912,15 @@ class _Records:
     whole is not read again for it)."""
 
     def __init__(self, path: str, limit: Optional[int] = None, lines: bool = False,
-                 text_fields: Optional[Sequence[str]] = None):
+                 text_fields: Optional[Sequence[str]] = None, raw=None):
+        import contextlib
         import hashlib
 
         digest, self.lines, self.size = hashlib.sha256(), (set() if lines else None), 0
         head, head_hashed = (hashlib.sha256(), 0) if limit is None else (None, 0)
         hashed, first = 0, True
-        with open(path, "rb") as raw:
+        # raw: the file already open (binary, at its start; left open), else ``path`` is opened
+        with (open(path, "rb") if raw is None else contextlib.nullcontext(raw)) as raw:
             handle = open_decompressed(raw, path)
             while limit is None or (hashed < limit and self.size < 4 * limit + (1 << 12)):
                 line, ended = self._line(handle)
@@ -959,6 +961,22 @@ class _Records:
                 pieces.append(piece[:-1])
                 return b"".join(pieces), True
             pieces.append(piece)
+
+
+def records_identity(path: str, raw, data_format: str, text_fields: Optional[Sequence[str]] = None) -> str:
+    """A file's identity by what textdp privatizes of its records, the key ``refuse_duplicate_content`` compares
+    (``_Records``' digest: NFKC text with whitespace runs collapsed, a JSONL object's ``text_fields``, blank lines,
+    line endings, a byte-order mark and the final newline aside), read from ``raw`` (the file open in binary at its
+    start, seekable; decompressed as the reader decompresses ``path``): the streaming watch knows a file by it, so a
+    copy the batch job refuses as a duplicate is one the watch does not read twice. Parquet, and a file whose
+    compressed data is damaged (the reader makes its error record): the SHA-256 of its bytes, prefixed ``raw-``."""
+    if data_format != "parquet":
+        try:
+            return _Records(path, text_fields=tuple(text_fields or ("text",)) if data_format == "jsonl" else None,
+                            raw=raw).digest
+        except decompression_errors():
+            raw.seek(0)
+    return "raw-" + stream_digest(raw)
 
 
 def refuse_duplicate_content(flag: str, paths: Sequence[str], data_format: Optional[str] = None,

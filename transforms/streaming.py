@@ -47,7 +47,7 @@ from textdp.privacy import accounting
 from textdp.privacy.statements import unbounded_epsilon0_reason
 from textdp.privacy.summary import FAILED_PREFIX
 from textdp.text.records import check_author, without_fields
-from transforms.io import OUTPUT_SUFFIX, ReadFileRecords, create_owner_only, error_record, hidden_match, stream_digest
+from transforms.io import OUTPUT_SUFFIX, ReadFileRecords, create_owner_only, error_record, hidden_match
 from transforms.worker import NAMESPACE
 
 LATE = "late"
@@ -631,7 +631,7 @@ def stop_timestamp(seconds: Optional[float]) -> Timestamp:
 
 
 # A watched file's identity (docs/streaming.md, "Which files are read"): its records, not its name or its exact
-# bytes: the SHA-256 of its normalised content (records_digest). Each outcome other than "read" is one error item
+# bytes: what textdp privatizes of them (file_identity, the batch job's duplicate key). Each outcome other than "read" is one error item
 # (counted as one item in and one failed, so the counts reconcile and the console names it), its source the file's
 # path, never its text.
 DUPLICATE_FILE = "duplicate_file"  # the same records as a file already read (a rename, a copy, a re-send): not read again
@@ -651,24 +651,6 @@ def normalised(content: bytes) -> bytes:
         content = content[len(_BOM):]
     content = content.replace(b"\r\n", b"\n")
     return content[:-1] if content.endswith(b"\n") else content
-
-
-def records_digest(handle) -> str:
-    """The SHA-256 (hex) of ``normalised`` of what ``handle.read`` gives (the decompressed content), read 1 MiB
-    at a time: a watched file's identity, so that a re-sent file differing only by its line endings, a byte
-    order mark or its final newline is the same content (``duplicate_file``)."""
-    digest, held, start = hashlib.sha256(), b"", True
-    for chunk in iter(lambda: handle.read(1 << 20), b""):
-        held += chunk
-        if start:
-            if len(held) < len(_BOM):
-                continue
-            held, start = (held[len(_BOM):] if held.startswith(_BOM) else held), False
-        keep = 2 if held.endswith(b"\r\n") else 1 if held.endswith((b"\r", b"\n")) else 0  # may still change
-        digest.update(held[:len(held) - keep].replace(b"\r\n", b"\n"))
-        held = held[len(held) - keep:]
-    digest.update(normalised(held) if start else normalised(b"x" + held)[1:])
-    return digest.hexdigest()
 
 
 def not_regular(path: str) -> Optional[str]:
@@ -775,27 +757,19 @@ class WatchedSymlink(Exception):
     the file it points to)."""
 
 
-def file_records_digest(path: str, data: Optional[bytes] = None) -> str:
-    """``records_digest`` of a watched file (``data``: its bytes, already read), decompressed as ReadFileRecords
-    reads it; a file whose compressed data is damaged: the digest of its bytes as they are (the reader makes
-    its error record)."""
+def file_identity(path: str, data_format: str, text_fields, data: Optional[bytes] = None) -> str:
+    """A watched file's identity (``transforms.io.records_identity``: what textdp privatizes of its records, the
+    batch job's duplicate key); ``data``: its bytes, already read, else it is opened without blocking
+    (``open_watched``)."""
     import io
 
-    from transforms.compressed import open_decompressed
-    from transforms.io import decompression_errors
-
-    def digest(raw):
-        try:
-            return records_digest(open_decompressed(raw, path))
-        except decompression_errors():
-            raw.seek(0)
-            return "raw-" + stream_digest(raw)
+    from transforms.io import records_identity
 
     if data is not None:
-        return digest(io.BytesIO(data))
+        return records_identity(path, io.BytesIO(data), data_format, text_fields)
     with open_watched(path) as handle:
-        return digest(handle if handle.seekable() else io.BytesIO(handle.read()))
-
+        return records_identity(path, handle if handle.seekable() else io.BytesIO(handle.read()), data_format,
+                                text_fields)
 
 def _compressed(path: str) -> bool:
     from apache_beam.io.filesystem import CompressionTypes
@@ -803,9 +777,11 @@ def _compressed(path: str) -> bool:
     return CompressionTypes.detect_compression_type(path) != CompressionTypes.UNCOMPRESSED
 
 
-def content_digest(path: str) -> str:
-    """A watched file's identity: ``file_records_digest`` of it, read without blocking (``open_watched``)."""
-    return file_records_digest(path)
+def duplicate_detail(digest: str) -> str:
+    """The detail of a ``duplicate_file`` record (the identity's first 12 hex digits, never the file's text)."""
+    return (f"the same records (identity {digest[:12]}: what textdp privatizes of each record, as the batch job's "
+            "duplicate check compares files) as a file already read in this run; not read again (its records "
+            "would be released twice)")
 
 
 def skipped_file(path: str, reason: str, detail: str) -> dict:
@@ -860,10 +836,11 @@ class PollFiles(beam.DoFn):
     (``watch_state``) have not changed over one poll interval (seen unchanged by two polls, or last changed at
     least one interval ago), so a file still being written is not read half-way; a file rewritten in place keeping
     its size and modification time has a new status-change time, so it is looked at again (R9b-10).
-    A file is known by its records: a file whose normalised
-    content (``records_digest``: byte order mark, CRLF and final newline aside) was read before, under any name,
-    is not read again (a rename, a copy or a re-send through a tool that changes line endings would release its
-    records twice): error item ``duplicate_file``. A name that comes back with new content (deleted and
+    A file is known by its records: a file whose records read as the same text as a file read before
+    (``file_identity``, the batch job's duplicate key: NFKC text with whitespace runs collapsed, a JSONL object's text
+    fields, line endings, a byte order mark and the final newline aside), under any name, is not read again (a
+    rename, a copy, a re-send through a tool that changes line endings or trailing spaces would release its records
+    twice): error item ``duplicate_file``. A name that comes back with new content (deleted and
     re-created, or rewritten) is read. A file read earlier that then grew (its start, as bytes or as records, is
     the content read) is not read again: error item ``file_changed_after_read`` (its first part is out already,
     and reading it again would release that part twice). A match that is not a regular file (a FIFO, socket,
@@ -875,15 +852,17 @@ class PollFiles(beam.DoFn):
     read; still changing, error item ``file_not_settled``. Main output: the files to read (``SnapshotFile``);
     output ``skipped``: error records."""
 
-    def __init__(self, pattern: str, interval: float, stop_after: float):
+    def __init__(self, pattern: str, interval: float, stop_after: float, data_format: str = "text",
+                 text_fields: Sequence[str] = ()):
         super().__init__()
         self.pattern, self.interval, self.stop_after = pattern, float(interval), float(stop_after)
+        self.data_format, self.text_fields = data_format, tuple(text_fields)
 
     def process(self, _):
         import time
 
-        # path -> its watch_state seen; path -> (watch_state, size read, sha256 of its bytes, length and
-        # records_digest of its normalised content) taken; records digest -> the first path read with it
+        # path -> its watch_state seen; path -> (watch_state, size read, sha256 of its bytes, length and sha256 of
+        # its normalised content, for growth) taken; file_identity -> the first path read with it
         self._pending, self._taken, self._contents = {}, {}, {}
         deadline = time.monotonic() + self.stop_after
         while True:
@@ -934,12 +913,13 @@ class PollFiles(beam.DoFn):
                 continue
             raw_digest = hashlib.sha256(data).hexdigest()
             text = normalised(data) if not _compressed(meta.path) else None
-            digest = hashlib.sha256(text).hexdigest() if text is not None else file_records_digest(meta.path, data)
+            text_digest = hashlib.sha256(text).hexdigest() if text is not None else None
+            digest = file_identity(meta.path, self.data_format, self.text_fields, data)
             grew = before is not None and before[2] is not None and (
                 (0 < before[1] < len(data) and hashlib.sha256(data[:before[1]]).hexdigest() == before[2])
                 or (text is not None and 0 < before[3] < len(text) and text[before[3]:before[3] + 1] == b"\n"
                     and hashlib.sha256(text[:before[3]]).hexdigest() == before[4]))  # its records, then more
-            self._taken[meta.path] = (state, len(data), raw_digest, len(text or b""), digest)
+            self._taken[meta.path] = (state, len(data), raw_digest, len(text or b""), text_digest)
             if grew:
                 yield beam.pvalue.TaggedOutput(SKIPPED, window.TimestampedValue(skipped_file(
                     meta.path, FILE_CHANGED, f"the file grew from {before[1]} to {len(data)} bytes after "
@@ -947,9 +927,7 @@ class PollFiles(beam.DoFn):
                     "whole under a new name"), found))
             elif digest in self._contents:
                 yield beam.pvalue.TaggedOutput(SKIPPED, window.TimestampedValue(skipped_file(
-                    meta.path, DUPLICATE_FILE, f"the same records (sha256 {digest[:12]} of its normalised content: "
-                    "line endings, byte order mark and final newline aside) as a file already read in this run; "
-                    "not read again (its records would be released twice)"), found))
+                    meta.path, DUPLICATE_FILE, duplicate_detail(digest)), found))
             else:
                 self._contents[digest] = meta.path
                 yield window.TimestampedValue(SnapshotFile(meta, data), found)
@@ -967,21 +945,21 @@ _FIRST_PATH_PARAM = beam.DoFn.StateParam(_FIRST_PATH)
 
 class DigestFiles(beam.DoFn):
     """The streaming runners' watch, after ``MatchContinuously``: a matched file -> ``(records digest, metadata)``
-    (``content_digest``, opened without blocking); a FIFO, socket, device or directory -> output ``skipped``,
+    (``file_identity``, opened without blocking); a FIFO, socket, device or directory -> output ``skipped``,
     error record ``not_a_regular_file`` (never opened); a symbolic link, or a path below one under ``pattern``'s
     fixed folder (``symlink_in``) -> error record ``symlink`` (never followed); a file gone since the match ->
     nothing."""
 
-    def __init__(self, pattern: str = ""):
+    def __init__(self, pattern: str = "", data_format: str = "text", text_fields: Sequence[str] = ()):
         super().__init__()
-        self.pattern = pattern
+        self.pattern, self.data_format, self.text_fields = pattern, data_format, tuple(text_fields)
 
     def process(self, meta):
         try:
             problem = symlink_in(meta.path, self.pattern)
             if problem:
                 raise WatchedSymlink(problem)
-            yield content_digest(meta.path), meta
+            yield file_identity(meta.path, self.data_format, self.text_fields), meta
         except NotRegularFile as exc:
             yield beam.pvalue.TaggedOutput(SKIPPED, skipped_file(meta.path, NOT_REGULAR, str(exc)))
         except WatchedSymlink as exc:
@@ -1002,9 +980,7 @@ class OncePerContent(beam.DoFn):
             yield meta
             return
         yield beam.pvalue.TaggedOutput(SKIPPED, skipped_file(
-            meta.path, DUPLICATE_FILE, f"the same records (sha256 {digest[:12]} of its normalised content: line "
-            "endings, byte order mark and final newline aside) as a file already read in this run; not read again "
-            "(its records would be released twice)"))
+            meta.path, DUPLICATE_FILE, duplicate_detail(digest)))
 
 
 def watch_files(pipeline, pattern: str, poll_interval: float, stop_after: Optional[float], reader_args: tuple,
@@ -1017,7 +993,7 @@ def watch_files(pipeline, pattern: str, poll_interval: float, stop_after: Option
 
     if local:
         polled = (pipeline | "Start" >> beam.Impulse()
-                  | "Watch" >> beam.ParDo(PollFiles(pattern, poll_interval, stop_after)).with_outputs(
+                  | "Watch" >> beam.ParDo(PollFiles(pattern, poll_interval, stop_after, *reader_args[:2])).with_outputs(
                       SKIPPED, main="files"))
     else:
         polled = (pipeline
@@ -1025,7 +1001,7 @@ def watch_files(pipeline, pattern: str, poll_interval: float, stop_after: Option
                       pattern, interval=float(poll_interval), has_deduplication=True, match_updated_files=True,
                       start_timestamp=Timestamp.now(), stop_timestamp=stop_timestamp(stop_after))
                   | "NotHidden" >> beam.Filter(lambda meta, glob: not hidden_match(meta.path, glob), pattern)
-                  | "Digest" >> beam.ParDo(DigestFiles(pattern)).with_output_types(
+                  | "Digest" >> beam.ParDo(DigestFiles(pattern, *reader_args[:2])).with_output_types(
                       beam.typehints.Tuple[str, beam.typehints.Any]).with_outputs(SKIPPED, main="digests"))
         once = polled.digests | "OncePerContent" >> beam.ParDo(OncePerContent()).with_output_types(
             beam.typehints.Any).with_outputs(SKIPPED, main="files")
