@@ -62,46 +62,38 @@ _PLAIN_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?"
 _NOT_A_NUMBER = re.compile(r"[+-]?(inf|infinity|nan)", re.IGNORECASE)  # left to the flags' range checks (they name them)
 
 
-def plain_float(text) -> float:
-    """The argparse type of every float flag (``--epsilon``, ``--delta``, ``--author-budget``, a mechanism's own
-    float parameters, ...): a plain ASCII decimal only (digits 0-9, '.', 'e', '+', '-'). Python's ``float()``
-    also reads ``0_5`` as 5, ``1_0`` as 10 and other scripts' digits (``\u0665`` as 5): a mistyped 0_5 would run
-    at ten times the epsilon meant (round 8, R8b-8). argparse names the flag in its one-line refusal."""
-    import argparse
+def _plain_type(kind: str, plain, convert, given_types: tuple, wanted: str, underscore: str):
+    """An argparse type named ``kind`` that reads only what ``plain(text)`` accepts (then ``convert(text)``); a
+    value of ``given_types`` (a default, or ``PipelineOptions(epsilon=0.5)`` from Python) is converted as it is.
+    Python's ``float()``/``int()`` also read ``0_5`` as 5, ``1_0`` as 10 and other scripts' digits (``\u0665`` as
+    5): a mistyped 0_5 would run at ten times the epsilon meant (round 8, R8b-8). The refusal quotes at most 60
+    ASCII-escaped characters of the value, and argparse names the flag in its one line."""
 
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        return float(text)  # a default, or PipelineOptions(epsilon=0.5) from Python
-    value = str(text).strip(" \t")
-    if _PLAIN_DECIMAL.fullmatch(value) or _NOT_A_NUMBER.fullmatch(value):
-        return float(value)
-    hint = " (an underscore is not a decimal point: write 0.5, not 0_5)" if "_" in value else ""
-    raise argparse.ArgumentTypeError(f"invalid float value: {ascii(str(text))[:60]}: give a plain decimal number, "
-                                     f"ASCII digits 0-9 with '.', 'e', '+' or '-' only{hint}")
+    def parse(text):
+        import argparse
+
+        if isinstance(text, given_types) and not isinstance(text, bool):
+            return convert(text)
+        value = str(text).strip(" \t")
+        if plain(value):
+            return convert(value)
+        raise argparse.ArgumentTypeError(f"invalid {kind} value: {ascii(str(text))[:60]}: {wanted}"
+                                         f"{underscore if '_' in value else ''}")
+
+    parse.__name__ = kind  # argparse's own messages for this type still say "float" / "int"
+    return parse
 
 
-plain_float.__name__ = "float"  # argparse's own messages for this type still say "float"
-
-
+# The argparse type of every float flag (--epsilon, --delta, --author-budget, a mechanism's own float parameters):
+# a plain ASCII decimal only (digits 0-9, '.', 'e', '+', '-'; inf/nan are left to the flags' range checks).
+plain_float = _plain_type("float", lambda value: _PLAIN_DECIMAL.fullmatch(value) or _NOT_A_NUMBER.fullmatch(value),
+                          float, (int, float), "give a plain decimal number, ASCII digits 0-9 with '.', 'e', '+' or '-' only",
+                          " (an underscore is not a decimal point: write 0.5, not 0_5)")
+# The argparse type of every integer flag (--seed, --k-threshold, --records, a mechanism's own integer parameters):
+# plain ASCII digits with an optional sign.
 _PLAIN_INTEGER = re.compile(r"[+-]?[0-9]+")
-
-
-def plain_int(text) -> int:
-    """The argparse type of every integer flag (``--seed``, ``--k-threshold``, ``--records``, a mechanism's own
-    integer parameters, ...): plain ASCII digits with an optional sign. Python's ``int()`` also reads ``1_0`` as 10
-    and other scripts' digits; like ``plain_float`` (round 8, R8b-8). argparse names the flag in its refusal."""
-    import argparse
-
-    if isinstance(text, int) and not isinstance(text, bool):
-        return text  # a default, or PipelineOptions(seed=3) from Python
-    value = str(text).strip(" \t")
-    if _PLAIN_INTEGER.fullmatch(value):
-        return int(value)
-    hint = " (an underscore is no digit separator here: write 10, not 1_0)" if "_" in value else ""
-    raise argparse.ArgumentTypeError(f"invalid int value: {ascii(str(text))[:60]}: give a whole number in ASCII "
-                                     f"digits 0-9{hint}")
-
-
-plain_int.__name__ = "int"  # argparse's own messages for this type still say "int"
+plain_int = _plain_type("int", _PLAIN_INTEGER.fullmatch, int, (int,), "give a whole number in ASCII digits 0-9",
+                        " (an underscore is no digit separator here: write 10, not 1_0)")
 
 
 def plain_floats(flag: str, text: str) -> list:

@@ -115,12 +115,12 @@ def settle_streaming_run(ledger: Ledger, run: dict) -> str:
 def running_holder(output: str) -> Optional[str]:
     """Why the run writing at ``output`` may still be running (its output lock exists and its holder is not provably
     gone), else None. Local outputs only (a gs:// run's lock cannot be asked for its process)."""
-    from textdp.outputs import LOCK_SUFFIX, _lock_holder, is_remote
+    from textdp.outputs import LOCK_SUFFIX, is_remote, lock_holder
 
     lock = output + LOCK_SUFFIX
     if is_remote(output) or not os.path.lexists(lock):
         return None
-    verdict = _lock_holder(lock)[0]
+    verdict = lock_holder(lock)[0]
     if verdict == "stale":
         return None
     return (f"its output lock {lock} is held by a live process" if verdict == "alive" else

@@ -38,7 +38,7 @@ from pipelines.jobs import Plan, is_dry_run, run_job
 from pipelines.ledger import LedgerRun, release_path, report_line
 from textdp.artifact import gcs
 from textdp.errors import TextdpError
-from textdp.outputs import RUN_RECORD_SUFFIX, OutputGuard, missing_fields, public_summary_output, read_attached, shown
+from textdp.outputs import OutputGuard, missing_fields, refuse_public_of_another_release, shown
 from textdp.privacy.statements import run_warnings
 from textdp.privacy.summary import FAILED_PREFIX
 from transforms.amplifier import Amplify, SplitAuthorless
@@ -175,7 +175,9 @@ def _check_outputs(options: PipelineOptions, paths: dict, data_format: str, inpu
             except Exception:
                 return False
 
-        _refuse_foreign_public_summary(opts.public_summary, out.output, out.overwrite)
+        if out.overwrite and "://" not in opts.public_summary and os.path.isfile(opts.public_summary):
+            refuse_public_of_another_release(opts.public_summary, [opts.public_summary], out.output,
+                                             lambda described: (described.split(f"-{FIVE_DIGITS}", 1)[0], ""))
         guard.file("--public-summary", "the public summary", opts.public_summary, lock=True,
                    replaceable=_is_public_summary, replaceable_what='an earlier public summary ("publishable": true)',
                    attach_to="--output")  # the run record lists it: the next --overwrite replaces it (round 7 F8)
@@ -185,24 +187,6 @@ def _check_outputs(options: PipelineOptions, paths: dict, data_format: str, inpu
                       (f"{diagnostics}-*-of-*.jsonl",))
     guard.check()
     return guard
-
-
-def _refuse_foreign_public_summary(path: str, output: str, overwrite: bool) -> None:
-    """--overwrite onto a public summary that describes another release (its ``output`` names another --output
-    prefix): refused in one line, so that release keeps its public summary (round 7 F9)."""
-    if not overwrite or "://" in path or not os.path.isfile(path):
-        return
-    described = public_summary_output(path)  # None: not a public summary (the guard's own check refuses it)
-    if described is None:
-        return
-    prefix = described.split(f"-{FIVE_DIGITS}", 1)[0]
-    if prefix == output or os.path.realpath(prefix) == os.path.realpath(output):
-        return
-    if "://" not in output and os.path.realpath(path) in read_attached(os.path.realpath(output) + RUN_RECORD_SUFFIX):
-        return  # this release's run record lists it (an --output given relative to another directory)
-    raise TextdpError(f"--public-summary {path} is the public summary of another release (its output is {prefix}, not "
-                      f"--output {output}); --overwrite replaces only this release's public summary: choose another "
-                      "--public-summary")
 
 
 def _refuse_empty_inputs(inputs: List[str], data_format: str) -> None:

@@ -329,8 +329,10 @@ def refuse_public_of_another_release(public: str, paths: Iterable[str], output: 
     without, so that release keeps its publishable document. ``paths``: the public summary files at that place;
     ``release_of(described output) -> (its --output prefix, the name of one file of that release that the
     release's run record lists)``: the same release given by another relative path is recognised by this
-    --output's run record listing that file."""
-    own = None
+    --output's run record listing that file, or (the batch job's single public summary) attaching its path
+    (``read_attached``). The batch and streaming jobs both ask this rule (the batch job with --overwrite: without it
+    the guard refuses any existing file)."""
+    own = attached = None
     for path in sorted(paths):
         described = public_summary_output(path)
         if described is None or is_remote(path):
@@ -339,8 +341,11 @@ def refuse_public_of_another_release(public: str, paths: Iterable[str], output: 
         if prefix == output or (not is_remote(output) and os.path.realpath(prefix) == os.path.realpath(output)):
             continue
         if own is None:
-            own = set(read_record(real_path(output) + RUN_RECORD_SUFFIX) or ()) if not is_remote(output) else set()
-        if os.path.basename(prefix) == os.path.basename(output) and member in own:
+            record = real_path(output) + RUN_RECORD_SUFFIX
+            own = set(read_record(record) or ()) if not is_remote(output) else set()
+            attached = set(read_attached(record)) if not is_remote(output) else set()
+        if (member and os.path.basename(prefix) == os.path.basename(output) and member in own) \
+                or os.path.realpath(path) in attached:
             continue  # this release, its --output once given relative to another directory
         raise TextdpError(f"--public-summary {shown(public)}: {shown(path)} is the public summary of another release "
                           f"(its output is {shown(prefix)}, not --output {shown(output)}); a run never replaces another "
@@ -658,7 +663,7 @@ class OutputGuard:
         found = []  # (what, folder, directory, files in it, an example)
         for directory in sorted(wanted):
             lock = os.path.join(directory, DIRECTORY_LOCK)
-            if unlocked and os.path.lexists(lock) and _lock_holder(lock)[0] != "stale":
+            if unlocked and os.path.lexists(lock) and lock_holder(lock)[0] != "stale":
                 continue
             for folder in sorted(glob.glob(glob.escape(directory) + "/" + EARLIER_FOLDER_PREFIX + "*")):
                 if not os.path.isdir(folder) or os.path.islink(folder):
@@ -813,7 +818,7 @@ class OutputGuard:
         except FileExistsError:
             if not os.path.isdir(directory):
                 raise TextdpError(f"{target} cannot be written: {directory} is a file, not a directory") from None
-            verdict, holder, stale = _lock_holder(lock)
+            verdict, holder, stale = lock_holder(lock)
             if verdict == "foreign":  # poetry.lock, Cargo.lock...: the user's file, never quoted nor removed
                 flag = re.search(r"--[\w-]+", target)
                 raise TextdpError(f"a file that is not textdp's lock is at {lock}: choose another "
@@ -1030,7 +1035,7 @@ def _lock_content(job: str) -> bytes:
             ).encode("utf-8")
 
 
-def _lock_holder(lock: str) -> Tuple[str, str, Optional[Tuple[int, int, bytes]]]:
+def lock_holder(lock: str) -> Tuple[str, str, Optional[Tuple[int, int, bytes]]]:
     """(verdict, holder line, stale) of an existing lock file. verdict: "foreign" (not textdp's lock format:
     the holder is never quoted), "alive" (its process runs), "stale" (provably dead: this host, this boot,
     this PID namespace, and the pid is gone or is another process: stale is (st_dev, st_ino, content)), or
