@@ -323,7 +323,7 @@ DEFAULT_POLL_SECONDS = 10.0
 
 class StreamingOptions(PipelineOptions):
     """``textdp privatize --streaming`` (Beam's own --streaming flag): the unbounded sources and the windows
-    (docs/streaming.md; pipelines/streaming.py). Ignored without --streaming, which refuses them."""
+    (docs/streaming.md; pipelines/streaming.py). A batch run refuses them (``given_without_streaming``)."""
 
     @classmethod
     def _add_argparse_args(cls, parser):
@@ -354,6 +354,25 @@ class StreamingOptions(PipelineOptions):
             help="with --streaming and --input: stop watching for new files SECONDS after the start; the open "
                  "windows are then closed and written and the job ends (tests, bounded backfills). Default: watch "
                  "until the job is drained or cancelled")
+
+    def given_without_streaming(self) -> None:
+        """A batch run (no --streaming) given any of these flags with a value other than its default is refused in
+        one line naming the flag (round 10, R10-6): an operator who forgot --streaming, or whose wrapper dropped it,
+        would otherwise believe the Pub/Sub stream or the windows they configured were privatized."""
+        from textdp.errors import TextdpError
+
+        for action in StreamingOptions._flag_actions():
+            if getattr(self, action.dest) != action.default:
+                raise TextdpError(f"{action.option_strings[0]} applies to --streaming runs only: add --streaming, or "
+                                  "drop the flag for a batch run")
+
+    @staticmethod
+    def _flag_actions():
+        import argparse
+
+        parser = argparse.ArgumentParser(add_help=False)
+        StreamingOptions._add_argparse_args(parser)
+        return parser._actions
 
 
 class OovOptions(PipelineOptions):

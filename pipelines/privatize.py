@@ -32,6 +32,7 @@ from pipelines.flags import (
     OutputOptions,
     PrivatizeOptions,
     SeedOptions,
+    StreamingOptions,
     WorkerResourceOptions,
 )
 from pipelines.jobs import Plan, is_dry_run, run_job
@@ -397,6 +398,7 @@ def prepare(options: PipelineOptions) -> Plan:
 
     if streaming.is_streaming(options):  # --streaming: windows over unbounded sources (pipelines/streaming.py)
         return streaming.prepare(options)
+    options.view_as(StreamingOptions).given_without_streaming()
     checked = check(options)
     opts = options.view_as(PrivatizeOptions)
     output = options.view_as(OutputOptions).output

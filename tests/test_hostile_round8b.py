@@ -4,6 +4,7 @@ is mocked. No test here is randomized (every check is deterministic), so none ha
 
 import gzip
 import os
+import zlib
 
 import pytest
 
@@ -247,3 +248,46 @@ def test_an_unk_token_with_a_policy_that_never_uses_it_is_refused(policy, tmp_pa
                              unk_token="<unk>").privatize(["the said"], seed=1)
     marked = textdp.Privatizer(epsilon=1e6, artifact=tiny_artifact_dir, oov_policy="unk", unk_token="[REDACTED]")
     assert marked.privatize(["the zyzzyvaqq said"], seed=1) == ["the [REDACTED] said"]
+
+
+# --- R10-6: streaming flags in a batch run ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag", ["--input-subscription=projects/x/subscriptions/y", "--window-size=10",
+                                  "--allowed-lateness=-5", "--poll-interval=0", "--streaming-stop-after=3"])
+def test_r10_6_a_streaming_flag_in_a_batch_run_is_refused(flag, tmp_path, tiny_artifact_dir, capsys):
+    """`--input-subscription`, `--window-size`, ... without --streaming were accepted and ignored: the operator
+    believed the stream or the windows they configured were privatized. Now one line naming the flag, exit 2, before
+    the run, nothing written; the batch run without them still runs."""
+    source = tmp_path / "in.txt"
+    source.write_bytes(BASE)
+    assert _privatize(tmp_path, tiny_artifact_dir, f"--input={source}", flag) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and flag.split("=")[0] in err[0] and "--streaming runs only" in err[0], err
+    assert not os.path.exists(f"{tmp_path}/o")
+    assert _privatize(tmp_path, tiny_artifact_dir, f"--input={source}") == 0
+
+
+# --- R10-4: a gzip file padded with zero bytes ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("padding", [1, 512, 70_000])
+def test_r10_4_a_gzip_file_padded_with_zero_bytes_is_read_whole(padding, tmp_path, tiny_artifact_dir, capsys):
+    """Zero padding after the gzip trailer (tape/dd conv=sync, block-padding uploaders; gzip -t and Python's gzip
+    accept it) was reported as damaged data: an extra unreadable_file record, exit 1 or NOT RECONCILED. Now read as
+    the end of the file: every record in, none failed, exit 0 (padding beyond one 64 KiB read chunk included).
+    Real trailing garbage is still reported (test_compressed's truncation tests)."""
+    padded = tmp_path / "pad.txt.gz"
+    padded.write_bytes(gzip.compress(BASE) + b"\0" * padding)
+    assert _privatize(tmp_path, tiny_artifact_dir, f"--input={padded}") == 0
+    out = capsys.readouterr().out
+    assert f"{len(REVIEWS)} in, {len(REVIEWS)} out, 0 failed" in out, out
+    two = tmp_path / "two.txt.gz"  # zeros between two members: both members read
+    two.write_bytes(gzip.compress(BASE) + b"\0" * padding + gzip.compress(BASE))
+    from transforms.compressed import open_decompressed
+    with open(two, "rb") as raw:
+        assert open_decompressed(raw, str(two)).read() == BASE + BASE
+    junk = tmp_path / "junk.txt.gz"
+    junk.write_bytes(gzip.compress(BASE) + b"\0" * padding + b"JUNK")
+    with open(junk, "rb") as raw, pytest.raises(zlib.error):
+        open_decompressed(raw, str(junk)).read()

@@ -45,13 +45,15 @@ class DecompressingReader(io.RawIOBase):
     """Raw stream of the decompressed bytes of ``raw``; raises ``TruncatedStream`` at an early end.
 
     A new decompressor starts on bytes left over after an end marker (concatenated streams), and the
-    stream ends cleanly only where the file ends right after an end marker (or is empty).
+    stream ends cleanly only where the file ends right after an end marker (or is empty); for gzip, zero bytes
+    after a member are skipped as padding (block-oriented writers pad so; gzip(1) and Python's gzip ignore them).
     """
 
     def __init__(self, raw, compression_type: str):
         super().__init__()
         self._raw = raw
         self._new_decompressor = _decompressor_factory(compression_type)
+        self._gzip = compression_type == CompressionTypes.GZIP
         self._decompressor = self._new_decompressor()
         self._stream_started = False  # bytes of the current stream were fed to the decompressor
         self._pending = memoryview(b"")
@@ -75,6 +77,13 @@ class DecompressingReader(io.RawIOBase):
             self._decompressor = self._new_decompressor()
             self._stream_started = False
             chunk = leftover or self._raw.read(READ_CHUNK_BYTES)
+            if self._gzip:  # zero bytes after a gzip member are padding, as gzip(1) and Python's gzip read them (R10-4)
+                chunk = chunk.lstrip(b"\0")
+                while not chunk:
+                    chunk = self._raw.read(READ_CHUNK_BYTES)
+                    if not chunk:
+                        return False
+                    chunk = chunk.lstrip(b"\0")
         else:
             chunk = self._raw.read(READ_CHUNK_BYTES)
         if not chunk:
