@@ -162,9 +162,15 @@ def inversion_rates(section: Optional[dict], epsilon: float) -> Optional[dict]:
     for eps, entry in ((section or {}).get("per_epsilon") or {}).items():
         if float(eps) == float(epsilon):
             o = entry["overall"]
-            return {"top1": o["top1"]["rate"], "top10": o["top10"]["rate"], "released": o["released"]["rate"],
-                    "in_prior": (o.get("in_prior") or {}).get("rate"),
-                    "tokens": entry.get("tokens"), "posterior": section.get("posterior")}
+            rates = {"top1": o["top1"]["rate"], "top10": o["top10"]["rate"], "released": o["released"]["rate"],
+                     "in_prior": (o.get("in_prior") or {}).get("rate"),
+                     "tokens": entry.get("tokens"), "posterior": section.get("posterior")}
+            same = next((v for k, v in (section.get("same_releases_context_free") or {}).items()
+                         if float(k) == float(epsilon)), None)
+            if same:  # a contextual section: the context-free attacker's rates on the very same releases
+                rates["same_releases_context_free"] = {"top1": same["top1"]["rate"], "top10": same["top10"]["rate"],
+                                                       "tokens": same["tokens"]}
+            return rates
     return None
 
 

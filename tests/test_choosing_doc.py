@@ -42,6 +42,24 @@ def test_the_decision_table_follows_the_numbers():
     assert frontier_report.choosing_doc(changed) != _doc()
 
 
+def test_the_contextual_column_shows_the_context_free_rates_on_the_same_tokens():
+    """The contextual attacker attacks other tokens than the context-free check (docs/evaluation.md): where the
+    audit measured the context-free attacker on the very releases the contextual one saw, the table prints those
+    rates beside the contextual ones, so the two attackers are compared on the same tokens."""
+    from benchmarks.frontier import inversion_rates
+
+    section = {"posterior": "x", "per_epsilon": {"10": {"tokens": 50, "overall": {
+        "top1": {"rate": 0.4}, "top10": {"rate": 0.6}, "released": {"rate": 0.3}}}},
+        "same_releases_context_free": {"10": {"tokens": 50, "top1": {"rate": 0.456}, "top10": {"rate": 0.789}}}}
+    rates = inversion_rates(section, 10.0)
+    assert rates["same_releases_context_free"] == {"top1": 0.456, "top10": 0.789, "tokens": 50}
+    payload = copy.deepcopy(_payload())
+    payload["points"][0]["contextual_inversion"] = rates
+    row = "\n".join(frontier_report.decision_table(payload))
+    assert "0.400 / 0.600 (context-free on the same tokens: 0.456 / 0.789)" in row
+    assert inversion_rates(section, 5.0) is None
+
+
 def test_every_registered_mechanism_is_measured_at_three_epsilons_or_more():
     payload = _payload()
     assert payload["complete"]

@@ -26,7 +26,11 @@ def _acc(setting: dict) -> str:
 
 
 def _inv(rates: Optional[dict]) -> str:
-    return NOT_MEASURED if rates is None else f"{rates['top1']:.3f} / {rates['top10']:.3f}"
+    if rates is None:
+        return NOT_MEASURED
+    same = rates.get("same_releases_context_free")  # the context-free attacker on the very tokens the contextual one saw
+    paired = f" (context-free on the same tokens: {same['top1']:.3f} / {same['top10']:.3f})" if same else ""
+    return f"{rates['top1']:.3f} / {rates['top10']:.3f}{paired}"
 
 
 def linkage_size(payload: dict) -> Optional[str]:
