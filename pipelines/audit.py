@@ -65,7 +65,15 @@ from transforms.audit_outputs import (
     self_check_schema,
 )
 from transforms.audit_stages import Attacks, SelfCheckStage
-from transforms.io import infer_format, matched_paths, read_text_file, record_line_digests, refuse_skipped_matches, refuse_wide_text
+from transforms.io import (
+    OVERLAP_SHARE,
+    infer_format,
+    matched_paths,
+    read_text_file,
+    record_line_digests,
+    refuse_skipped_matches,
+    refuse_wide_text,
+)
 
 OUTPUT_FILES = (f"{SELF_CHECK_TABLE}.parquet", f"{INVERSION_TABLE}.parquet", f"{LINKAGE_TABLE}.parquet", SUMMARY_FILE,
                 "report.html", "self_check.png", "inversion.png", "linkage.png", CONFORMANCE_FILE)
@@ -430,17 +438,15 @@ def refuse_shared_prior(corpus: str, prior_corpus: str, text_fields: Optional[tu
         raise TextdpError(f"--prior-corpus and --corpus both read {shown(name)}: the attackers would be trained on the records "
                           "they attack, which overstates what they recover; give --prior-corpus public text disjoint "
                           "from --corpus, or leave it out (the records of --corpus that are not attacked are used)")
-    # a copy, a gzip of it, another download holding the same records (R9b-5): compared by records as read
+    # a copy, a gzip of it, another download, an upper-cased or "> "-quoted copy holding the same records (R9b-5,
+    # R10b-2): compared by the words of each record as the tokenizer looks them up (transforms.io._record_keys)
     attacked_lines = record_line_digests(matched_paths(corpus), text_fields=text_fields)
     shared_lines = attacked_lines & record_line_digests(matched_paths(prior_corpus), text_fields=text_fields)
-    if len(shared_lines) >= 2 and len(shared_lines) > PRIOR_OVERLAP_SHARE * len(attacked_lines):
+    if len(shared_lines) >= 2 and len(shared_lines) > OVERLAP_SHARE * len(attacked_lines):
         raise TextdpError(f"--prior-corpus holds {len(shared_lines):,} of the {len(attacked_lines):,} distinct records "
                           "of --corpus (a copy or another download of it?): the attackers would be trained on the records "
                           "they attack, which overstates what they recover; give --prior-corpus public text disjoint from "
                           "--corpus, or leave it out")
-
-
-PRIOR_OVERLAP_SHARE = 0.5  # more than half of --corpus's distinct records found in --prior-corpus: a copy, not chance
 
 
 def output_guard(options: PipelineOptions) -> OutputGuard:

@@ -50,9 +50,11 @@ from transforms.io import (
     WriteErrors,
     WriteRecords,
     first_record_fields,
+    holds_no_record,
     infer_format,
     matched_paths,
     parquet_schema,
+    refuse_duplicate_content,
     refuse_skipped_matches,
     refuse_wide_text,
 )
@@ -125,8 +127,10 @@ def check(options: PipelineOptions) -> Checked:
     refuse_skipped_matches("--input", opts.input)  # a dangling or looping symlink: never skipped silently (F13)
     paths = output_paths(out.output, data_format)
     guard = _check_outputs(options, paths, data_format, inputs)  # before any input is opened: refuses unreadable ones
-    _refuse_empty_inputs(inputs, data_format)  # round 7 F2
-    format_warnings = refuse_wide_text("--input", inputs, data_format, text_fields)  # and JSONL/text against the first lines
+    read = refuse_duplicate_content("--input", inputs, data_format, text_fields)  # what it read, for the next check
+    _refuse_empty_inputs(inputs, data_format, text_fields, read)  # round 7 F2, R10-7
+    format_warnings = refuse_wide_text("--input", inputs, data_format, text_fields,  # and JSONL/text against the first lines
+                                       duplicates_checked=True)
     schema = parquet_schema(opts.input, text_fields) if data_format == "parquet" else None  # refuses mismatches
     _check_fields(amplifier, data_format, schema, inputs, text_fields)
     warnings = list(format_warnings)
@@ -190,10 +194,15 @@ def _check_outputs(options: PipelineOptions, paths: dict, data_format: str, inpu
     return guard
 
 
-def _refuse_empty_inputs(inputs: List[str], data_format: str) -> None:
-    """Every matched file holds no record at all (0 bytes, an empty .gz, a 0-row Parquet file): refused before
-    the run (round 7 F2; typically an upstream export that failed). Files whose emptiness cannot be known cheaply
-    (remote, other compressions) let the run go on: a run that read no record then exits 1."""
+def _refuse_empty_inputs(inputs: List[str], data_format: str, text_fields=(), read=None) -> None:
+    """Every matched file holds no record at all (0 bytes, an empty .gz, a 0-row Parquet file; R10-7: only blank
+    lines, JSONL objects or Parquet rows whose text fields are all blank, which the reader fails as empty): refused
+    before the run (round 7 F2; typically an upstream export that failed). ``read``: what the duplicate check read
+    (``refuse_duplicate_content``'s answer), so a file is not read twice; others are read up to their first record
+    (``transforms.io.holds_no_record``). Remote or unreadable files let the run go on: a run that read no record then
+    exits 1."""
+    read = read or {}
+    blank = None
     for path in inputs:
         if "://" in path:
             return
@@ -201,19 +210,18 @@ def _refuse_empty_inputs(inputs: List[str], data_format: str) -> None:
             if data_format == "parquet":
                 import pyarrow.parquet as pq
 
-                if pq.ParquetFile(path).metadata.num_rows > 0:
-                    return
-            elif path.lower().endswith(".gz"):
-                import gzip
-
-                with gzip.open(path, "rb") as handle:
-                    if handle.read(1):
-                        return
-            elif path.lower().endswith((".bz2", ".zst", ".xz", ".deflate", ".lzma")) or os.path.getsize(path) > 0:
-                return
+                rows = pq.ParquetFile(path).metadata.num_rows
+            else:
+                rows = None
         except Exception:  # unreadable or corrupt: the run's own checks and error records say so
             return
-    raise TextdpError(f"--input matches {len(inputs)} file(s) and none holds a record (e.g. {shown(inputs[0])} is empty); "
+        if rows == 0 or (rows is None and os.path.isfile(path) and os.path.getsize(path) == 0):
+            continue
+        if not holds_no_record(path, data_format, text_fields, read.get(path)):
+            return
+        blank = blank or path
+    how = f"{shown(blank)} holds only blank lines or blank text fields" if blank else f"{shown(inputs[0])} is empty"
+    raise TextdpError(f"--input matches {len(inputs)} file(s) and none holds a record (e.g. {how}); "
                       "nothing would be released (with --overwrite, an empty release would replace the earlier one): "
                       "check the input")
 

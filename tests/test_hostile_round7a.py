@@ -82,14 +82,20 @@ def test_f2_an_input_with_no_record_is_refused_before_the_run(tmp_path, tiny_art
 
 
 def test_f2_a_run_that_read_no_record_exits_1_and_puts_the_earlier_release_back(tmp_path, tiny_artifact_dir, capsys):
-    """An empty .bz2 (whose emptiness the launcher does not decompress to learn): the run reads no record, exits 1
-    and --overwrite puts the earlier release back."""
+    """An empty .bz2 is now seen empty by the launcher (R10-7: it reads each local file up to its first record):
+    refused before the run, the earlier release untouched. An input whose every record fails (each line longer than
+    --max-record-bytes): the run privatizes no record, exits 1 and --overwrite puts the earlier release back."""
     _, output, before = _earlier_release(tmp_path, tiny_artifact_dir)
     (tmp_path / "empty.txt.bz2").write_bytes(bz2.compress(b""))
     capsys.readouterr()
-    assert _run(tiny_artifact_dir, f"--input={tmp_path}/empty.txt.bz2", f"--output={output}", "--overwrite") == 1
+    assert _run(tiny_artifact_dir, f"--input={tmp_path}/empty.txt.bz2", f"--output={output}", "--overwrite") == 2
+    assert "none holds a record" in capsys.readouterr().err
+    assert _snapshot(f"{tmp_path}/o") == before
+    (tmp_path / "failing.txt").write_bytes(b"the president said\nour police were here\n")
+    assert _run(tiny_artifact_dir, f"--input={tmp_path}/failing.txt", f"--output={output}", "--overwrite",
+                "--max-record-bytes=8") == 1
     err = capsys.readouterr().err
-    assert "no record was read" in err and "put back" in err
+    assert "no record was privatized" in err and "put back" in err, err
     assert {k: v for k, v in _snapshot(f"{tmp_path}/o").items() if not k.startswith(".textdp-failed-")} == before
 
 

@@ -68,11 +68,12 @@ def test_r8_4_a_part_next_to_its_merge_is_refused_also_by_audit(tmp_path, tiny_a
 
 
 def test_r8_4_shared_single_lines_and_distinct_files_pass(tmp_path):
-    """Two reviews "Great movie!" in two files are legitimate: a file is refused only when all its non-blank lines, at
-    least 2 distinct ones, occur in another file. A one-line file inside another, a file sharing all but one line, and
-    a file whose 2 lines are the same line are kept; JSONL is read the same way."""
-    files = {"x.txt": b"Great movie!\nLoved the cast.\n", "y.txt": b"Great movie!\nToo long.\n",
-             "one.txt": b"Too long.\n", "z.txt": b"Great movie!\nLoved the cast!\nToo long!\n",
+    """Two reviews "Great movie!" in two files are legitimate: a file is refused only when more than half of its
+    distinct records, at least 2, occur in one other file (R10-5). A one-line file inside another, a file sharing
+    exactly half of its records with another, and a file whose 2 lines are the same line are kept; JSONL is read the
+    same way."""
+    files = {"x.txt": b"Great movie!\nLoved the cast.\n", "y.txt": b"Great movie!\nToo long.\nBad sound.\n",
+             "one.txt": b"Too long.\n", "z.txt": b"Great movie!\nLoved the actors!\nToo short!\n",
              "same.txt": b"Loved the cast.\n\nLoved the cast.\r\n"}
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)

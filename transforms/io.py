@@ -750,17 +750,20 @@ _WIDE_MARKS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),
                (b"\xfe\xff", "UTF-16"))
 
 
-def refuse_wide_text(flag: str, paths: Sequence[str], data_format: str, text_fields: Optional[Sequence[str]] = None) -> None:
+def refuse_wide_text(flag: str, paths: Sequence[str], data_format: str, text_fields: Optional[Sequence[str]] = None,
+                     duplicates_checked: bool = False) -> None:
     """Text and JSONL inputs are UTF-8: a local file whose (decompressed) start is a UTF-16/32 byte-order
     mark, or whose first 4 KiB (decompressed) are more than 10% NUL bytes (UTF-16 without a mark), is refused before the
     run; so is a tar archive, compressed or not (``ustar`` at offset 257 of the decompressed stream), and a ZIP, 7-Zip
     or RAR archive (its first bytes: they were refused as "UTF-16" before, a misleading reason). Read as UTF-8
     such a file is mostly valid: one letter per "word", its NULs kept as layout, which would release every word's
-    length. Only the first bytes are read, never quoted (TextdpError)."""
+    length. Only the first bytes are read, never quoted (TextdpError). First ``refuse_duplicate_content``, unless
+    the caller ran it (``duplicates_checked``)."""
     from textdp.errors import TextdpError
     from textdp.outputs import shown
 
-    refuse_duplicate_content(flag, paths, data_format, text_fields)
+    if not duplicates_checked:
+        refuse_duplicate_content(flag, paths, data_format, text_fields)
     if data_format == "parquet":
         return []
     for path in paths:
@@ -812,18 +815,14 @@ def _unnamed_compressed_tar(path: str, head: bytes) -> bool:
     return False
 
 
-DUPLICATE_SAMPLE_BYTES = 1 << 16  # records (as read) hashed from each file's start to pick the pairs compared whole
-RECORD_CHECK_MAX_BYTES = 256 << 20  # decompressed bytes of local text/JSONL input read whole for the containment check
+DUPLICATE_SAMPLE_BYTES = 1 << 16  # record keys hashed from each file's start to pick the pairs compared whole
+RECORD_CHECK_MAX_BYTES = 256 << 20  # decompressed bytes (Parquet: text-field bytes) read whole for the overlap check
+OVERLAP_SHARE = 0.5  # more than this share of one file's distinct records (and at least 2) in another: a copy or a
+#                      version of it, not chance (the duplicate-input check and audit's --prior-corpus check)
+_OVERLAP_HOLDERS = 32  # a record held by more files is counted against its first 32 holders only (the cost bound)
 _EMPTY_DIGEST = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"  # SHA-256 of no bytes
 _LINE_PIECE_BYTES = 1 << 20
-
-
-def _content_digest(path: str, start: int = 0, limit: Optional[int] = None) -> str:
-    """SHA-256 (hex) of a local file's decompressed content from ``start`` (uncompressed files: a seek), at most
-    ``limit`` bytes of it; the whole content when ``limit`` is None."""
-    with open(path, "rb") as raw:
-        raw.seek(start)
-        return stream_digest(open_decompressed(raw, path), limit)
+_KEY_BATCH_BYTES = 1 << 20  # record text keyed per word_sequences call
 
 
 def stream_digest(handle, limit: Optional[int] = None) -> str:
@@ -841,32 +840,19 @@ def stream_digest(handle, limit: Optional[int] = None) -> str:
     return digest.hexdigest()
 
 
-def _same_content(a: str, b: str) -> bool:
-    """Whether two local files whose decompressed first DUPLICATE_SAMPLE_BYTES agree have the same bytes: two
-    uncompressed files compare their sizes and last DUPLICATE_SAMPLE_BYTES first, then (as any other pair) a
-    SHA-256 of the whole decompressed content (Parquet inputs, whose records are not lines)."""
-    if not _compression_name(a) and not _compression_name(b):
-        size = os.path.getsize(a)
-        if size != os.path.getsize(b):
-            return False
-        tail = max(0, size - DUPLICATE_SAMPLE_BYTES)
-        if _content_digest(a, tail) != _content_digest(b, tail):
-            return False
-    return _content_digest(a) == _content_digest(b)
-
-
-def record_line_digests(paths: Sequence[str], budget: int = None, text_fields: Optional[Sequence[str]] = None) -> set:
-    """8-byte digests of the distinct records of local text/JSONL files, compared as textdp privatizes them
-    (``_Records``: text lines, or with ``text_fields`` the JSONL objects' text fields, NFKC with whitespace runs
-    collapsed), up to ``budget`` decompressed bytes in all (default RECORD_CHECK_MAX_BYTES); gs:// and unreadable
-    files are left out."""
+def record_line_digests(paths: Sequence[str], budget: int = None, text_fields: Optional[Sequence[str]] = None,
+                        data_format: Optional[str] = None) -> set:
+    """8-byte digests of the distinct records of local files, compared as textdp privatizes them (``_Records``: the
+    words of a text line, or of a JSONL object's / Parquet row's ``text_fields``, as the tokenizer looks them up), up
+    to ``budget`` decompressed bytes in all (default RECORD_CHECK_MAX_BYTES); gs:// and unreadable files are left
+    out."""
     found: set = set()
     budget = RECORD_CHECK_MAX_BYTES if budget is None else budget
     for path in sorted(p for p in paths if "://" not in p and os.path.isfile(p)):
         if budget <= 0:
             break
         try:
-            read = _Records(path, lines=True, text_fields=text_fields)
+            read = _Records(path, lines=True, text_fields=text_fields, data_format=data_format)
         except Exception:
             continue
         budget -= read.size
@@ -874,80 +860,154 @@ def record_line_digests(paths: Sequence[str], budget: int = None, text_fields: O
     return found
 
 
-def _normal_text(text: str) -> str:
-    """Text as textdp privatizes it, for comparing records: NFKC (canonical and compatibility forms are one word),
-    whitespace runs collapsed to one space and stripped (the tokenizer keeps whitespace as layout, not as words)."""
-    import unicodedata
+def _record_keys(records: list) -> List[bytes]:
+    """What each record releases, for the duplicate checks (R9-3, R10-3): a record is ``("l", text)`` (a text line,
+    or a JSONL line that does not parse), ``("o", [texts])`` (a JSONL object's / Parquet row's text fields),
+    ``("b", line)`` (a line that is not UTF-8: its bytes) or ``("x", None)`` (a row the reader fails: no key, b"").
+    Texts are keyed by their word sequence as the tokenizer looks words up (``textdp.text.tokenize.word_sequences``:
+    case folded, ’ read as ', NFKC; punctuation, whitespace and layout dropped), all texts of the batch at once."""
+    from textdp.text.tokenize import word_sequences
 
-    return " ".join(unicodedata.normalize("NFKC", text).split())
+    texts = [text for kind, value in records if kind in "lo" for text in ((value,) if kind == "l" else value)]
+    sequences = iter(word_sequences(texts))
+    keys = []
+    for kind, value in records:
+        if kind == "l":
+            keys.append(b"l" + next(sequences).encode("utf-8", "surrogatepass"))
+        elif kind == "o":
+            words = [next(sequences) for _ in value]
+            keys.append(b"o" + json.dumps(words, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        else:
+            keys.append(b"b" + value if kind == "b" else b"")
+    return keys
 
 
-def _privatized_key(line: bytes, text_fields: Optional[Sequence[str]] = None) -> bytes:
-    """What one non-blank line releases, for the duplicate checks (R9-3): a text line's normalised text
-    (``_normal_text``); with ``text_fields`` (JSONL) a parsed object's text fields, each normalised (other fields,
-    key order and number spellings aside); a JSONL line that does not parse or lacks a text field: its normalised
-    line; a line that is not UTF-8: its bytes. Empty when nothing is released (a blank normalised text)."""
+def _line_record(line: bytes, text_fields: Optional[Sequence[str]]):
+    """One line as a record for ``_record_keys``; None when the reader finds it empty (blank text, or every text field
+    of a JSONL object blank: ``ReadFileRecords``' EMPTY)."""
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError:
-        return b"b" + line
+        return ("b", line)
+    if not text.strip():
+        return None
     if text_fields:
         payload, problem = parse_json_line(text)
         if problem is None and isinstance(payload, dict) and all(isinstance(payload.get(f), str) for f in text_fields):
-            values = [_normal_text(payload[f]) for f in text_fields]
-            if not any(values):
-                return b""
-            return b"o" + json.dumps(values, ensure_ascii=False).encode("utf-8", "surrogatepass")
-    normal = _normal_text(text)
-    return b"l" + normal.encode("utf-8", "surrogatepass") if normal else b""
+            values = [payload[f] for f in text_fields]
+            return ("o", values) if any(v.strip() for v in values) else None
+    return ("l", text)
 
 
 class _Records:
-    """One local text/JSONL file read as the reader reads it (non-blank lines, LF or CRLF, a first line's UTF-8
-    byte-order mark dropped), each line compared by what textdp privatizes of it (``_privatized_key``: NFKC text with
-    whitespace runs collapsed; with ``text_fields``, a JSONL object's text fields). ``digest``: SHA-256 of those keys
-    (each + LF), the whole file or the first ``limit`` bytes of that stream; ``lines``: an 8-byte BLAKE2b digest per
-    distinct key when asked; ``size``: the decompressed bytes read; ``head_digest``: the digest of the first
-    DUPLICATE_SAMPLE_BYTES of that stream, what ``_Records(path, DUPLICATE_SAMPLE_BYTES).digest`` gives (a file read
-    whole is not read again for it)."""
+    """One local file read as the reader reads it, each record compared by what textdp privatizes of it
+    (``_record_keys``: its words as the tokenizer looks them up; text: non-blank lines, LF or CRLF, a first line's
+    UTF-8 byte-order mark dropped; JSONL: ``text_fields`` of each object; Parquet (``data_format``): ``text_fields``
+    read column-wise with pyarrow). ``digest``: SHA-256 of those keys (each + LF), the whole file or the first
+    ``limit`` bytes of that stream; ``lines``: an 8-byte BLAKE2b digest per distinct key when asked; ``size``: the
+    decompressed bytes read (Parquet: the text fields' UTF-8 bytes); ``records``: records that are not empty (as the
+    reader decides: blank lines and blank text fields aside); ``complete``: the whole file was read; ``head_digest``:
+    the digest of the first DUPLICATE_SAMPLE_BYTES of that stream, what ``_Records(path, DUPLICATE_SAMPLE_BYTES)
+    .digest`` gives (a file read whole is not read again for it). ``until_record``: stop at the first record, keys
+    not computed (whether a file holds any record)."""
 
     def __init__(self, path: str, limit: Optional[int] = None, lines: bool = False,
-                 text_fields: Optional[Sequence[str]] = None, raw=None):
+                 text_fields: Optional[Sequence[str]] = None, raw=None, data_format: Optional[str] = None,
+                 until_record: bool = False):
         import contextlib
         import hashlib
 
-        digest, self.lines, self.size = hashlib.sha256(), (set() if lines else None), 0
-        head, head_hashed = (hashlib.sha256(), 0) if limit is None else (None, 0)
-        hashed, first = 0, True
+        self.lines, self.size, self.records, self.complete = (set() if lines else None), 0, 0, True
+        self._digest, self._hashed, self._limit = hashlib.sha256(), 0, limit
+        self._head, self._head_hashed = (hashlib.sha256() if limit is None else None), 0
+        parquet = data_format == "parquet"
+        if parquet:
+            text_fields = tuple(text_fields or ("text",))
         # raw: the file already open (binary, at its start; left open), else ``path`` is opened
         with (open(path, "rb") if raw is None else contextlib.nullcontext(raw)) as raw:
-            handle = open_decompressed(raw, path)
-            while limit is None or (hashed < limit and self.size < 4 * limit + (1 << 12)):
-                line, ended = self._line(handle)
-                if line is None:
-                    break
-                if first and line.startswith(b"\xef\xbb\xbf"):
-                    line = line[3:]
-                first = False
-                if ended and line.endswith(b"\r"):
-                    line = line[:-1]
-                if not line.strip():
+            batches = self._parquet_records(raw, text_fields) if parquet else \
+                self._line_records(open_decompressed(raw, path), text_fields)
+            for batch in batches:
+                if until_record:
+                    self.records += len(batch)
+                    if self.records:
+                        self.complete = False
+                        break
                     continue
-                key = _privatized_key(line, text_fields)
-                if not key:
-                    continue
-                piece = key + b"\n" if limit is None else (key + b"\n")[:limit - hashed]
-                digest.update(piece)
-                hashed += len(piece)
-                if head is not None and head_hashed < DUPLICATE_SAMPLE_BYTES:
-                    part = piece[:DUPLICATE_SAMPLE_BYTES - head_hashed]
-                    head.update(part)
-                    head_hashed += len(part)
-                if self.lines is not None:
-                    self.lines.add(hashlib.blake2b(key, digest_size=8).digest())
-        self.digest = digest.hexdigest()
-        self.head_digest = head.hexdigest() if head is not None else (
+                self._add(batch)
+        self.digest = self._digest.hexdigest()
+        self.head_digest = self._head.hexdigest() if self._head is not None else (
             self.digest if limit == DUPLICATE_SAMPLE_BYTES else None)
+
+    def _more(self) -> bool:
+        limit = self._limit
+        more = limit is None or (self._hashed < limit and self.size < 4 * limit + (1 << 12))
+        self.complete = self.complete and more
+        return more
+
+    def _add(self, batch: list) -> None:
+        import hashlib
+
+        self.records += len(batch)
+        limit = self._limit
+        for key in _record_keys(batch):
+            if not key or (limit is not None and self._hashed >= limit):
+                continue
+            piece = key + b"\n" if limit is None else (key + b"\n")[:limit - self._hashed]
+            self._digest.update(piece)
+            self._hashed += len(piece)
+            if self._head is not None and self._head_hashed < DUPLICATE_SAMPLE_BYTES:
+                part = piece[:DUPLICATE_SAMPLE_BYTES - self._head_hashed]
+                self._head.update(part)
+                self._head_hashed += len(part)
+            if self.lines is not None:
+                self.lines.add(hashlib.blake2b(key, digest_size=8).digest())
+
+    def _line_records(self, handle, text_fields):
+        """Batches of the non-empty lines' records (``_line_record``), about _KEY_BATCH_BYTES each (at most
+        ``limit`` bytes when a limit is set, so that reading stops soon after it)."""
+        batch, batch_bytes, first = [], 0, True
+        size = _KEY_BATCH_BYTES if self._limit is None else min(_KEY_BATCH_BYTES, self._limit)
+        while self._more():
+            line, ended = self._line(handle)
+            if line is None:
+                break
+            if first and line.startswith(b"\xef\xbb\xbf"):
+                line = line[3:]
+            first = False
+            if ended and line.endswith(b"\r"):
+                line = line[:-1]
+            record = _line_record(line, text_fields)
+            if record is None:
+                continue
+            batch.append(record)
+            batch_bytes += len(line)
+            if batch_bytes >= size:
+                yield batch
+                batch, batch_bytes = [], 0
+        if batch:
+            yield batch
+
+    def _parquet_records(self, raw, text_fields):
+        """Batches of a Parquet file's rows as records: their ``text_fields`` (only those columns are read); a row
+        whose text fields are all blank strings is empty (no record), one with a null or non-string value a record the
+        reader fails (no key)."""
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        parquet = pq.ParquetFile(raw)
+        for table in parquet.iter_batches(batch_size=4096, columns=list(text_fields)):
+            if not self._more():
+                return
+            columns = [table.column(field) for field in text_fields]
+            self.size += sum(int(pc.sum(pc.binary_length(column)).as_py() or 0) for column in columns)
+            batch = []
+            for values in zip(*(column.to_pylist() for column in columns)):
+                if not all(isinstance(value, str) for value in values):
+                    batch.append(("x", None))
+                elif any(value.strip() for value in values):
+                    batch.append(("o", list(values)))
+            yield batch
 
     def _line(self, handle):
         """The next line without its LF (None at the end) and whether it had one; read 1 MiB at a time."""
@@ -965,111 +1025,138 @@ class _Records:
 
 def records_identity(path: str, raw, data_format: str, text_fields: Optional[Sequence[str]] = None) -> str:
     """A file's identity by what textdp privatizes of its records, the key ``refuse_duplicate_content`` compares
-    (``_Records``' digest: NFKC text with whitespace runs collapsed, a JSONL object's ``text_fields``, blank lines,
-    line endings, a byte-order mark and the final newline aside), read from ``raw`` (the file open in binary at its
-    start, seekable; decompressed as the reader decompresses ``path``): the streaming watch knows a file by it, so a
-    copy the batch job refuses as a duplicate is one the watch does not read twice. Parquet, and a file whose
-    compressed data is damaged (the reader makes its error record): the SHA-256 of its bytes, prefixed ``raw-``."""
-    if data_format != "parquet":
-        try:
-            return _Records(path, text_fields=tuple(text_fields or ("text",)) if data_format == "jsonl" else None,
-                            raw=raw).digest
-        except decompression_errors():
-            raw.seek(0)
+    (``_Records``' digest: the words of each record as the tokenizer looks them up, of a JSONL object's or Parquet
+    row's ``text_fields``; case, ’ vs ', punctuation, whitespace, blank lines, line endings, a byte-order mark and the
+    final newline aside), read from ``raw`` (the file open in binary at its start, seekable; decompressed as the reader
+    decompresses ``path``): the streaming watch knows a file by it, so a copy the batch job refuses as a duplicate is
+    one the watch does not read twice. A file that cannot be read so (damaged compressed data, a damaged Parquet
+    file; the reader makes its error record): the SHA-256 of its bytes, prefixed ``raw-``."""
+    fields = tuple(text_fields or ("text",)) if data_format in ("jsonl", "parquet") else None
+    try:
+        return _Records(path, text_fields=fields, raw=raw, data_format=data_format).digest
+    except Exception:
+        raw.seek(0)
     return "raw-" + stream_digest(raw)
 
 
+def holds_no_record(path: str, data_format: str, text_fields: Optional[Sequence[str]] = None, read=None) -> bool:
+    """Whether a local file holds no record the reader would privatize or fail (only blank lines, JSONL objects or
+    Parquet rows whose text fields are all blank, or nothing): ``read``, the ``_Records`` the duplicate check kept for
+    it (``refuse_duplicate_content``'s answer), when it tells; else the file is read up to its first record, keys not
+    computed. False when unknown (a file that cannot be read: the run reports it)."""
+    if read is not None and (read.records or read.complete):
+        return not read.records
+    fields = tuple(text_fields or ("text",)) if data_format in ("jsonl", "parquet") else None
+    try:
+        return not _Records(path, text_fields=fields, data_format=data_format, until_record=True).records
+    except Exception:
+        return False
+
+
 def refuse_duplicate_content(flag: str, paths: Sequence[str], data_format: Optional[str] = None,
-                             text_fields: Optional[Sequence[str]] = None) -> None:
+                             text_fields: Optional[Sequence[str]] = None) -> dict:
     """The same records matched twice would be released once per copy with fresh noise (two releases of a record
     compose; round 7 F11, round 8 R8-4): refused before the run, naming both files, never their content.
 
-    Text and JSONL files are compared by what textdp privatizes of each record (``_privatized_key``, round 9
-    R9-3): a text line's text, or a JSONL object's ``text_fields`` (default ``text``; other fields, key order and number
-    spellings such as 0 and 0.0 aside; a line that does not parse: the line), NFKC-normalised with whitespace runs
-    collapsed and stripped, the lines read as the reader reads them (CRLF or LF, a UTF-8 byte-order mark dropped, final
-    newline optional, blank lines skipped): two files with the same records are refused (a cp/unix2dos/dos2unix copy,
-    an editor's re-save that strips or pads trailing spaces, an NFD copy from macOS, a re-export that adds a column,
-    reviews.txt next to reviews.txt.gz); so is a file all of whose records (at least 2 distinct ones) occur in another
-    matched file (a part next to its merge, all.txt = cat part1.txt part2.txt). One record shared by two files is
-    legitimate and never refused. Cost: every local file's first 64 KiB of normalised records (read from at most about
-    256 KiB of it) are hashed, and only files agreeing there are hashed whole for equality; the containment check reads
-    local files whole up to RECORD_CHECK_MAX_BYTES (256 MiB decompressed) in all, keeping an 8-byte digest per distinct
-    record, and is skipped for the files past that budget. Parquet files are compared by their decompressed bytes.
-    gs:// files and
-    unreadable or damaged ones are not compared (the guard and the run report those)."""
+    Files are compared by what textdp privatizes of each record (``_record_keys``, rounds 9-10: R9-3, R10-2, R10-3):
+    the words of a text line, of a JSONL object's ``text_fields`` (default ``text``; other fields, key order and number
+    spellings such as 0 and 0.0 aside) or of a Parquet row's ``text_fields`` (read column-wise: codec, row groups and
+    other writer settings aside), as the tokenizer looks them up: case folded, ’ read as ', NFKC, punctuation and
+    whitespace dropped (punctuation is structure, released as is), the lines read as the reader reads them (CRLF or
+    LF, a UTF-8 byte-order mark dropped, final newline optional, blank lines skipped). Two files with the same records
+    are refused (a cp/unix2dos copy, an editor's re-save, an NFD copy from macOS, an upper-cased or curly-apostrophe
+    copy, a copy with every line quoted "> ", a re-export that adds a column or uses another Parquet codec,
+    reviews.txt next to reviews.txt.gz); so is a file more than OVERLAP_SHARE (half) of whose distinct records, and at
+    least 2, occur in one other matched file (a part next to its merge, two versions of one export: R10-5), the
+    threshold audit's --prior-corpus check uses. One record shared by two files is legitimate and never refused.
+    Cost: every local file's first 64 KiB of record keys (read from at most about 256 KiB of it) are hashed, and only
+    files agreeing there are hashed whole for equality; the overlap check reads local files whole up to
+    RECORD_CHECK_MAX_BYTES (256 MiB decompressed; Parquet: of text fields) in all, keeping an 8-byte digest per
+    distinct record, counting per pair of files only the records they share (a record held by more than
+    _OVERLAP_HOLDERS files: against its first ones), and is skipped for the files past that budget. gs:// files and
+    unreadable or damaged ones are not compared (the guard and the run report those).
+
+    Returns ``{path: _Records}`` of what was read (for ``holds_no_record``: files are not read twice)."""
+    from collections import Counter
+
     from textdp.errors import TextdpError
     from textdp.outputs import shown
 
     local = sorted(p for p in paths if "://" not in p and os.path.isfile(p))
     if len(local) < 2:
-        return
-    parquet = data_format == "parquet"
-    if data_format == "jsonl":
-        text_fields = tuple(text_fields or ("text",))
-    else:
-        text_fields = None
+        return {}
+    text_fields = tuple(text_fields or ("text",)) if data_format in ("jsonl", "parquet") else None
     whole: dict = {}
+    read_any: dict = {}
     budget = RECORD_CHECK_MAX_BYTES
-    if not parquet:
-        for path in local:  # the containment pass, bounded by the budget (and its equality digests)
-            if budget <= 0:
-                break
-            try:
-                read = _Records(path, lines=True, text_fields=text_fields)
-            except Exception:  # a damaged file is the run's to report
-                continue
-            budget -= read.size
-            if budget >= 0:
-                whole[path] = read
+    for path in local:  # the overlap pass, bounded by the budget (and its equality digests)
+        if budget <= 0:
+            break
+        try:
+            read = _Records(path, lines=True, text_fields=text_fields, data_format=data_format)
+        except Exception:  # a damaged file is the run's to report
+            continue
+        budget -= read.size
+        read_any[path] = read
+        if budget >= 0:
+            whole[path] = read
 
     def full(path):
         if path not in whole:
-            whole[path] = _Records(path, text_fields=text_fields)
+            whole[path] = _Records(path, text_fields=text_fields, data_format=data_format)
         return whole[path].digest
 
     seen: dict = {}
     for path in local:
         try:
-            quick = _content_digest(path, 0, DUPLICATE_SAMPLE_BYTES) if parquet else whole[path].head_digest \
-                if path in whole else _Records(path, DUPLICATE_SAMPLE_BYTES, text_fields=text_fields).digest
+            if path in whole:
+                quick = whole[path].head_digest
+            else:
+                read_any[path] = _Records(path, DUPLICATE_SAMPLE_BYTES, text_fields=text_fields, data_format=data_format)
+                quick = read_any[path].digest
         except Exception:
             continue
         if quick == _EMPTY_DIGEST:  # no records: two empty files release nothing twice
             continue
         for other in seen.get(quick, []):
             try:
-                same = _same_content(other, path) if parquet else full(other) == full(path)
+                same = full(other) == full(path)
             except Exception:
                 continue
             if same:
-                how = "compared decompressed" if parquet else \
-                    "compared by the text privatized: NFKC, whitespace runs, line endings and blank lines aside" + \
-                    (", and fields that are not --text-field" if text_fields else "")
+                how = "compared by the words privatized: case, ’ vs ', punctuation, whitespace, line endings and " \
+                      "blank lines aside" + (", and fields that are not --text-field" if text_fields else "")
                 raise TextdpError(f"{flag} matches two files with the same content: {shown(other)} and {shown(path)} "
                                   f"({how}), so each of their records would be released twice with "
                                   f"fresh noise (two releases of a record compose); remove the copy or narrow {flag}")
         seen.setdefault(quick, []).append(path)
-    if parquet:
-        return
     holders: dict = {}
     for path, read in whole.items():
-        for line in read.lines:
+        for line in read.lines or ():
             holders.setdefault(line, []).append(path)
+    found = None  # the pair with the largest share (a whole file contained first), then by names
     for path, read in whole.items():
-        if len(read.lines) < 2:
+        distinct = len(read.lines or ())
+        if distinct < 2:
             continue
-        candidates = None
+        shared: Counter = Counter()
         for line in read.lines:
-            others = {holder for holder in holders[line] if holder != path}
-            candidates = others if candidates is None else candidates & others
-            if not candidates:
-                break
-        if candidates:
-            other = sorted(candidates)[0]
-            raise TextdpError(f"{flag}: every record of {shown(path)} also occurs in {shown(other)} (a part next to the "
-                              "file merged from it?), so those records would be released twice with fresh noise (two "
-                              f"releases of a record compose); remove one of them or narrow {flag}")
+            held = holders[line]
+            if len(held) > 1:
+                shared.update(holder for holder in held[:_OVERLAP_HOLDERS] if holder != path)
+        for other, count in shared.items():
+            if count >= 2 and count > OVERLAP_SHARE * distinct:
+                rank = (-count / distinct, path, other)
+                found = min(found, (rank, count, distinct)) if found else (rank, count, distinct)
+    if found:
+        (_, path, other), count, distinct = found
+        which = f"every record of {shown(path)} also occurs" if count == distinct else \
+            f"{count:,} of the {distinct:,} distinct records of {shown(path)} also occur"
+        raise TextdpError(f"{flag}: {which} in {shown(other)} (more than {OVERLAP_SHARE:.0%} of them: a part "
+                          "next to the file merged from it, or two versions of one export?), so those records would "
+                          "be released twice with fresh noise (two releases of a record compose); remove one of "
+                          f"them or narrow {flag}")
+    return read_any
 
 
 def _magic_fits(compression: str, head: bytes) -> bool:

@@ -29,6 +29,13 @@ def apply_case(word: str, pattern: int) -> str:
     return word
 
 
+def lookup_form(normal: str) -> str:
+    """What a word's ``normal_form`` is looked up by in the vocabulary: lowercased, ``’`` read as ``'``
+    (GloVe 6B is lowercase). The one home of that rule: the tokenizer and the duplicate-input checks
+    (transforms/io.py, through ``textdp.text.tokenize.word_sequences``) ask it."""
+    return normal.lower().replace("\u2019", "'")
+
+
 def is_clitic(word: str) -> bool:
-    word = word.replace("\u2019", "'").lower()
+    word = lookup_form(word)
     return word.startswith("'") or word == "n't"

@@ -58,7 +58,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from textdp.text.casing import CAPITALIZED, LOWER, UPPER, apply_case, case_pattern, is_clitic
+from textdp.text.casing import CAPITALIZED, LOWER, UPPER, apply_case, case_pattern, is_clitic, lookup_form
 from textdp.text.token_batch import Tokenized, TokenizedBatch
 from textdp.text.word_memo import WordMemo, different_spans, ranges, word_keys
 from textdp.text.word_split import WORD_PATTERN, cut_words, normal_form
@@ -66,7 +66,7 @@ from textdp.text.word_split import WORD_PATTERN, cut_words, normal_form
 UNKNOWN_ID = -1
 
 __all__ = ["LOWER", "CAPITALIZED", "UPPER", "UNKNOWN_ID", "WORD_PATTERN", "Tokenized", "TokenizedBatch",
-           "Tokenizer", "apply_case", "case_pattern", "is_clitic", "vocabulary_words"]
+           "Tokenizer", "apply_case", "case_pattern", "is_clitic", "lookup_form", "vocabulary_words", "word_sequences"]
 
 _JOINER = re.compile(r"(['\u2019\-]|(?<=\d)[.,](?=\d))")
 _CLITICS = ("'s", "'re", "'ll", "'ve", "'d", "'m")
@@ -76,6 +76,24 @@ def vocabulary_words(words: Sequence[str], ids: np.ndarray) -> List[str]:
     """``[words[i] for i in ids]``, gathered in one step when the vocabulary can (CompactVocabulary)."""
     words_at = getattr(words, "words_at", None)
     return words_at(ids) if words_at is not None else list(map(words.__getitem__, np.asarray(ids).tolist()))
+
+
+def word_sequences(texts: Sequence[str]) -> List[str]:
+    """Each text's words as the tokenizer looks them up (``lookup_form`` of their ``normal_form``: case folded,
+    ``’`` read as ``'``, NFKC), one space between, structure (whitespace, punctuation, layout) dropped: two
+    texts with the same sequence release the same vocabulary words whatever their case, apostrophes or layout (the
+    duplicate-input checks, transforms/io.py). Words are cut by one numpy pass over the batch (``cut_words``);
+    Python runs per text (one lower/split/join in C) and per word only in texts holding a non-ASCII character."""
+    if not texts:
+        return []
+    cut = cut_words(texts)
+    codes = cut.codes.copy()
+    codes[~cut.in_word] = 32  # structure: a space
+    codes[cut.text_ends[:-1]] = 10  # the texts' separators: a newline
+    codes = np.insert(codes, cut.starts, np.uint32(32))  # a space before every word: touching words stay apart
+    joined = codes.tobytes().decode("utf-32-le", "surrogatepass").split("\n")
+    return [" ".join(text.lower().split()) if text.isascii() else
+            " ".join(lookup_form(normal_form(word)) for word in text.split(" ") if word) for text in joined]
 
 
 _ASCII_JOINERS = tuple(map(ord, "'-.,"))
@@ -311,7 +329,7 @@ class Tokenizer:
     def _ids(self, words: List[str], normals: Optional[List[str]] = None) -> np.ndarray:
         """Vocabulary ids of surface words (looked up by their ``normal_form``, lowercased, ``’`` read as ``'``)."""
         normals = list(map(normal_form, words)) if normals is None else normals
-        keys = [normal.lower().replace("\u2019", "'") for normal in normals]
+        keys = list(map(lookup_form, normals))
         keys = [key if key.isascii() or _encodable(key) else "" for key in keys]  # a lone surrogate: unknown
         get_many = getattr(self.word_to_id, "get_many", None)
         if get_many is not None:
@@ -356,7 +374,7 @@ class Tokenizer:
         (``ⓓⓞⓝ'ⓣ`` is cut as ``don't``). Adds each to the split table; returns their entries."""
         cuts = []
         for word in words:
-            normal = normal_form(word).lower().replace("\u2019", "'")  # disguised words are cut alike (issue 24)
+            normal = lookup_form(normal_form(word))  # disguised words are cut alike (issue 24)
             cut = None
             if normal.endswith("n't") and len(normal) > 3:
                 cut = len(normal) - 3
