@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import warnings
 
@@ -75,3 +76,50 @@ def test_r10_9_the_transform_logs_the_trial_once_and_exposes_it(tiny_artifact_di
     with beam.Pipeline(argv=[RUNNER]) as pipeline:
         result = pipeline | beam.Create([TEXT]) | transform
         assert_that(result.released, equal_to([TEXT]))
+
+
+# --- R10b-8: a directory the watch's pattern matches --------------------------------------------------------------
+
+
+def test_r10b_8_a_directory_the_watch_matches_is_one_error_record(tmp_path):
+    """A Spark-style export folder ``export.jsonl/`` (part file + _SUCCESS) matched by the watch's pattern, one at the
+    start and one moved in while the watch runs, was skipped silently ("0 in", no error file): now each is one
+    not_a_regular_file error record (once per path, though every poll matches it and its times change), counted as
+    one item in and one failed and named on the console; the real file beside them is released. The real CLI
+    (--streaming, FnApiRunner, --streaming-stop-after); deterministic (epsilon 1e6, --oov-policy keep)."""
+    import os
+    import threading
+
+    from tests.test_hostile_round8c import _start_file, _taken
+    from tests.test_streaming_hostile import ART, _errors, _released, run_cli
+    from transforms.streaming import NOT_REGULAR
+
+    watched, stage, out = tmp_path / "in", tmp_path / "stage", tmp_path / "out"
+    for folder in (watched, stage, out):
+        folder.mkdir()
+    _start_file(watched)
+    (watched / "d0.txt").mkdir()  # matched at the start
+    export = stage / "export.txt"
+    export.mkdir()
+    (export / "part-00000.txt").write_text("spark line one\nspark line two\n", encoding="utf-8")
+    (export / "_SUCCESS").write_bytes(b"")
+
+    def writer():
+        _taken(watched / "start.txt")
+        os.rename(export, watched / "export.txt")  # moved in while the watch runs
+        (watched / "export.txt" / "part-00001.txt").write_text("more\n", encoding="utf-8")  # its times change
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    result = run_cli("--streaming", "--input", str(watched / "*.txt"), "--output", str(out / "r"), "--artifact", ART,
+                     "--epsilon", "1e6", "--oov-policy", "keep", "--window-size", "60", "--poll-interval", "0.5",
+                     "--streaming-stop-after", "6", timeout=120)
+    thread.join()
+    assert result.returncode == 0, result.stderr
+    assert _released(str(out / "r")) == ["start line"]
+    errors = _errors(str(out / "r"))
+    assert sorted((os.path.basename(e["source"]), e["reason"]) for e in errors) == [
+        ("d0.txt", NOT_REGULAR), ("export.txt", NOT_REGULAR)], errors
+    assert all("a directory" in e["detail"] and "spark" not in json.dumps(e) for e in errors)
+    assert "3 in, 1 out, 2 failed" in result.stdout, result.stdout
+    assert f"files not read: 2 ({NOT_REGULAR} 2)" in result.stdout, result.stdout
