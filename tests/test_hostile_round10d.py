@@ -123,3 +123,37 @@ def test_r10b_8_a_directory_the_watch_matches_is_one_error_record(tmp_path):
     assert all("a directory" in e["detail"] and "spark" not in json.dumps(e) for e in errors)
     assert "3 in, 1 out, 2 failed" in result.stdout, result.stdout
     assert f"files not read: 2 ({NOT_REGULAR} 2)" in result.stdout, result.stdout
+
+
+# --- R10b-4: the contextual attacker's default training text holds no copy of an attacked record ---------------------
+
+
+def _audit_model(tmp_path, corpus_text, records):
+    from pipelines.cli import main as cli_main
+    from tests.test_audit_hostile import ART, RUNNER
+
+    corpus, out = tmp_path / "double.txt", tmp_path / "aud"
+    corpus.write_text(corpus_text, encoding="utf-8")
+    assert cli_main(["audit", f"--artifact={ART}", "--checks=inversion", "--epsilons=2", f"--corpus={corpus}",
+                     f"--records={records}", "--inversion-tokens=100", "--mc-draws=2000", "--prior-words=300",
+                     "--seed=1", f"--output={out}"] + RUNNER) == 0
+    return json.load(open(out / "summary.json", encoding="utf-8"))["contextual_inversion"]["model"]
+
+
+def test_r10b_4_a_corpus_of_one_record_repeated_trains_on_none_of_its_copies(tmp_path):
+    """Every record is one text: the 10 attacked records' 50 copies were the whole training text (the summary called
+    it "disjoint"); now all 50 are left out and counted, and the model holds no bigram. Deterministic."""
+    model = _audit_model(tmp_path, "the president said our police were in his company\n" * 60, 10)
+    assert model["copies_left_out"] == 50 and model["training_tokens"] == 0 and model["training_bigrams"] == 0
+    assert "less every exact copy of an attacked record" in model["training_text"]
+
+
+def test_r10b_4_a_file_twice_over_leaves_out_each_copy_of_an_attacked_record(tmp_path):
+    """--corpus = examples/reviews.txt twice (60 records, 30 distinct), 10 attacked: each attacked record whose copy is
+    not attacked has that copy left out (2d - 10 of them for d distinct attacked texts: an even number from 0 to 10),
+    and what remains are both copies of the texts never attacked, so training_tokens is even. 0 left out would need
+    all 10 attacked records to be 5 whole pairs; the seeded audit (--seed 1) is deterministic and has 2 or more."""
+    lines = [line for line in open("examples/reviews.txt", encoding="utf-8").read().splitlines() if line.strip()]
+    model = _audit_model(tmp_path, "\n".join(lines + lines) + "\n", 10)
+    assert model["copies_left_out"] in range(2, 11, 2), model
+    assert model["training_tokens"] > 0 and model["training_tokens"] % 2 == 0, model
