@@ -326,7 +326,8 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
         epsilon=opts.epsilon, mechanism=mech.mechanism, artifact=options.view_as(ArtifactOptions).artifact,
         text_fields=text_fields, oov_policy=oov.oov_policy, unk_token=oov.unk_token, seed=seed,
         batch_tokens=opts.batch_tokens, shape_field=SHAPE_FIELD if amplify else None, keyed=True,
-        diagnostics=bool(opts.diagnostics_output), worker=worker, redistribute=True, **mech.mechanism_kwargs())
+        diagnostics=bool(opts.diagnostics_output), worker=worker, redistribute=True, log_warnings=False,  # printed by prepare
+        **mech.mechanism_kwargs())
     summary_writer = WriteSummary(privatize.shared_handle, privatize.config, paths["summary"],
                                   public_path=opts.public_summary, worker=worker, context={
         "input_pattern": opts.input, "output": paths["output"], "errors_output": paths["errors"],

@@ -232,7 +232,8 @@ def build_pipeline(options: PipelineOptions, progress_dir: Optional[str] = None,
         epsilon=opts.epsilon, mechanism=mech.mechanism, artifact=options.view_as(ArtifactOptions).artifact,
         text_fields=text_fields, oov_policy=oov.oov_policy, unk_token=oov.unk_token,
         seed=options.view_as(SeedOptions).seed, batch_tokens=opts.batch_tokens,
-        shape_field=SHAPE_FIELD if amplify else None, keyed=True, worker=worker, **mech.mechanism_kwargs())
+        shape_field=SHAPE_FIELD if amplify else None, keyed=True, worker=worker, log_warnings=False,  # printed by prepare
+        **mech.mechanism_kwargs())
     reader_args = (data_format, text_fields, opts.max_record_bytes, opts.keep_failed_text)
     pipeline = beam.Pipeline(options=options)
     if stream.input_subscription:

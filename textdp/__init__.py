@@ -16,8 +16,9 @@ from textdp.errors import (
                            TextdpError,
                            TextdpTypeError,
                            TextdpValueError,
+                           TextdpWarning,
 )
 from textdp.version import __version__
 
 __all__ = ["Privatizer", "TextdpError", "__version__", "ArtifactError", "ArtifactNotFoundError", "ParameterError",
-           "TextdpAttributeError", "TextdpTypeError", "TextdpValueError"]
+           "TextdpAttributeError", "TextdpTypeError", "TextdpValueError", "TextdpWarning"]

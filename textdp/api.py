@@ -47,6 +47,7 @@ from __future__ import annotations
 import numbers
 import os
 import threading
+import warnings
 import weakref
 from collections.abc import Iterable, Mapping
 from typing import List, Optional, Sequence
@@ -56,11 +57,12 @@ from threadpoolctl import threadpool_limits
 
 from textdp.artifact.compact_vocab import SharedVocabularyArtifact
 from textdp.artifact.locate import resolve_artifact, verify_artifact
-from textdp.errors import TextdpAttributeError, TextdpError, TextdpTypeError, TextdpValueError
+from textdp.errors import TextdpAttributeError, TextdpError, TextdpTypeError, TextdpValueError, TextdpWarning
 from textdp.mechanisms import (  # noqa: F401
     ALL_MECHANISMS,
     DEFAULT_MECHANISM,
     MAX_EPSILON,
+    built_in,
     check_mechanism,
     check_number,
     make_mechanism,
@@ -153,6 +155,12 @@ def _attack_figures(artifact, mech, ids, counts, tokens, rng) -> dict:
                                                  f"{len(tokens):,} token(s)"}
 
 
+def _announce(found) -> None:
+    """Each line of the trial (``PrivacySpec.check_artifact``) as a ``textdp.TextdpWarning`` (never user text)."""
+    for line in found:
+        warnings.warn(f"textdp: {line}", TextdpWarning, stacklevel=3)
+
+
 def _artifact_identity(manifest: dict) -> str:
     """The vocabulary's and the vectors' checksums from an artifact's manifest: what a pickled Privatizer must find."""
     files = manifest.get("files") or {}
@@ -197,6 +205,10 @@ class Privatizer:
         self._artifact_identity = _artifact_identity(verify_artifact(self.spec.artifact, needs=self.spec.needs()))
         self.artifact = SharedVocabularyArtifact(resolve_artifact(self.spec.artifact))
         self.mechanism = self.spec.make(self.artifact)
+        # a mechanism that is not built in: the launcher's trial release (PrivacySpec.check_artifact, the one the
+        # jobs and transforms.Privatize ask); what it found is a Python warning and in privacy_statement() (R10-9)
+        self._trial_warnings = () if built_in(self.spec.mechanism_class) else tuple(self.spec.check_artifact(self.artifact))
+        _announce(self._trial_warnings)
         self._built_parameters = repr(self.mechanism.parameters())  # what _unchanged() compares with (R9-1)
         self.oov_policy = oov_policy
         self.unk_token = unk_token
@@ -446,7 +458,7 @@ class Privatizer:
                         self.oov_policy, self.unk_token)
             if not own:
                 verify_artifact(spec.artifact, needs=spec.needs())
-            spec.check_artifact(self.artifact)
+            _announce(spec.check_artifact(self.artifact))  # the trial at the preview's epsilons: warned, not refused
             specs.append(spec)
         if not specs:
             raise TextdpValueError("preview needs at least one mechanism")
@@ -513,8 +525,11 @@ class Privatizer:
         if seed_used is not None and not isinstance(seed_used, bool):
             raise TextdpTypeError("seed_used must be True, False or None")
         self._unchanged()
-        return privacy_section(statement_of(self.mechanism), self.oov_policy, self.unk_token, None,
-                               bool(seed_used) or self.seeded)
+        statement = privacy_section(statement_of(self.mechanism), self.oov_policy, self.unk_token, None,
+                                    bool(seed_used) or self.seeded)
+        if self._trial_warnings:  # as the jobs' summaries: the guarantee as declared, and what the trial showed
+            statement["warnings"] = list(self._trial_warnings)
+        return statement
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.parameters().items())

@@ -28,6 +28,12 @@ class TextdpError(Exception):
     """Base class for every error the library raises on purpose."""
 
 
+class TextdpWarning(UserWarning):
+    """What textdp warns about through Python's ``warnings`` module (a run that goes on, but whose output may not
+    be what its privacy statement says: e.g. a custom mechanism whose trial release changed no word). Never user
+    text."""
+
+
 class TextdpValueError(TextdpError, ValueError):
     """A value textdp refuses: a setting out of its range, a malformed input file."""
 

@@ -97,13 +97,19 @@ class PrivacySpec:
 
         return artifact_needs(self.mechanism, self.keywords().get("nn", "exact"))
 
-    def check_artifact(self, artifact) -> None:
+    def check_artifact(self, artifact) -> list:
         """The checks that need the vocabulary (its size, the neighbour table, ...), at every epsilon; with a loaded
-        artifact, a mechanism that is not built in is also built once and run on a few ids (``trial_build``)."""
+        artifact, a mechanism that is not built in is also built once and run on a few ids (``trial_build``).
+        Returns what that trial showed (``textdp.privacy.statements.trial_warnings``: e.g. the mechanism released
+        every trial word as itself), one line each; [] for a built-in mechanism or without a loaded artifact. The one
+        trial the jobs' launcher, ``textdp.Privatizer`` and ``transforms.Privatize`` ask (round 10, R10-9)."""
+        from textdp.privacy.statements import trial_warnings
+
         for epsilon in self.epsilons:
             check_mechanism(self.mechanism, epsilon, artifact, **self.keywords())
         if hasattr(artifact, "vectors"):  # a loaded artifact: a mechanism that is not built in is built once here
-            trial_build(self.mechanism, artifact, self.epsilons[0], **self.keywords())
+            return trial_warnings(trial_build(self.mechanism, artifact, self.epsilons[0], **self.keywords()))
+        return []
 
     def make(self, artifact, epsilon: Optional[float] = None):
         """The mechanism over a loaded artifact, at ``epsilon`` (default: the spec's one epsilon)."""

@@ -119,11 +119,48 @@ class CountBigramsFn(_TokenizingFn):
         yield keys, counts, int((ids >= 0).sum())
 
 
-def training_bigrams(encoded, plan, vocab_size: int):
+def attacked(key: int, plan) -> bool:
+    """Whether the record of order key ``key`` is among the evaluated (attacked) ones: at or below ``eval_key_max``."""
+    return plan.eval_key_max is not None and key <= plan.eval_key_max
+
+
+def duplicate_key(record, seed, text_fields):
+    """A --corpus record (source, position, payload) -> (its order key, an 8-byte digest of its duplicate key):
+    what it releases as the batch job's duplicate-input check compares records (``transforms.io._privatized_key``,
+    asked, not re-implemented: a JSONL object's text fields, or a text line), b"" when nothing is released."""
+    import hashlib
+    import json
+
+    from transforms.io import _privatized_key
+
+    source, position, payload = record
+    if isinstance(payload, dict):
+        line, fields = json.dumps(payload, ensure_ascii=False), tuple(text_fields)
+    else:
+        line, fields = str(payload), None
+    found = _privatized_key(line.encode("utf-8", "surrogatepass"), fields)
+    return record_key(seed, source, position), hashlib.blake2b(found, digest_size=8).digest() if found else b""
+
+
+def attacked_duplicate_key(pair, plan):
+    """(order key, duplicate key) -> the duplicate key, for an attacked record."""
+    if attacked(pair[0], plan) and pair[1]:
+        yield pair[1]
+
+
+def copy_of_attacked(pair, plan, attacked_keys):
+    """(order key, duplicate key) -> the order key of a record that is not attacked but releases what an attacked
+    record does (an exact copy: left out of the contextual attacker's training text, R10b-4)."""
+    if not attacked(pair[0], plan) and pair[1] and pair[1] in attacked_keys:
+        yield pair[0]
+
+
+def training_bigrams(encoded, plan, vocab_size: int, left_out=frozenset()):
     """An encoded --corpus record (order key, word keys, layout) -> its bigrams when it is not attacked (its
-    order key is above every evaluated record's), else nothing."""
+    order key is above every evaluated record's) and is no copy of an attacked record (its order key not in
+    ``left_out``: ``copy_of_attacked``), else nothing."""
     key, ids, _ = encoded
-    if plan.eval_key_max is not None and key <= plan.eval_key_max:
+    if attacked(key, plan) or key in left_out:
         return
     ids = np.asarray(ids, dtype=np.int64)
     keys, counts = record_bigrams(ids, vocab_size)

@@ -33,8 +33,11 @@ from transforms.audit_attacks import (
     LogNormalizersFn,
     McDrawsFn,
     MergeBigrams,
+    attacked_duplicate_key,
     build_language_model,
     chunks,
+    copy_of_attacked,
+    duplicate_key,
     table_from,
     training_bigrams,
 )
@@ -194,7 +197,7 @@ class Attacks(beam.PTransform):
             inversion = pbegin | "NoInversion" >> beam.Create([])
         if self.contextual:
             contextual, language_model = self._contextual(encoded, plan, prior_records, prior_side, normalizer_side,
-                                                          tables_side)
+                                                          tables_side, read["records"])
         else:
             contextual, language_model = pbegin | "NoContextual" >> beam.Create([]), empty
         if self.run_linkage:
@@ -210,18 +213,32 @@ class Attacks(beam.PTransform):
                 "linkage": linkage, "monte_carlo": monte_carlo, "corpus": corpus,
                 "read_counts": read_counts}
 
-    def _contextual(self, encoded, plan, prior_records, prior_side, normalizer_side, tables_side):
+    def _contextual(self, encoded, plan, prior_records, prior_side, normalizer_side, tables_side, records):
         """The contextual attacker: its bigram model from the reference corpus (or the records of --corpus that
-        are not attacked), then whole evaluated records inverted by forward-backward."""
+        are not attacked, less every exact copy of an attacked one), then whole evaluated records inverted by
+        forward-backward."""
         config, handle, worker = self.config, self._handle, self.worker
+        left_out = None
         if prior_records is not None:
             bigrams = prior_records | "CountBigrams" >> beam.ParDo(CountBigramsFn(handle, config, self.text_fields,
                                                                           self.vocab_size))
             source = f"the reference corpus {self.prior_corpus}"
         else:
-            bigrams = encoded | "CountBigrams" >> beam.FlatMap(training_bigrams, beam.pvalue.AsSingleton(plan),
-                                                                self.vocab_size)
-            source = f"the records of {self.corpus} that are not attacked (disjoint from the evaluated records)"
+            # a corpus with repeated records: a record that is not attacked but releases what an attacked one does
+            # (the duplicate-input check's key) is left out of the training text, and counted (R10b-4)
+            plan_side = beam.pvalue.AsSingleton(plan)
+            keyed = records | "DuplicateKeys" >> beam.Map(duplicate_key, config.seed, self.text_fields)
+            attacked_keys = (keyed | "AttackedDuplicateKeys" >> beam.FlatMap(attacked_duplicate_key, plan_side)
+                             | "AttackedKeySet" >> beam.combiners.ToSet())
+            left_out = (keyed
+                        | "CopiesOfAttacked" >> beam.FlatMap(copy_of_attacked, plan_side,
+                                                             beam.pvalue.AsSingleton(attacked_keys))
+                        | "LeftOutSet" >> beam.combiners.ToSet())
+            bigrams = encoded | "CountBigrams" >> beam.FlatMap(training_bigrams, plan_side, self.vocab_size,
+                                                                beam.pvalue.AsSingleton(left_out))
+            source = (f"the records of {self.corpus} that are not attacked, less every exact copy of an attacked record "
+                      "(compared as the duplicate-input check compares records: copies_left_out), so disjoint from the "
+                      "evaluated records")
         language_model = (bigrams
                           | "MergeBigrams" >> beam.CombineGlobally(MergeBigrams())
                           | "LanguageModel" >> beam.Map(build_language_model, prior_side, self.vocab_size, source))
@@ -233,4 +250,7 @@ class Attacks(beam.PTransform):
                       | "SumContextualBands" >> beam.CombinePerKey(SumCounts())
                       | "ContextualRows" >> beam.Map(inversion_row))
         described = language_model | "DescribeModel" >> beam.Map(lambda lm, k: lm.describe(k), self.contextual)
+        if left_out is not None:  # how many copies of attacked records the training text left out
+            described = described | "CopiesLeftOut" >> beam.Map(
+                lambda model, keys: dict(model, copies_left_out=len(keys)), beam.pvalue.AsSingleton(left_out))
         return contextual, described

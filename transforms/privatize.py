@@ -25,6 +25,7 @@ diagnostics, not for publication with the output (see textdp/privacy/summary.py)
 
 from __future__ import annotations
 
+import logging
 from typing import NamedTuple, Optional, Sequence
 
 import apache_beam as beam
@@ -39,6 +40,8 @@ from textdp.text.privatizer import DEFAULT_UNK_TOKEN
 from textdp.text.records import as_pair, row_fields
 from transforms.perturb import PerturbConfig, PerturbTokens, error_record
 from transforms.worker import WorkerConfig
+
+_LOG = logging.getLogger(__name__)
 
 
 def estimated_tokens(element, text_fields: Sequence[str], keyed: bool) -> int:
@@ -127,6 +130,9 @@ class Privatize(beam.PTransform):
     ``max_text_bytes``, ``batch_tokens``; any other keyword is a parameter of the mechanism
     by its public name, the same as its flag (``nn``, ``search_k`` for Madlib; ``gamma``, ``beta`` for TEM;
     ``lam``; ``vickrey_t``; ``custext_k``; ...: the ``PARAMETERS`` its class declares).
+    ``warnings``: what the trial release of a mechanism that is not built in showed (``PrivacySpec.check_artifact``:
+    e.g. it released every trial word as itself), one line each, also logged once at construction (``log_warnings``
+    False: the caller reports them, as the jobs do in their console and summaries).
     ``shape_field`` is for the LAC Amplifier. ``worker``: BLAS threads per process and
     progress (default: from the pipeline's options, ``transforms.worker.WorkerConfig.for_options``).
     ``redistribute``: spread the batches over all workers (a ``Reshuffle`` of whole batches) before
@@ -139,7 +145,7 @@ class Privatize(beam.PTransform):
                  seed: Optional[int] = None, max_text_bytes: Optional[int] = None,
                  batch_tokens: Optional[int] = None, shape_field: Optional[str] = None, keyed: bool = False,
                  diagnostics: bool = False, worker: Optional[WorkerConfig] = None, redistribute: bool = False,
-                 label: Optional[str] = None, **mechanism_params):
+                 label: Optional[str] = None, log_warnings: bool = True, **mechanism_params):
         super().__init__(label)
         # Everything a worker would otherwise fail on is refused here, as textdp.Privatizer refuses it (one
         # TextdpError line): the spec (mechanism, its parameters, epsilon, OOV policy), the run's integers, the text
@@ -167,9 +173,13 @@ class Privatize(beam.PTransform):
             if shape_field in taken:
                 raise TextdpValueError(f"shape_field {shape_field!r} is a field that holds the released text; choose "
                                        "a name no record has (e.g. '__shape__')")
+        found = []  # the launcher's trial of a mechanism that is not built in (PrivacySpec.check_artifact; R10-9)
         if not is_gcs_url(spec.artifact):
-            spec.check_artifact(artifact_for_checks(spec.mechanism, spec.artifact,
-                                                    verify_artifact(spec.artifact, needs=spec.needs())))
+            found = spec.check_artifact(artifact_for_checks(spec.mechanism, spec.artifact,
+                                                            verify_artifact(spec.artifact, needs=spec.needs())))
+        self.warnings = tuple(found)
+        for line in self.warnings if log_warnings else ():  # one line each, never text; the jobs print their own
+            _LOG.warning("textdp Privatize: %s", line)
         self.config = PerturbConfig(artifact=spec.artifact, mechanism=spec.mechanism, epsilon=spec.epsilon,
                                     params=spec.params, oov_policy=spec.oov_policy,
                                     unk_token=spec.unk_token, seed=None if seed is None else int(seed),

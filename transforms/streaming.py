@@ -864,6 +864,7 @@ class PollFiles(beam.DoFn):
         # path -> its watch_state seen; path -> (watch_state, size read, sha256 of its bytes, length and sha256 of
         # its normalised content, for growth) taken; file_identity -> the first path read with it
         self._pending, self._taken, self._contents = {}, {}, {}
+        self._directories_said = set()  # matched directories already reported (once per path)
         deadline = time.monotonic() + self.stop_after
         while True:
             yield from self._poll(final=False)
@@ -875,6 +876,30 @@ class PollFiles(beam.DoFn):
             time.sleep(self.interval)
             yield from self._poll(final=True)
 
+    def _matched_directories(self, present, found):
+        """Directories the pattern matches (a Spark/Hadoop export ``x.jsonl/``): Beam's match lists files only, so
+        they are found here by the local glob (the shell's rule, ``**`` across folders), each reported once as error
+        item ``not_a_regular_file`` (or ``symlink`` when it is, or lies below, a symbolic link), never opened or
+        walked (round 10, R10b-8)."""
+        import glob
+
+        from textdp.outputs import is_remote
+
+        if is_remote(self.pattern):  # an object store has no directories to match
+            return
+        for path in sorted(glob.glob(self.pattern, recursive=True)):
+            if path in present or path in self._directories_said or hidden_match(path, self.pattern):
+                continue
+            if not os.path.isdir(path):
+                continue
+            problem = symlink_in(path, self.pattern)
+            detail = problem or not_regular(path)
+            if detail is None:  # gone since the glob: the next poll says what is there
+                continue
+            self._directories_said.add(path)
+            yield beam.pvalue.TaggedOutput(SKIPPED, window.TimestampedValue(skipped_file(
+                path, SYMLINK if problem else NOT_REGULAR, detail), found))
+
     def _poll(self, final: bool):
         """One match of the pattern: the files taken now; with ``final``, the files still not settled too."""
         import time
@@ -885,6 +910,7 @@ class PollFiles(beam.DoFn):
         matched = sorted((meta for meta in FileSystems.match([self.pattern])[0].metadata_list
                           if not hidden_match(meta.path, self.pattern)), key=lambda m: m.path)
         present = {meta.path for meta in matched}
+        yield from self._matched_directories(present, found)
         pending = {path: state for path, state in self._pending.items() if path in present}  # gone: nothing to read
         for meta in matched:
             if final and meta.path not in pending:  # the last look is for the files waiting to settle only
