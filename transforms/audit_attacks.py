@@ -126,19 +126,19 @@ def attacked(key: int, plan) -> bool:
 
 def duplicate_key(record, seed, text_fields):
     """A --corpus record (source, position, payload) -> (its order key, an 8-byte digest of its duplicate key):
-    what it releases as the batch job's duplicate-input check compares records (``transforms.io._privatized_key``,
+    what it releases as the batch job's duplicate-input check compares records (``transforms.io.line_key``,
     asked, not re-implemented: a JSONL object's text fields, or a text line), b"" when nothing is released."""
     import hashlib
     import json
 
-    from transforms.io import _privatized_key
+    from transforms.io import line_key
 
     source, position, payload = record
     if isinstance(payload, dict):
         line, fields = json.dumps(payload, ensure_ascii=False), tuple(text_fields)
     else:
         line, fields = str(payload), None
-    found = _privatized_key(line.encode("utf-8", "surrogatepass"), fields)
+    found = line_key(line.encode("utf-8", "surrogatepass"), fields)
     return record_key(seed, source, position), hashlib.blake2b(found, digest_size=8).digest() if found else b""
 
 

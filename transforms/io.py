@@ -899,6 +899,14 @@ def _line_record(line: bytes, text_fields: Optional[Sequence[str]]):
     return ("l", text)
 
 
+def line_key(line: bytes, text_fields: Optional[Sequence[str]] = None) -> bytes:
+    """The duplicate checks' key of one line (``_line_record`` then ``_record_keys``): what it releases, its words
+    as the tokenizer looks them up; b"" when the reader finds it empty. For callers that key records one at a time
+    (audit's training text, R10b-4); files are keyed in batches by ``_Records``."""
+    record = _line_record(line, text_fields)
+    return b"" if record is None else _record_keys([record])[0]
+
+
 class _Records:
     """One local file read as the reader reads it, each record compared by what textdp privatizes of it
     (``_record_keys``: its words as the tokenizer looks them up; text: non-blank lines, LF or CRLF, a first line's
