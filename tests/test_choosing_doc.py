@@ -60,6 +60,17 @@ def test_the_contextual_column_shows_the_context_free_rates_on_the_same_tokens()
     assert inversion_rates(section, 5.0) is None
 
 
+def test_verdicts_judge_against_the_stronger_attacker():
+    """The plot and the verdicts use the higher top-1 of the context-free and the contextual attacker: a weak
+    contextual model must not make a mechanism look more protective than the context-free attack shows."""
+    weak = {"inversion": {"top1": 0.9, "top10": 0.95}, "contextual_inversion": {"top1": 0.7, "top10": 0.8}}
+    strong = {"inversion": {"top1": 0.4, "top10": 0.6}, "contextual_inversion": {"top1": 0.45, "top10": 0.6}}
+    assert frontier_report.attack_of(weak) == (weak["inversion"], "context-free")
+    assert frontier_report.attack_of(strong) == (strong["contextual_inversion"], "contextual")
+    assert frontier_report.attack_of({"inversion": weak["inversion"]}) == (weak["inversion"], "context-free")
+    assert frontier_report.attack_of({})[0] is None
+
+
 def test_every_registered_mechanism_is_measured_at_three_epsilons_or_more():
     payload = _payload()
     assert payload["complete"]

@@ -66,10 +66,13 @@ def ordered_points(payload: dict) -> List[dict]:
 
 
 def attack_of(p: dict) -> tuple:
-    """(rates, label) of the inversion the plot and the verdicts use: contextual when measured, else context-free."""
-    if p.get("contextual_inversion"):
-        return p["contextual_inversion"], "contextual"
-    return p.get("inversion"), "context-free"
+    """(rates, label) of the inversion the plot and the verdicts use: the stronger of the two attackers measured
+    (the higher top-1 rate), so a verdict is judged against the strongest attack the audit found. The contextual
+    attacker is not always the stronger: with a bigram model from a few thousand reviews and Monte Carlo emissions
+    it recovers fewer words than the context-free one on the very same tokens (docs/evaluation.md)."""
+    measured = [(rates, label) for rates, label in ((p.get("inversion"), "context-free"),
+                                                     (p.get("contextual_inversion"), "contextual")) if rates]
+    return max(measured, key=lambda m: m[0]["top1"]) if measured else (None, "context-free")
 
 
 def conditions(payload: dict) -> str:
@@ -146,7 +149,8 @@ def verdicts(payload: dict) -> List[str]:
     base = payload["baseline"]["accuracy"]
     size = linkage_size(payload)
     points = ordered_points(payload)
-    label = "contextual" if any(p.get("contextual_inversion") for p in points) else "context-free"
+    label = ("inversion top-1 of the stronger attacker (context-free or contextual)"
+             if any(p.get("contextual_inversion") for p in points) else "context-free inversion top-1")
     def most_protective(margin: float) -> dict:
         chosen = {}
         for p in points:
@@ -162,7 +166,7 @@ def verdicts(payload: dict) -> List[str]:
         chosen = most_protective(margin)
         lines += [f"**Within {margin * 100:.0f} points** of the baseline ({base:.3f}): training-time accuracy at least "
                   f"the baseline minus {margin * 100:.0f} points by its mean (the intervals in the table say how sure "
-                  f"that is). Per mechanism, its measured point with the lowest {label} inversion top-1 that stays "
+                  f"that is). Per mechanism, its measured point with the lowest {label} that stays "
                   "within, most protective first:", ""]
         for mech, p in sorted(chosen.items(), key=lambda kv: attack_of(kv[1])[0]["top1"]):
             rates, _ = attack_of(p)
@@ -326,7 +330,7 @@ def plot(payload: dict, path: str) -> None:
         ax.errorbar(x, y, yerr=err, marker="o", capsize=2, color=f"C{i % 10}", label=mech)
         for xi, yi, p in zip(x, y, rows):
             ax.annotate(f"{p['epsilon']:g}", (xi, yi), textcoords="offset points", xytext=(4, 3), fontsize=7)
-    kind = " and ".join(sorted(labels)) or "context-free"
+    kind = "the stronger of context-free and contextual" if len(labels) > 1 else (labels.pop() if labels else "context-free")
     ax.set_xlabel(f"inversion attack ({kind}): share of word tokens recovered top-1")
     ax.set_ylabel("IMDb accuracy, training time (Wilson 95%)")
     ax.set_xlim(-0.02, 1.02)
