@@ -307,36 +307,49 @@ def markdown(payload: dict, plot_name: str) -> str:
     return "\n".join(lines)
 
 
+def _panel(ax, payload: dict, rates_of, xlabel: str) -> None:
+    """One panel: training-time accuracy against ``rates_of(point)``'s top-1 (None: the point is left out)."""
+    base = payload["baseline"]
+    ax.axhspan(base["low"], base["high"], color="0.88", label="baseline (Wilson 95%)")
+    ax.axhline(base["accuracy"] - MARGIN, color="0.4", lw=1, ls="--", label="baseline - 2 points")
+    for i, mech in enumerate(payload["epsilons"]):
+        rows = [p for p in ordered_points(payload) if p["mechanism"] == mech and rates_of(p) is not None]
+        if not rows:
+            continue
+        x = [rates_of(p)["top1"] for p in rows]
+        y = [p["training_time"]["accuracy"]["mean"] for p in rows]
+        err = [[yy - p["training_time"]["wilson"]["low"] for yy, p in zip(y, rows)],
+               [p["training_time"]["wilson"]["high"] - yy for yy, p in zip(y, rows)]]
+        ax.errorbar(x, y, yerr=err, marker="o", capsize=2, color=f"C{i % 10}", label=mech)
+        for xi, yi, p in zip(x, y, rows):
+            ax.annotate(f"{p['epsilon']:g}", (xi, yi), textcoords="offset points", xytext=(4, 3), fontsize=7)
+    ax.set_xlabel(xlabel, fontsize=9)
+    ax.set_xlim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+
+
 def plot(payload: dict, path: str) -> None:
+    """The frontier: training-time accuracy against inversion top-1, one curve per mechanism. With a contextual
+    attacker measured, two panels: against the contextual attacker's rate, and against the stronger of the two
+    attackers (``attack_of``: what the verdicts use); else one panel, the context-free attacker."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5.5))
-    base = payload["baseline"]
-    ax.axhspan(base["low"], base["high"], color="0.88", label="baseline (Wilson 95%)")
-    ax.axhline(base["accuracy"] - MARGIN, color="0.4", lw=1, ls="--", label="baseline - 2 points")
-    labels = set()
-    for i, mech in enumerate(payload["epsilons"]):
-        rows = [p for p in ordered_points(payload) if p["mechanism"] == mech and attack_of(p)[0] is not None]
-        if not rows:
-            continue
-        x = [attack_of(p)[0]["top1"] for p in rows]
-        y = [p["training_time"]["accuracy"]["mean"] for p in rows]
-        err = [[yy - p["training_time"]["wilson"]["low"] for yy, p in zip(y, rows)],
-               [p["training_time"]["wilson"]["high"] - yy for yy, p in zip(y, rows)]]
-        labels |= {attack_of(p)[1] for p in rows}
-        ax.errorbar(x, y, yerr=err, marker="o", capsize=2, color=f"C{i % 10}", label=mech)
-        for xi, yi, p in zip(x, y, rows):
-            ax.annotate(f"{p['epsilon']:g}", (xi, yi), textcoords="offset points", xytext=(4, 3), fontsize=7)
-    kind = "the stronger of context-free and contextual" if len(labels) > 1 else (labels.pop() if labels else "context-free")
-    ax.set_xlabel(f"inversion attack ({kind}): share of word tokens recovered top-1")
-    ax.set_ylabel("IMDb accuracy, training time (Wilson 95%)")
-    ax.set_xlim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right", ncol=2)
-    ax.set_title(f"Privacy-utility frontier ({payload['reviews']['train']:,}/{payload['reviews']['test']:,} reviews; "
+    contextual = any(p.get("contextual_inversion") for p in payload["points"])
+    fig, axes = plt.subplots(1, 2 if contextual else 1, figsize=(14 if contextual else 8, 5.5), sharey=True,
+                             squeeze=False)
+    panels = ([(lambda p: p.get("contextual_inversion"), "contextual inversion attack: share of word tokens "
+                "recovered top-1"),
+               (lambda p: attack_of(p)[0], "the stronger of the context-free and contextual attackers: share "
+                "recovered top-1")] if contextual else
+              [(lambda p: p.get("inversion"), "context-free inversion attack: share of word tokens recovered top-1")])
+    for ax, (rates_of, xlabel) in zip(axes[0], panels):
+        _panel(ax, payload, rates_of, xlabel)
+    axes[0][0].set_ylabel("IMDb accuracy, training time (Wilson 95%)")
+    axes[0][-1].legend(fontsize=7, loc="lower right", ncol=2)
+    fig.suptitle(f"Privacy-utility frontier ({payload['reviews']['train']:,}/{payload['reviews']['test']:,} reviews; "
                  "labels: epsilon)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
