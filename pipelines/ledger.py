@@ -127,9 +127,19 @@ def running_holder(output: str) -> Optional[str]:
             f"its output lock {lock} exists ({verdict})")
 
 
+def with_ledger_form(ledger: Ledger, run_id: str, section: dict) -> dict:
+    """The run's section with its bound form recorded in the ledger (from the section: ``epsilon_d_bound`` and
+    ``artifact``; a release file of an older textdp has no ``artifact``: unknown) and ``ledger_form``, whether every
+    run the ledger counts has the "B x d" form (``Ledger.bound_form``): what the statement is derived from (R10b-6)."""
+    ledger.record_form(run_id, bool(section.get("epsilon_d_bound")), section.get("artifact"))
+    return dict(section, ledger_form=ledger.bound_form(run_id))
+
+
 def _commit_release(ledger: Ledger, run_id: str, output: str, release: dict, reopen: bool = False) -> str:
     section = release["section"]
+    ledger.record_form(run_id, bool(section.get("epsilon_d_bound")), section.get("artifact"))  # before the slot is freed
     new = ledger.commit(run_id, section["epsilon"], str(section["mechanism"]), release["entries"], reopen=reopen)
+    section = with_ledger_form(ledger, run_id, section)
     _add_to_summary(f"{output}-summary.json", section, public=False)
     return (f"ledger: run {run_id} {'committed' if new else 'was already committed'}: "
             f"{section['records_released']} record(s) of {section['authors']} author(s) released, "
@@ -346,7 +356,7 @@ class LedgerRun:
             if self.outcome and "committed" in self.outcome and not self.streaming:
                 section = (_read_json(release_path(self.output)) or {}).get("section")
                 if section:
-                    _add_to_summary(self.public_summary, section, public=True)
+                    _add_to_summary(self.public_summary, with_ledger_form(self.ledger, self.run_id, section), public=True)
         except Exception as exc:  # the database went away after the run: the run stays pending, said in one line
             from textdp.ledger.store import _reason
 
