@@ -424,7 +424,7 @@ def refuse_budget_below_epsilon(budget: Optional[float], epsilon: Optional[float
 def guard_ledger(guard, location: str) -> None:
     """The ledger file (an embedded SQLite ledger, and its -journal/-wal/-shm files) against the run's outputs and
     inputs, registered with its output guard: refused in one line before the ledger is opened or created."""
-    from textdp.ledger.store import sqlite_file
+    from textdp.ledger.store import refuse_keyword_dsn, sqlite_file
     from textdp.outputs import (
         LOCK_SUFFIX,
         RUN_RECORD_SUFFIX,
@@ -435,6 +435,7 @@ def guard_ledger(guard, location: str) -> None:
         refuse_control_characters,
     )
 
+    refuse_keyword_dsn(location)  # R10b-7: a libpq "host=... password=..." string, refused without showing it
     refuse_control_characters("--ledger", location)  # R8-7: no newline or ESC in a name printed on the console
     path = sqlite_file(location)  # refuses an in-memory SQLite URL
     if path is None:

@@ -13,7 +13,7 @@ import shutil
 import numpy as np
 import pytest
 
-from tests.test_hostile_round9l import FP, cli
+from tests.test_hostile_round9l import FP, REPO, cli
 from tests.test_ledger import ART300, KEY, write_corpus
 from textdp.ledger import Ledger
 
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.skipif(not os.path.isdir(ART300), reason="the 300-word 
 BXD = "100 x max_i d(w_i, w_i')"
 
 
-def privatize(tmp_path, output, ledger, *extra, artifact=ART300, key_file=None, inputs=None):
+def privatize(tmp_path, output, ledger, *extra, artifact=ART300, key_file=None, inputs=None, cwd=None):
     """``textdp privatize`` with --ledger (created with --author-budget 100 when new) on a two-author corpus."""
     key = key_file or tmp_path / "ledger.key"
     if not os.path.exists(key):
@@ -33,7 +33,7 @@ def privatize(tmp_path, output, ledger, *extra, artifact=ART300, key_file=None, 
     create = [] if os.path.exists(ledger) else ["--ledger-create", "--author-budget", 100]
     return cli(["privatize", "--input", inputs, "--output", output, "--epsilon", 1, "--artifact", artifact,
                 "--user-field", "author", "--ledger", ledger, "--ledger-key-file", key, "--runner", "FnApiRunner",
-                *create, *extra])
+                *create, *extra], cwd=cwd or REPO)
 
 
 def public_statement(path) -> str:
@@ -143,3 +143,32 @@ def test_a_new_ledger_is_found_again_through_a_fresh_connection(tmp_path, monkey
         assert store.created and store.still_here() is None
     finally:
         store.close()
+
+
+# --- R10b-7 -------------------------------------------------------------------------------------------------------
+
+DSN = "host=127.0.0.1 port=5432 dbname=ledger user=textdp password=S3CRETPW"
+
+
+def test_a_keyword_value_dsn_ledger_is_refused_without_its_password(tmp_path):
+    """R10b-7: a libpq keyword/value DSN as --ledger became a local SQLite file named after it, its password printed
+    and written to the summaries: refused in one line asking for a URL, before any worker starts, the password in no
+    message and no file (privatize with --ledger-create, and ``textdp ledger status``)."""
+    code, out, err = privatize(tmp_path, tmp_path / "o" / "r", DSN, "--public-summary", tmp_path / "o" / "pub.json",
+                               cwd=tmp_path)
+    assert code == 2, err
+    assert "libpq keyword/value connection string" in err and "postgresql+psycopg://" in err
+    assert "S3CRETPW" not in out + err and "Traceback" not in err
+    assert not os.path.exists(tmp_path / "o")
+    assert not any("host=" in name for name in os.listdir(tmp_path))
+    code, out, err = cli(["ledger", "status", "--ledger", DSN, "--ledger-key-file", tmp_path / "ledger.key"])
+    assert code == 2 and "libpq keyword/value connection string" in err and "S3CRETPW" not in out + err
+
+
+def test_a_password_pair_is_masked_wherever_the_ledger_is_shown():
+    """R10b-7: ``shown_url`` masks a ``password=...`` pair outside a URL too (quoted values included)."""
+    from textdp.ledger.store import shown_url
+
+    assert shown_url(DSN) == "host=127.0.0.1 port=5432 dbname=ledger user=textdp password=***"
+    assert "s e c" not in shown_url("user=u password='s e c' host=h") and "password=***" in shown_url("password='s e c'")
+    assert shown_url("/data/ledger.sqlite") == "/data/ledger.sqlite"

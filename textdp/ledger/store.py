@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import uuid
 import warnings
 from fractions import Fraction
@@ -96,12 +97,31 @@ def ledger_url(location: str):
 SECRET_QUERY = ("pass", "secret", "token", "cred", "auth")  # query keys dropped from a shown URL (?password=...)
 
 
+# libpq's keyword/value connection string ("host=db port=5432 dbname=ledger user=u password=..."): R10b-7
+_LIBPQ_KEYWORDS = ("host", "hostaddr", "port", "dbname", "user", "password", "passfile", "sslmode", "sslpassword",
+                   "service", "connect_timeout", "application_name", "options", "target_session_attrs", "sslrootcert")
+_KEYWORD_DSN = re.compile(r"(?:^|\s)(?:" + "|".join(_LIBPQ_KEYWORDS) + r")\s*=", re.IGNORECASE)
+_SECRET_VALUE = re.compile(r"(\b[\w-]*(?:pass|secret|token|cred|auth)[\w-]*\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)",
+                           re.IGNORECASE)
+
+
+def refuse_keyword_dsn(location: str) -> None:
+    """A libpq keyword/value DSN given as --ledger (not a URL) would be taken as a file name: a local SQLite ledger
+    named after it, its password printed. Refused in one line that never shows the value (round 10b, R10b-7)."""
+    if "://" not in location and _KEYWORD_DSN.search(location):
+        raise LedgerError("--ledger looks like a libpq keyword/value connection string (host=... dbname=... user=...), "
+                          "which would be taken as a file name: give the database as a URL, e.g. "
+                          "postgresql+psycopg://USER@HOST:5432/DBNAME (the password in $PGPASSWORD or ~/.pgpass), or "
+                          "a plain file path for an SQLite ledger")
+
+
 def shown_url(location: str) -> str:
     """The location without any credential, for messages, summaries and the ledger file: the URL's password
     masked (``user:***@``) and every query parameter named like a password, secret, token or credential dropped
-    (libpq reads ``?password=``, ``?sslpassword=``, ``?passfile=``). The one function that shows a ledger URL."""
+    (libpq reads ``?password=``, ``?sslpassword=``, ``?passfile=``); outside a URL, the value of any
+    ``password=``-like pair masked (R10b-7). The one function that shows a ledger URL."""
     if "://" not in location:
-        return location
+        return _SECRET_VALUE.sub(lambda m: m.group(1) + "***", location)
     from sqlalchemy.engine import make_url
 
     try:
@@ -116,6 +136,7 @@ def sqlite_file(location: str) -> Optional[str]:
     """The file of an embedded SQLite ledger (absolute), None for a server database. LedgerError for an in-memory
     SQLite database (``sqlite://``, ``sqlite+pysqlite://``, ``:memory:``, ``mode=memory``): it is gone when the
     process ends, so it can cap nothing across runs."""
+    refuse_keyword_dsn(location)
     if "://" not in location:
         return os.path.abspath(os.path.expanduser(location))
     from sqlalchemy.engine import make_url
