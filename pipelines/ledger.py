@@ -281,6 +281,7 @@ class LedgerRun:
         refuse_budget_below_epsilon(budget, epsilon, "--author-budget")
         if guard is not None:
             guard_ledger(guard, opts.ledger)
+            guard_key_file(guard, opts.ledger_key_file)
         run_id = opts.ledger_run_id or f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:12]}"
         if not 1 <= len(run_id) <= 128 or not all(c.isalnum() or c in "-_.:" for c in run_id):
             raise TextdpError("--ledger-run-id must be 1 to 128 letters, digits or -_.:")
@@ -465,6 +466,34 @@ def guard_ledger(guard, location: str) -> None:
         if any(pattern_matches(pattern, name) for name in names):
             raise TextdpError(f"{flag} {pattern} matches --ledger {shown} (or its journal), which this run writes: it "
                               f"would be read as input; narrow {flag} or keep the ledger elsewhere")
+
+
+def refuse_key_file_input(options, guard) -> None:
+    """``guard_key_file`` for the run's --ledger-key-file (batch: called before any input is opened, R10b-3)."""
+    from pipelines.flags import LedgerOptions
+
+    guard_key_file(guard, options.view_as(LedgerOptions).ledger_key_file)
+
+
+def guard_key_file(guard, path: Optional[str]) -> None:
+    """The ledger's key file against the run's inputs (batch files, and a streaming watch's patterns): read as input,
+    the secret key would be a record (and, with --keep-failed-text, written into an error file). Refused in one line
+    before the run, as the ledger itself is (round 10b, R10b-3). The key is never shown, only the path."""
+    from textdp.outputs import identity, pattern_matches, real_path
+
+    if not path:
+        return
+    real = real_path(os.path.abspath(os.path.expanduser(path)))
+    found = identity(real)
+    for flag, name in guard.inputs:
+        if name == real or real_path(name) == real or (found is not None and identity(name) == found):
+            raise TextdpError(f"--ledger-key-file {path!r} is a file {flag} reads: the ledger's secret key would be "
+                              "read as a record; keep the key outside the input")
+    for flag, pattern in guard.input_patterns:
+        if pattern_matches(pattern, real):
+            raise TextdpError(f"{flag} {pattern} matches --ledger-key-file {path!r}: the ledger's secret key would be "
+                              f"read as a record (and could land in an error file); narrow {flag} or keep the key "
+                              "elsewhere")
 
 
 def _hold(path: str) -> None:

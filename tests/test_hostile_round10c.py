@@ -27,9 +27,10 @@ def privatize(tmp_path, output, ledger, *extra, artifact=ART300, key_file=None, 
     key = key_file or tmp_path / "ledger.key"
     if not os.path.exists(key):
         open(key, "wb").write(KEY)
-    inputs = inputs or tmp_path / "in.jsonl"
-    if not os.path.exists(inputs):
-        write_corpus(inputs, [("a", 5), ("b", 5)])
+    if inputs is None:
+        inputs = tmp_path / "in.jsonl"
+        if not os.path.exists(inputs):
+            write_corpus(inputs, [("a", 5), ("b", 5)])
     create = [] if os.path.exists(ledger) else ["--ledger-create", "--author-budget", 100]
     return cli(["privatize", "--input", inputs, "--output", output, "--epsilon", 1, "--artifact", artifact,
                 "--user-field", "author", "--ledger", ledger, "--ledger-key-file", key, "--runner", "FnApiRunner",
@@ -172,3 +173,26 @@ def test_a_password_pair_is_masked_wherever_the_ledger_is_shown():
     assert shown_url(DSN) == "host=127.0.0.1 port=5432 dbname=ledger user=textdp password=***"
     assert "s e c" not in shown_url("user=u password='s e c' host=h") and "password=***" in shown_url("password='s e c'")
     assert shown_url("/data/ledger.sqlite") == "/data/ledger.sqlite"
+
+
+# --- R10b-3 -------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_key_file_the_input_matches_is_refused(tmp_path, streaming):
+    """R10b-3: a --ledger-key-file in the folder --input matches (a drop folder with the key beside the data) was
+    read as a record (with --keep-failed-text the key landed in the error file): refused in one line before the run,
+    batch and --streaming, never showing the key."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_corpus(folder / "a.jsonl", [("a", 5), ("b", 5)])
+    key = folder / "ledger.key"
+    key.write_bytes(KEY)
+    extra = ["--format", "jsonl"] + (["--streaming", "--window-size", 60, "--poll-interval", 0.5,
+                                      "--streaming-stop-after", 3] if streaming else [])
+    code, out, err = privatize(tmp_path, tmp_path / "o" / "r", str(tmp_path / "L.sqlite"), "--keep-failed-text", *extra,
+                               key_file=key, inputs=f"{folder}/*")
+    assert code == 2, err
+    assert "--ledger-key-file" in err and "would be read as a record" in err and "Traceback" not in err
+    assert KEY.decode() not in out + err
+    assert not os.path.exists(tmp_path / "o") and not os.path.exists(tmp_path / "L.sqlite")
