@@ -196,3 +196,61 @@ def test_a_key_file_the_input_matches_is_refused(tmp_path, streaming):
     assert "--ledger-key-file" in err and "would be read as a record" in err and "Traceback" not in err
     assert KEY.decode() not in out + err
     assert not os.path.exists(tmp_path / "o") and not os.path.exists(tmp_path / "L.sqlite")
+
+
+# --- R10b-5 -------------------------------------------------------------------------------------------------------
+
+
+def _window_run(tmp_path, budget):
+    """A streaming run's ledger, done by the real LedgerRun and WindowLedger with a real Madlib on the 300-word
+    artifact: window w1 decided, then the run settled (as `textdp ledger reconcile` would while the job runs), then
+    window w2 decided after it: closed, its records withheld as ledger_closed. Returns the run and both sections."""
+    from pipelines.ledger import LedgerRun
+    from tests.test_streaming_ledger import SHAPE, _records
+    from textdp.artifact.locate import open_artifact
+    from textdp.mechanisms import mechanism_class
+    from transforms.ledger import WindowLedger
+
+    location = str(tmp_path / "L.sqlite")
+    run = LedgerRun(location, KEY, budget, "s", "author", create=True)
+    run.reserve_streaming(1.0, "madlib", str(tmp_path / "r"), "jsonl")
+    mechanism = mechanism_class("madlib")(open_artifact(ART300, progress=None), 1.0)
+    workers = WindowLedger(location, KEY, FP, budget, "s", "author", location)
+    try:
+        first = workers.decide(_records([(1, "a", 3), (2, "a", 3), (3, "b", 2)]), "w1", str(tmp_path / "r-w1"),
+                               mechanism, SHAPE)[2]
+        workers.commit("w1")
+        open(str(tmp_path / "r-w1") + "-summary.json", "w").write("{}")
+        assert run.settle("run") and run.committed()
+        second = workers.decide(_records([(4, "c", 1), (5, "d", 1)]), "w2", str(tmp_path / "r-w2"), mechanism, SHAPE)[2]
+    finally:
+        workers.teardown()
+    assert second["state"] == "closed" and second["records_withheld"] == 2
+    return run, first, second
+
+
+def test_the_streaming_ledger_line_never_counts_closed_windows_as_budget_withheld(tmp_path):
+    """R10b-5: without a budget, the console line said "2 record(s) withheld ... by no --author-budget
+    (budget_exhausted)" for a window decided after the run was settled: it now says no record was withheld by a
+    budget and gives the ledger_closed records separately."""
+    from pipelines.streaming import ledger_report_line
+
+    run, first, second = _window_run(tmp_path, None)
+    line = ledger_report_line(run, [{"ledger": first}, {"ledger": second}])
+    assert "budget_exhausted" not in line and "withheld over" not in line, line
+    assert "1 window(s) recorded (no --author-budget: no record was withheld by a budget)" in line, line
+    assert "2 record(s) of 1 window(s) decided after the run was settled were not released (error output, " \
+           "ledger_closed)" in line, line
+    assert first["ledger_form"] == {"epsilon_d": True, "runs": 1}  # the streaming section's form (R10b-6)
+
+
+def test_with_a_budget_the_line_counts_only_decided_windows(tmp_path):
+    """R10b-5: with --author-budget 5 (epsilon 1: five words per author), the budget_exhausted figure counts the
+    decided windows' withheld records only; the closed window's are given as ledger_closed."""
+    from pipelines.streaming import ledger_report_line
+
+    run, first, second = _window_run(tmp_path, 5.0)
+    assert first["records_withheld"] == 1  # a's second record (3 + 3 words > 5)
+    line = ledger_report_line(run, [{"ledger": first}, {"ledger": second}])
+    assert line.startswith("ledger: 1 record(s) withheld over 1 window(s) by --author-budget 5 (error output, "
+                           "budget_exhausted); 2 record(s) of 1 window(s)"), line
