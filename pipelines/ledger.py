@@ -127,9 +127,19 @@ def running_holder(output: str) -> Optional[str]:
             f"its output lock {lock} exists ({verdict})")
 
 
+def with_ledger_form(ledger: Ledger, run_id: str, section: dict) -> dict:
+    """The run's section with its bound form recorded in the ledger (from the section: ``epsilon_d_bound`` and
+    ``artifact``; a release file of an older textdp has no ``artifact``: unknown) and ``ledger_form``, whether every
+    run the ledger counts has the "B x d" form (``Ledger.bound_form``): what the statement is derived from (R10b-6)."""
+    ledger.record_form(run_id, bool(section.get("epsilon_d_bound")), section.get("artifact"))
+    return dict(section, ledger_form=ledger.bound_form(run_id))
+
+
 def _commit_release(ledger: Ledger, run_id: str, output: str, release: dict, reopen: bool = False) -> str:
     section = release["section"]
+    ledger.record_form(run_id, bool(section.get("epsilon_d_bound")), section.get("artifact"))  # before the slot is freed
     new = ledger.commit(run_id, section["epsilon"], str(section["mechanism"]), release["entries"], reopen=reopen)
+    section = with_ledger_form(ledger, run_id, section)
     _add_to_summary(f"{output}-summary.json", section, public=False)
     return (f"ledger: run {run_id} {'committed' if new else 'was already committed'}: "
             f"{section['records_released']} record(s) of {section['authors']} author(s) released, "
@@ -271,6 +281,7 @@ class LedgerRun:
         refuse_budget_below_epsilon(budget, epsilon, "--author-budget")
         if guard is not None:
             guard_ledger(guard, opts.ledger)
+            guard_key_file(guard, opts.ledger_key_file)
         run_id = opts.ledger_run_id or f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:12]}"
         if not 1 <= len(run_id) <= 128 or not all(c.isalnum() or c in "-_.:" for c in run_id):
             raise TextdpError("--ledger-run-id must be 1 to 128 letters, digits or -_.:")
@@ -346,7 +357,7 @@ class LedgerRun:
             if self.outcome and "committed" in self.outcome and not self.streaming:
                 section = (_read_json(release_path(self.output)) or {}).get("section")
                 if section:
-                    _add_to_summary(self.public_summary, section, public=True)
+                    _add_to_summary(self.public_summary, with_ledger_form(self.ledger, self.run_id, section), public=True)
         except Exception as exc:  # the database went away after the run: the run stays pending, said in one line
             from textdp.ledger.store import _reason
 
@@ -414,7 +425,7 @@ def refuse_budget_below_epsilon(budget: Optional[float], epsilon: Optional[float
 def guard_ledger(guard, location: str) -> None:
     """The ledger file (an embedded SQLite ledger, and its -journal/-wal/-shm files) against the run's outputs and
     inputs, registered with its output guard: refused in one line before the ledger is opened or created."""
-    from textdp.ledger.store import sqlite_file
+    from textdp.ledger.store import refuse_keyword_dsn, sqlite_file
     from textdp.outputs import (
         LOCK_SUFFIX,
         RUN_RECORD_SUFFIX,
@@ -425,6 +436,7 @@ def guard_ledger(guard, location: str) -> None:
         refuse_control_characters,
     )
 
+    refuse_keyword_dsn(location)  # R10b-7: a libpq "host=... password=..." string, refused without showing it
     refuse_control_characters("--ledger", location)  # R8-7: no newline or ESC in a name printed on the console
     path = sqlite_file(location)  # refuses an in-memory SQLite URL
     if path is None:
@@ -454,6 +466,34 @@ def guard_ledger(guard, location: str) -> None:
         if any(pattern_matches(pattern, name) for name in names):
             raise TextdpError(f"{flag} {pattern} matches --ledger {shown} (or its journal), which this run writes: it "
                               f"would be read as input; narrow {flag} or keep the ledger elsewhere")
+
+
+def refuse_key_file_input(options, guard) -> None:
+    """``guard_key_file`` for the run's --ledger-key-file (batch: called before any input is opened, R10b-3)."""
+    from pipelines.flags import LedgerOptions
+
+    guard_key_file(guard, options.view_as(LedgerOptions).ledger_key_file)
+
+
+def guard_key_file(guard, path: Optional[str]) -> None:
+    """The ledger's key file against the run's inputs (batch files, and a streaming watch's patterns): read as input,
+    the secret key would be a record (and, with --keep-failed-text, written into an error file). Refused in one line
+    before the run, as the ledger itself is (round 10b, R10b-3). The key is never shown, only the path."""
+    from textdp.outputs import identity, pattern_matches, real_path
+
+    if not path:
+        return
+    real = real_path(os.path.abspath(os.path.expanduser(path)))
+    found = identity(real)
+    for flag, name in guard.inputs:
+        if name == real or real_path(name) == real or (found is not None and identity(name) == found):
+            raise TextdpError(f"--ledger-key-file {path!r} is a file {flag} reads: the ledger's secret key would be "
+                              "read as a record; keep the key outside the input")
+    for flag, pattern in guard.input_patterns:
+        if pattern_matches(pattern, real):
+            raise TextdpError(f"{flag} {pattern} matches --ledger-key-file {path!r}: the ledger's secret key would be "
+                              f"read as a record (and could land in an error file); narrow {flag} or keep the key "
+                              "elsewhere")
 
 
 def _hold(path: str) -> None:

@@ -36,7 +36,7 @@ from pipelines.flags import (
     WorkerResourceOptions,
 )
 from pipelines.jobs import Plan, is_dry_run, run_job
-from pipelines.ledger import LedgerRun, release_path, report_line
+from pipelines.ledger import LedgerRun, refuse_key_file_input, release_path, report_line
 from textdp.artifact import gcs
 from textdp.errors import TextdpError
 from textdp.outputs import OutputGuard, missing_fields, refuse_public_of_another_release, shown
@@ -127,6 +127,7 @@ def check(options: PipelineOptions) -> Checked:
     refuse_skipped_matches("--input", opts.input)  # a dangling or looping symlink: never skipped silently (F13)
     paths = output_paths(out.output, data_format)
     guard = _check_outputs(options, paths, data_format, inputs)  # before any input is opened: refuses unreadable ones
+    refuse_key_file_input(options, guard)  # R10b-3: the ledger's key is never read as input
     read = refuse_duplicate_content("--input", inputs, data_format, text_fields)  # what it read, for the next check
     _refuse_empty_inputs(inputs, data_format, text_fields, read)  # round 7 F2, R10-7
     format_warnings = refuse_wide_text("--input", inputs, data_format, text_fields,  # and JSONL/text against the first lines

@@ -317,12 +317,20 @@ def ledger_report_line(ledger, summaries: list) -> str:
     if not ledger.committed():  # records may be out that the run's settlement did not confirm
         raise TextdpError(ledger.outcome or f"ledger: streaming run {ledger.run_id} was not settled")
     sections = [s["ledger"] for s in summaries if s.get("ledger")]
-    withheld = sum(section["records_withheld"] for section in sections)
-    closed = sum(1 for section in sections if section.get("state") == "closed")
-    budget = f"--author-budget {ledger.budget:g}" if ledger.budget is not None else "no --author-budget"
-    return (f"ledger: {withheld} record(s) withheld over {len(sections)} window(s) by {budget} (error output, "
-            "budget_exhausted)" + (f"; {closed} window(s) decided after the run was settled released nothing "
-                                   "(ledger_closed)" if closed else ""))
+    decided = [section for section in sections if section.get("state") != "closed"]
+    closed = [section for section in sections if section.get("state") == "closed"]
+    # R10b-5: a closed window's records were withheld because the run was settled (ledger_closed), not by a budget
+    withheld = sum(section["records_withheld"] for section in decided)
+    if ledger.budget is not None:
+        line = (f"ledger: {withheld} record(s) withheld over {len(decided)} window(s) by --author-budget "
+                f"{ledger.budget:g} (error output, budget_exhausted)")
+    else:
+        line = (f"ledger: {len(decided)} window(s) recorded (no --author-budget: no record was withheld by a "
+                "budget)")
+    if closed:
+        line += (f"; {sum(section['records_withheld'] for section in closed)} record(s) of {len(closed)} window(s) "
+                 "decided after the run was settled were not released (error output, ledger_closed)")
+    return line
 
 
 def window_summaries(output: str) -> Optional[list]:

@@ -203,7 +203,7 @@ def test_corrupt_foreign_and_other_key_ledgers_are_refused_in_one_line(tmp_path)
 
 def test_statements_follow_the_section():
     section = {"ledger": "L", "author_budget": 2.5, "records_withheld": 3, "coverage": {"covered": "all"},
-               "mechanism": "madlib", "epsilon_d_bound": True}
+               "mechanism": "madlib", "epsilon_d_bound": True, "ledger_form": {"epsilon_d": True}}
     text = ledger_statement(section)
     assert "at most 2.5" in text and "3 record(s) of this run were withheld" in text and "2.5 x max_i d(w_i, w_i')" in text
     public = ledger_statement(section, public=True)

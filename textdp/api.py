@@ -57,6 +57,7 @@ from threadpoolctl import threadpool_limits
 
 from textdp.artifact.compact_vocab import SharedVocabularyArtifact
 from textdp.artifact.locate import resolve_artifact, verify_artifact
+from textdp.artifact.store import artifact_identity
 from textdp.errors import TextdpAttributeError, TextdpError, TextdpTypeError, TextdpValueError, TextdpWarning
 from textdp.mechanisms import (  # noqa: F401
     ALL_MECHANISMS,
@@ -161,12 +162,6 @@ def _announce(found) -> None:
         warnings.warn(f"textdp: {line}", TextdpWarning, stacklevel=3)
 
 
-def _artifact_identity(manifest: dict) -> str:
-    """The vocabulary's and the vectors' checksums from an artifact's manifest: what a pickled Privatizer must find."""
-    files = manifest.get("files") or {}
-    return "/".join(str((files.get(name) or {}).get("sha256")) for name in ("vocab.txt", "vectors.npy"))
-
-
 class Privatizer:
     """A loaded mechanism over a vocabulary artifact, ready to privatize lists of strings.
 
@@ -202,7 +197,7 @@ class Privatizer:
         for name, value in (("max_text_bytes", max_text_bytes), ("threads", threads), ("batch_tokens", batch_tokens)):
             if value is not None or name == "batch_tokens":  # the first two may be None (no limit, every core)
                 check_number(value, name, low=1, integer=True)
-        self._artifact_identity = _artifact_identity(verify_artifact(self.spec.artifact, needs=self.spec.needs()))
+        self._artifact_identity = artifact_identity(verify_artifact(self.spec.artifact, needs=self.spec.needs()))
         self.artifact = SharedVocabularyArtifact(resolve_artifact(self.spec.artifact))
         self.mechanism = self.spec.make(self.artifact)
         # a mechanism that is not built in: the launcher's trial release (PrivacySpec.check_artifact, the one the

@@ -139,6 +139,7 @@ class WriteLedgerRelease(beam.DoFn):
             "epsilon": float(parameters["epsilon"]), "mechanism": parameters.get("mechanism"),
             "coverage": mechanism.privacy_statement().get("coverage"),
             "epsilon_d_bound": bool(getattr(mechanism, "EPSILON_D_BOUND", False)),  # the statement's form (R9b-8)
+            "artifact": self._state.value.artifact.identity(),  # whose distances d are (R10b-6)
             "authors": len(entries), "authors_withheld": sum(1 for e in entries if e[3]),
             "records_released": sum(e[2] for e in entries), "records_withheld": sum(e[3] for e in entries),
             "tokens_released": sum(e[1] for e in entries),
@@ -151,6 +152,14 @@ class WriteLedgerRelease(beam.DoFn):
 
 
 LEDGER_CLOSED = "ledger_closed"
+
+
+def artifact_of(mechanism) -> Optional[str]:
+    """The identity of the artifact a mechanism object runs on (``Artifact.identity``), None when it keeps none
+    (a custom mechanism: its run's form is then unknown, and the ledger's statement takes the general form)."""
+    artifact = getattr(mechanism, "artifact", None)
+    identity = getattr(artifact, "identity", None)
+    return identity() if callable(identity) else None
 
 
 def position_key(where):
@@ -192,11 +201,16 @@ class WindowLedger:
             self._ledger = None
 
     def decide(self, records, window: str, prefix: str, mechanism, shape_field: str):
-        """A pane's privatized records -> (released records, withheld error records, the pane's ledger section)."""
+        """A pane's privatized records -> (released records, withheld error records, the pane's ledger section).
+        The run's bound form and artifact identity are recorded in the ledger; the section's ``ledger_form`` says
+        whether every run the ledger counts has the "B x d" form (R10b-6)."""
         from transforms.io import error_record
 
         self.setup()
         epsilon = float(mechanism.parameters()["epsilon"])  # the mechanism object's, as it ran
+        epsilon_d = bool(getattr(mechanism, "EPSILON_D_BOUND", False))
+        artifact = artifact_of(mechanism)
+        self._ledger.record_form(self.run_id, epsilon_d, artifact)
         by_author = {}
         for record in records:
             by_author.setdefault(author_hash(self.key, author_identity(record[self.user_field])), []).append(record)
@@ -232,7 +246,8 @@ class WindowLedger:
             "ledger": self.shown, "run_id": self.run_id, "window": window, "author_budget": self.budget,
             "epsilon": epsilon, "mechanism": parameters.get("mechanism"),
             "coverage": mechanism.privacy_statement().get("coverage"),
-            "epsilon_d_bound": bool(getattr(mechanism, "EPSILON_D_BOUND", False)),  # the statement's form (R9b-8)
+            "epsilon_d_bound": epsilon_d, "artifact": artifact,  # the statement's form (R9b-8, R10b-6)
+            "ledger_form": self._ledger.bound_form(self.run_id),  # every counted run's form (R10b-6)
             "state": "closed" if closed else "committed", "decided_before": not fresh,
             "authors": len(by_author),
             "authors_withheld": sum(1 for a in by_author if not all(decisions[a])),

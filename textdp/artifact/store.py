@@ -387,6 +387,10 @@ class Artifact:
         lookup = self.word_to_id
         return np.fromiter((lookup[w] for w in words), dtype=np.int64)
 
+    def identity(self) -> str:
+        """The artifact's identity: its manifest's checksums of the vocabulary and the vectors (``artifact_identity``)."""
+        return artifact_identity(self.manifest)
+
     def describe(self) -> dict:
         """Facts about the artifact for summaries and reports."""
         return {
@@ -397,6 +401,15 @@ class Artifact:
             "metric": self.manifest.get("metric", "euclidean"),
             "annoy": self.manifest.get("annoy"),
         }
+
+
+def artifact_identity(manifest: dict) -> str:
+    """The identity of an artifact's words and distances: the SHA-256 of its vocabulary and of its vectors, from its
+    manifest ("<vocab sha256>/<vectors sha256>"). Two artifacts with one identity have the same words at the same
+    distances; a copy with scaled vectors (other distances) has another (the ledger's statement, round 10b R10b-6)."""
+    files = manifest.get("files") or {}
+    return "/".join(str((files.get(manifest.get(part) or default) or {}).get("sha256"))
+                    for part, default in (("vocab", "vocab.txt"), ("vectors", "vectors.npy")))
 
 
 def display_path(path: str) -> str:

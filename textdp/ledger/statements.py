@@ -6,7 +6,10 @@ epsilon e_r, are independent releases, so for any other words of the same number
 exp(sum_i e_i d(w_i, w_i')) <= exp(m * max_i d(w_i, w_i')), m = sum_r e_r n_r: the author's epsilon-mass.
 That form holds only for a mechanism whose per-word bound is exp(e d) (``Mechanism.EPSILON_D_BOUND``, carried in
 the section as ``epsilon_d_bound``); for any other the ratio is the product of its per-word bounds at those
-epsilons, and the statement says so without the m x max d form (round 9b, R9b-8).
+epsilons, and the statement says so without the m x max d form (round 9b, R9b-8). The statement is about every
+run the ledger counts, so the m x max d form needs every one of them to have that bound on one artifact (one d):
+the section's ``ledger_form`` (``Ledger.bound_form``, from the forms the ledger records per run) says whether they
+do; without it (a section of an older textdp) the general form is used (round 10b, R10b-6).
 """
 
 from __future__ import annotations
@@ -46,13 +49,20 @@ def ledger_statement(section: dict, public: bool = False) -> str:
     subset = " for the words the mechanism's guarantee covers (see the privacy statement)" if covered == "subset" else ""
     if budget is None:
         return bound + "."
-    if section.get("epsilon_d_bound"):  # the mechanism declares exp(epsilon * d(w, w')) per word (Mechanism)
+    form = section.get("ledger_form") or {}  # every run the ledger counts (Ledger.bound_form, R10b-6)
+    if section.get("epsilon_d_bound") and form.get("epsilon_d"):  # every counted run declares exp(epsilon d) per word
         loss = (f"loss at most {budget:g} x max_i d(w_i, w_i') (d the distance of the privacy statement's per-word "
-                "bound, for the most different pair)")
+                "bound, for the most different pair; every run this ledger counted when this was written declares "
+                "that bound, on the same vocabulary artifact)")
     else:  # CluSanT, CusText, Mahalanobis, SanText+, a custom mechanism: not epsilon x d (round 9b, R9b-8)
-        loss = ("loss at most the sum of the per-word exponents of this run's privacy statement (per_token) at "
-                "the epsilons those words were released with, whose sum, the author's epsilon-mass, is at most "
-                f"{budget:g}; this mechanism's per-word bound is not epsilon x d(w, w'), so no bound of the form "
+        if not section.get("epsilon_d_bound"):
+            why = "this mechanism's per-word bound is not epsilon x d(w, w')"
+        else:  # this run's mechanism has the form, but not every run of the ledger (or it is not known): R10b-6
+            why = form.get("why") or ("the ledger does not record every run's per-word bound form and artifact, so "
+                                      "one d cannot be claimed for them")
+        loss = ("loss at most the sum of the per-word exponents of this run's privacy statement (per_token; for "
+                "words of the ledger's other runs, of that run's statement) at the epsilons those words were released "
+                f"with, whose sum, the author's epsilon-mass, is at most {budget:g}; {why}, so no bound of the form "
                 f"{budget:g} x d is claimed")
     return (bound + f". By sequential composition of the per-word guarantee{subset}, an author's words released "
             f"across those runs, w_1..w_n, versus any other words w_1'..w_n', are protected as one release with "

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import uuid
 import warnings
 from fractions import Fraction
@@ -96,12 +97,31 @@ def ledger_url(location: str):
 SECRET_QUERY = ("pass", "secret", "token", "cred", "auth")  # query keys dropped from a shown URL (?password=...)
 
 
+# libpq's keyword/value connection string ("host=db port=5432 dbname=ledger user=u password=..."): R10b-7
+_LIBPQ_KEYWORDS = ("host", "hostaddr", "port", "dbname", "user", "password", "passfile", "sslmode", "sslpassword",
+                   "service", "connect_timeout", "application_name", "options", "target_session_attrs", "sslrootcert")
+_KEYWORD_DSN = re.compile(r"(?:^|\s)(?:" + "|".join(_LIBPQ_KEYWORDS) + r")\s*=", re.IGNORECASE)
+_SECRET_VALUE = re.compile(r"(\b[\w-]*(?:pass|secret|token|cred|auth)[\w-]*\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)",
+                           re.IGNORECASE)
+
+
+def refuse_keyword_dsn(location: str) -> None:
+    """A libpq keyword/value DSN given as --ledger (not a URL) would be taken as a file name: a local SQLite ledger
+    named after it, its password printed. Refused in one line that never shows the value (round 10b, R10b-7)."""
+    if "://" not in location and _KEYWORD_DSN.search(location):
+        raise LedgerError("--ledger looks like a libpq keyword/value connection string (host=... dbname=... user=...), "
+                          "which would be taken as a file name: give the database as a URL, e.g. "
+                          "postgresql+psycopg://USER@HOST:5432/DBNAME (the password in $PGPASSWORD or ~/.pgpass), or "
+                          "a plain file path for an SQLite ledger")
+
+
 def shown_url(location: str) -> str:
     """The location without any credential, for messages, summaries and the ledger file: the URL's password
     masked (``user:***@``) and every query parameter named like a password, secret, token or credential dropped
-    (libpq reads ``?password=``, ``?sslpassword=``, ``?passfile=``). The one function that shows a ledger URL."""
+    (libpq reads ``?password=``, ``?sslpassword=``, ``?passfile=``); outside a URL, the value of any
+    ``password=``-like pair masked (R10b-7). The one function that shows a ledger URL."""
     if "://" not in location:
-        return location
+        return _SECRET_VALUE.sub(lambda m: m.group(1) + "***", location)
     from sqlalchemy.engine import make_url
 
     try:
@@ -116,6 +136,7 @@ def sqlite_file(location: str) -> Optional[str]:
     """The file of an embedded SQLite ledger (absolute), None for a server database. LedgerError for an in-memory
     SQLite database (``sqlite://``, ``sqlite+pysqlite://``, ``:memory:``, ``mode=memory``): it is gone when the
     process ends, so it can cap nothing across runs."""
+    refuse_keyword_dsn(location)
     if "://" not in location:
         return os.path.abspath(os.path.expanduser(location))
     from sqlalchemy.engine import make_url
@@ -127,6 +148,10 @@ def sqlite_file(location: str) -> Optional[str]:
     if url.get_backend_name() != "sqlite":
         return None
     database = url.database or ""
+    if any(key.lower() == "vfs" for key in url.query) or "vfs=" in database.lower():  # R10b-1: vfs=memdb
+        raise LedgerError(f"--ledger {shown_url(location)!r} names an SQLite VFS (vfs=...): it can put the ledger in "
+                          "memory (memdb) or elsewhere than the file every check looks at; give a plain file path "
+                          "or a server database URL, without vfs=")
     if (database in ("", ":memory:") or database.startswith("file::memory:") or "mode=memory" in database
             or str(url.query.get("mode", "")).lower() == "memory"):
         raise LedgerError(f"--ledger {shown_url(location)!r} is an in-memory SQLite database: it is gone when the run "
@@ -179,6 +204,21 @@ def _window_tables(metadata):
     return windows, window_releases
 
 
+def _form_table(metadata):
+    """Each run's per-word bound form and artifact (round 10b, R10b-6): ``bound`` is BOUND_EPSILON_D for a mechanism
+    whose per-word bound is exp(epsilon d(w, w')) (``Mechanism.EPSILON_D_BOUND``), else BOUND_GENERAL; ``artifact``
+    the artifact's identity (``textdp.artifact.store.artifact_identity``: whose distances d are). A run without a row
+    (recorded by an older textdp) is unknown. Added to an older ledger when it is opened; no schema version change
+    (an older textdp ignores it and records runs without a row, which later statements treat as unknown)."""
+    from sqlalchemy import Column, String, Table, Text
+
+    return Table("textdp_ledger_run_forms", metadata, Column("run_id", String(128), primary_key=True),
+                 Column("bound", String(32), nullable=False), Column("artifact", Text))
+
+
+BOUND_EPSILON_D, BOUND_GENERAL = "epsilon_d", "general"
+
+
 class Ledger:
     """An opened, checked ledger. ``Ledger(location, fingerprint)`` refuses in one line (LedgerError): a file or
     database that is not a textdp ledger, another schema version, another key. A missing SQLite file (or an empty
@@ -220,6 +260,7 @@ class Ledger:
             names = set(inspect(self.engine).get_table_names())
             ours = {table.name for table in self.metadata.sorted_tables}  # version 1's tables
             self.windows, self.window_releases = _window_tables(self.metadata)
+            self.forms = _form_table(self.metadata)
             if require_new and names & ours:
                 raise LedgerError(f"--ledger {self.shown!r} already holds a textdp ledger and --ledger-create asks for a "
                                   "new one: drop --ledger-create to use it, or give a new path")
@@ -230,13 +271,19 @@ class Ledger:
                 if not create:
                     raise LedgerError(f"--ledger {self.shown!r} holds no textdp ledger" + (
                         "; give --ledger-create to start a new ledger (every author at 0)" if require_new is False else ""))
+                self.ledger_id = uuid.uuid4().hex
                 with self.engine.begin() as conn:
                     self.metadata.create_all(conn)  # every table, the streaming ones included (version 2)
                     conn.execute(self.meta.insert(), [{"name": "schema_version", "value": SCHEMA_VERSION},
                                                       {"name": "key_fingerprint", "value": fingerprint},
                                                       {"name": "created", "value": _now()},
-                                                      {"name": LEDGER_ID, "value": uuid.uuid4().hex}])
+                                                      {"name": LEDGER_ID, "value": self.ledger_id}])
                 self.created = True
+                gone = self.still_here()  # R10b-1: a fresh connection must find the new ledger (no in-memory VFS)
+                if gone is not None:
+                    raise LedgerError(f"--ledger {self.shown!r}: the new ledger cannot be found again through a fresh "
+                                      f"connection ({gone}): it is not stored where --ledger points (an in-memory or "
+                                      "temporary database?); nothing ran")
             elif not ours <= names:
                 missing = ours - names
                 raise LedgerError(f"--ledger {self.shown!r} is damaged: tables {sorted(missing)} are missing "
@@ -273,6 +320,13 @@ class Ledger:
             except SQLAlchemyError:
                 with self.engine.connect() as conn:  # another process gave it one meanwhile
                     self.ledger_id = conn.execute(select(self.meta.c.value).where(self.meta.c.name == LEDGER_ID)).scalar()
+        if self.forms.name not in names and not self.created:  # a ledger made before R10b-6: the forms table added
+            try:
+                with self.engine.begin() as conn:
+                    self.metadata.create_all(conn, tables=[self.forms], checkfirst=True)
+            except SQLAlchemyError as exc:
+                raise LedgerError(f"--ledger {self.shown!r} could not be given its run-forms table ({_reason(exc)}); "
+                                  "nothing ran") from None
         if values.get("schema_version") != SCHEMA_VERSION:  # version 1: add the streaming tables, in one transaction
             # (a textdp that reads version 1 only then refuses the ledger, instead of ignoring the windows' releases)
             try:
@@ -553,6 +607,52 @@ class Ledger:
                                 .values(state=DISCARDED, settled_at=_now())).rowcount
             conn.execute(self.active.delete().where(self.active.c.run_id == run_id))
         return bool(done)
+
+    # --- each run's bound form (round 10b, R10b-6) -------------------------------------------------------
+
+    def record_form(self, run_id: str, epsilon_d: bool, artifact: Optional[str]) -> None:
+        """Record run ``run_id``'s per-word bound form and artifact identity, once (a retry or a second commit keeps
+        the first: a run has one mechanism and one artifact)."""
+        from sqlalchemy import select
+        from sqlalchemy.exc import IntegrityError
+
+        with self.engine.begin() as conn:
+            if conn.execute(select(self.forms.c.run_id).where(self.forms.c.run_id == run_id)).first() is not None:
+                return
+            try:
+                with conn.begin_nested():
+                    conn.execute(self.forms.insert().values(run_id=run_id, artifact=artifact,
+                                                            bound=BOUND_EPSILON_D if epsilon_d else BOUND_GENERAL))
+            except IntegrityError:  # another worker of the run recorded it meanwhile
+                pass
+
+    def bound_form(self, run_id: str) -> dict:
+        """Whether the "B x max_i d(w_i, w_i')" statement holds for every run this ledger counts, derived from the
+        ledger: ``{"epsilon_d": True, "runs": n}`` when every run counted (committed or pending, and every run with a
+        window not discarded; ``run_id`` itself included) recorded the form BOUND_EPSILON_D on one artifact identity;
+        else ``{"epsilon_d": False, "runs": n, "why": one clause}``. A run without a recorded form is unknown."""
+        from sqlalchemy import select
+
+        with self.engine.connect() as conn:
+            counted = {row[0] for row in conn.execute(select(self.runs.c.run_id).where(
+                self.runs.c.state != DISCARDED)).all()}
+            counted |= {row[0] for row in conn.execute(select(self.windows.c.run_id).where(
+                self.windows.c.state != DISCARDED)).all()}
+            counted.add(run_id)
+            forms = {row[0]: (row[1], row[2]) for row in conn.execute(
+                select(self.forms.c.run_id, self.forms.c.bound, self.forms.c.artifact)).all()}
+        found = [forms.get(run) for run in sorted(counted)]
+        if any(form is None for form in found):
+            why = ("some of the ledger's runs were recorded without their per-word bound form and artifact (by an "
+                   "older textdp), so one d cannot be claimed for them")
+        elif any(bound != BOUND_EPSILON_D for bound, _ in found):
+            why = "some of the ledger's runs used a mechanism whose per-word bound is not epsilon x d(w, w')"
+        elif len({artifact for _, artifact in found}) != 1 or found[0][1] in (None, ""):
+            why = ("the ledger's runs used different vocabulary artifacts, whose distances d differ, so no one d "
+                   "bounds them all")
+        else:
+            return {"epsilon_d": True, "runs": len(found)}
+        return {"epsilon_d": False, "runs": len(found), "why": why}
 
     def run(self, run_id: str) -> Optional[dict]:
         from sqlalchemy import select
