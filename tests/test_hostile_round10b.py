@@ -9,9 +9,14 @@ from __future__ import annotations
 import glob
 import json
 import os
+import signal
+import subprocess
+import sys
+
+import pytest
 
 from pipelines.cli import main as cli_main
-from tests.test_hostile_round6b import _input
+from tests.test_hostile_round6b import REVIEWS, _earlier_release, _input
 from textdp.outputs import EARLIER_FOLDER_PREFIX, FAILED_FOLDER_PREFIX, read_attached
 
 RUNNER = "--runner=FnApiRunner"
@@ -95,3 +100,59 @@ def test_overwrite_still_replaces_its_own_public_summary_given_relative_to_anoth
     monkeypatch.chdir(tmp_path / "work")
     assert _run(tiny_artifact_dir, f"--input={source}", "--output=o/p", "--overwrite") == 0
     assert not os.path.exists(pub) and not glob.glob(str(tmp_path / "work" / "o" / f"{EARLIER_FOLDER_PREFIX}*"))
+
+
+# --- R10-8: a signal after the run is committed ----------------------------------------------------------------
+
+# The real command (pipelines.cli.main on this process's own argv, as `python -m pipelines.cli` runs it), with the
+# signal delivered by the process to itself from inside the commit step (OutputGuard.commit_earlier, which removes
+# the earlier release once the report judged the run a success) or right after the command returned: os.kill runs
+# the Python handler before it returns, so where the signal lands is fixed, not a race.
+_COMMAND = """
+import os, signal, sys
+from pipelines import cli
+from textdp import outputs
+signum, where = getattr(signal, sys.argv.pop(1)), sys.argv.pop(1)
+commit = outputs.OutputGuard.commit_earlier
+def at_commit(self):
+    if where == "commit":
+        os.kill(os.getpid(), signum)
+    commit(self)
+outputs.OutputGuard.commit_earlier = at_commit
+code = cli.main()
+if where == "exit":
+    os.kill(os.getpid(), signum)
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("name,where", [("SIGTERM", "commit"), ("SIGINT", "commit"), ("SIGTERM", "exit")])
+def test_a_signal_after_an_overwrite_run_committed_exits_0_with_the_new_release(name, where, tmp_path,
+                                                                               tiny_artifact_dir):
+    """R10-8: SIGINT/SIGTERM arriving once an --overwrite run is committed (the earlier release being removed,
+    the report about to be printed) or after the command returned, before the process exits, used to give exit
+    130/143 with no line, while the new release was complete and the earlier one gone. Now: exit 0, the full
+    report, the new release (2 records) on disk, no hidden folder; a signal inside the run says so in one line."""
+    source, output, before = _earlier_release(tmp_path, tiny_artifact_dir)
+    _input(tmp_path, lines=REVIEWS[:2])
+    result = subprocess.run([sys.executable, "-c", _COMMAND, name, where, "privatize", f"--input={source}",
+                             f"--output={output}", "--epsilon=10", "--overwrite", f"--artifact={tiny_artifact_dir}",
+                             RUNNER], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "records: 2 in, 2 out, 0 failed" in result.stdout, result.stdout
+    late = [line for line in result.stderr.splitlines() if "arrived after the run completed" in line]
+    assert len(late) == (1 if where == "commit" else 0) and all(name in line for line in late), result.stderr
+    assert ": interrupted" not in result.stderr and "terminated (" not in result.stderr and "put back" not in result.stderr
+    assert json.loads(_read(f"{output}-summary.json"))["records"]["in"] == 2
+    with open(glob.glob(f"{output}-00000-of-*.txt")[0], encoding="utf-8") as handle:
+        assert len(handle.read().splitlines()) == 2
+    assert not glob.glob(f"{tmp_path}/o/{EARLIER_FOLDER_PREFIX}*") and not glob.glob(f"{tmp_path}/o/*.lock")
+
+
+def test_after_a_committed_run_in_process_the_callers_signal_handlers_are_back(tmp_path, tiny_artifact_dir):
+    """R10-8's deferral is the command's alone: a run called in-process (tests, notebooks: pipelines.cli.main with an
+    argv) leaves the caller's SIGINT/SIGTERM handlers as they were."""
+    source, output, _ = _earlier_release(tmp_path, tiny_artifact_dir)
+    handlers = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+    assert _run(tiny_artifact_dir, f"--input={source}", f"--output={output}", "--overwrite") == 0
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
