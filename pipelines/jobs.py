@@ -497,8 +497,21 @@ class _Interrupts(list):
         self.committed = False
         self.late: list = []
 
+    held = False  # the run's bookkeeping (run records, ledger, locks) is being done: a signal waits for its end
+    pending = False
+
     def commit(self) -> None:
         self.committed = True  # one store: a signal handled before it interrupts, one handled after is late
+
+    def hold(self) -> None:
+        self.held = True
+
+    def unhold(self) -> None:
+        """End of the bookkeeping: a signal that arrived during it interrupts now (KeyboardInterrupt)."""
+        self.held = False
+        if self.pending and not self.committed:
+            self.pending = False
+            raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
@@ -520,6 +533,9 @@ def _noting_interrupts(noted: _Interrupts, until_exit: bool = False):
             noted.late.append(signum)
             return
         noted.append(signum)
+        if noted.held:  # never inside the run's bookkeeping (it left a hidden folder and stale locks): just after it
+            noted.pending = True
+            return
         signal.default_int_handler(signal.SIGINT, frame)
 
     previous = {}
@@ -729,6 +745,7 @@ def _run_prepared(name: str, argv: List[str], interrupted: list, job, state: Opt
         say(_one_line(exc) + back + ("" if verbose else " (--verbose shows the traceback)"))
         return EXIT_FAILED
     finally:
+        interrupted.hold()  # a signal in here interrupts at the report's start, where the release is put back
         if progress_dir:
             shutil.rmtree(progress_dir, ignore_errors=True)
         if plan.guard is not None:  # the run record (the files this run wrote: --overwrite's list), then the locks
@@ -749,6 +766,7 @@ def _run_prepared(name: str, argv: List[str], interrupted: list, job, state: Opt
                   "graph; no job was submitted and no output file was written")
             return EXIT_OK
         try:  # a run can finish and still have done nothing that was asked (e.g. no record to audit)
+            interrupted.unhold()
             lines = plan.report()
             interrupted.commit()  # the commit point: a signal from here on no longer stops the run (R10-8)
         except (TextdpError, KeyboardInterrupt) as exc:

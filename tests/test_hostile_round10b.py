@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from pipelines.cli import main as cli_main
-from tests.test_hostile_round6b import REVIEWS, _earlier_release, _input
+from tests.test_hostile_round6b import REVIEWS, _earlier_release, _input, _snapshot
 from textdp.outputs import EARLIER_FOLDER_PREFIX, FAILED_FOLDER_PREFIX, read_attached
 
 RUNNER = "--runner=FnApiRunner"
@@ -119,6 +119,12 @@ def at_commit(self):
         os.kill(os.getpid(), signum)
     commit(self)
 outputs.OutputGuard.commit_earlier = at_commit
+records, sent = outputs.OutputGuard.write_records, []
+def at_records(self):
+    if where == "records" and not sent:
+        sent.append(os.kill(os.getpid(), signum))
+    records(self)
+outputs.OutputGuard.write_records = at_records
 code = cli.main()
 if where == "exit":
     os.kill(os.getpid(), signum)
@@ -156,3 +162,20 @@ def test_after_a_committed_run_in_process_the_callers_signal_handlers_are_back(t
     handlers = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
     assert _run(tiny_artifact_dir, f"--input={source}", f"--output={output}", "--overwrite") == 0
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
+
+
+def test_a_signal_during_the_runs_bookkeeping_puts_the_earlier_release_back_in_one_line(tmp_path, tiny_artifact_dir):
+    """Found while fixing R10-8: SIGTERM while the finished pipeline's run records were written (before the report,
+    the release not yet committed) escaped as a KeyboardInterrupt traceback, exit 130, leaving the earlier release in
+    a .textdp-earlier-* folder and stale locks. Now the signal waits for the end of that bookkeeping and then
+    interrupts where the release is put back: exit 143, one line, the earlier release (3 records) at its names."""
+    source, output, before = _earlier_release(tmp_path, tiny_artifact_dir)
+    _input(tmp_path, lines=REVIEWS[:2])
+    result = subprocess.run([sys.executable, "-c", _COMMAND, "SIGTERM", "records", "privatize", f"--input={source}",
+                             f"--output={output}", "--epsilon=10", "--overwrite", f"--artifact={tiny_artifact_dir}",
+                             RUNNER], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 143, result.stderr
+    assert "Traceback" not in result.stderr and "terminated (SIGTERM)" in result.stderr, result.stderr
+    assert "the earlier run's files were put back" in result.stderr
+    assert _snapshot(f"{tmp_path}/o") == before
+    assert not glob.glob(f"{tmp_path}/o/{EARLIER_FOLDER_PREFIX}*") and not glob.glob(f"{tmp_path}/o/*.lock")
