@@ -29,6 +29,9 @@ class _NoGcpNoise(logging.Filter):
 
 
 def main(argv=None) -> int:
+    """The command. ``argv`` None: this process's own command line (``textdp``, ``python -m pipelines.cli``), which
+    exits with the code returned: a committed run then ignores terminating signals until it exits (R10-8)."""
+    command = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     robust_console()  # stdout/stderr escape what their encoding cannot hold (an accented path on an ASCII console)
     logging.getLogger().addFilter(_NoGcpNoise())
@@ -44,7 +47,7 @@ def main(argv=None) -> int:
     if name not in JOBS:
         print(f"textdp: error: unknown command {name!r}; one of {', '.join(JOBS)}", file=sys.stderr)
         return 2
-    return run_job(name, argv[1:])
+    return run_job(name, argv[1:], until_exit=command)
 
 
 if __name__ == "__main__":

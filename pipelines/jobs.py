@@ -21,7 +21,10 @@ command (``pipelines/cli.py``) and the template tools (``templates/jobs.py``) bo
 
 Exit codes, the same for every job: 0 done; 2 refused before anything ran (bad flags, bad
 artifact, bad input or output); 1 failed while running; 130 interrupted (Ctrl-C); 143 terminated
-(SIGTERM).
+(SIGTERM). A terminating signal that arrives once the run is committed (its report judged it a
+success, --overwrite's earlier files about to be removed) no longer stops it: the run ends with exit 0
+and one line saying the signal came after the run completed; the command (``textdp``, ``python -m
+pipelines.cli``) then ignores such signals until the process exits (round 10, R10-8).
 """
 
 from __future__ import annotations
@@ -485,11 +488,39 @@ def _one_line(exc: BaseException, ran: bool = True) -> str:
     return f"the pipeline failed: {type(exc).__name__}: {text[:300]}".rstrip(": ")
 
 
+class _Interrupts(list):
+    """The signals a run received (in order), and whether the run is committed: from ``commit()`` on, a signal
+    is noted in ``late`` and no longer interrupts (R10-8: the status must say what is on disk)."""
+
+    def __init__(self):
+        super().__init__()
+        self.committed = False
+        self.late: list = []
+
+    held = False  # the run's bookkeeping (run records, ledger, locks) is being done: a signal waits for its end
+    pending = False
+
+    def commit(self) -> None:
+        self.committed = True  # one store: a signal handled before it interrupts, one handled after is late
+
+    def hold(self) -> None:
+        self.held = True
+
+    def unhold(self) -> None:
+        """End of the bookkeeping: a signal that arrived during it interrupts now (KeyboardInterrupt)."""
+        self.held = False
+        if self.pending and not self.committed:
+            self.pending = False
+            raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
-def _noting_interrupts(noted: list):
+def _noting_interrupts(noted: _Interrupts, until_exit: bool = False):
     """Ctrl-C and SIGTERM as a KeyboardInterrupt, but noted first: a local runner running the DoFn in this
     process reports it as its own error ("RuntimeError: KeyboardInterrupt [while running ...]"), and the
-    exit code says which signal it was (130 or 143)."""
+    exit code says which signal it was (130 or 143). Once the run is committed (``noted.commit()``) a signal is
+    only noted (``noted.late``); with ``until_exit`` (the command's own process) a committed run leaves these
+    signals ignored when it returns, so that none arriving before the process exits turns its 0 into 130/143."""
     import signal
     import threading
 
@@ -498,7 +529,13 @@ def _noting_interrupts(noted: list):
         return
 
     def handler(signum, frame):
+        if noted.committed:  # the release is complete on disk: the run finishes normally (R10-8)
+            noted.late.append(signum)
+            return
         noted.append(signum)
+        if noted.held:  # never inside the run's bookkeeping (it left a hidden folder and stale locks): just after it
+            noted.pending = True
+            return
         signal.default_int_handler(signal.SIGINT, frame)
 
     previous = {}
@@ -511,7 +548,7 @@ def _noting_interrupts(noted: list):
         yield
     finally:
         for signum, old in previous.items():
-            signal.signal(signum, old)
+            signal.signal(signum, signal.SIG_IGN if until_exit and noted.committed else old)
 
 
 # Signals whose default action does not end the process (or that cannot be caught), and the synchronous faults (a
@@ -606,12 +643,14 @@ def check_environment() -> None:
         raise JobRefused(f"TEXTDP_PROGRESS_DIR={base[:200]!r} is not a writable directory: create it, or unset it")
 
 
-def run_job(name: str, argv: Optional[Sequence[str]] = None) -> int:
-    """Run job ``name`` with command-line ``argv``; returns the exit code (see the module docstring)."""
-    interrupted: list = []
+def run_job(name: str, argv: Optional[Sequence[str]] = None, until_exit: bool = False) -> int:
+    """Run job ``name`` with command-line ``argv``; returns the exit code (see the module docstring).
+    ``until_exit``: the caller is the command's process and exits with the code returned (pipelines/cli.py): once
+    the run is committed, terminating signals stay ignored until then."""
+    interrupted = _Interrupts()
     if not JOBS[name].beam:  # a single-process job (build-index) handles its own signals
         return _run_job(name, argv, interrupted)
-    with _noting_interrupts(interrupted):
+    with _noting_interrupts(interrupted, until_exit):
         return _run_job(name, argv, interrupted)
 
 
@@ -706,6 +745,7 @@ def _run_prepared(name: str, argv: List[str], interrupted: list, job, state: Opt
         say(_one_line(exc) + back + ("" if verbose else " (--verbose shows the traceback)"))
         return EXIT_FAILED
     finally:
+        interrupted.hold()  # a signal in here interrupts at the report's start, where the release is put back
         if progress_dir:
             shutil.rmtree(progress_dir, ignore_errors=True)
         if plan.guard is not None:  # the run record (the files this run wrote: --overwrite's list), then the locks
@@ -726,7 +766,9 @@ def _run_prepared(name: str, argv: List[str], interrupted: list, job, state: Opt
                   "graph; no job was submitted and no output file was written")
             return EXIT_OK
         try:  # a run can finish and still have done nothing that was asked (e.g. no record to audit)
+            interrupted.unhold()
             lines = plan.report()
+            interrupted.commit()  # the commit point: a signal from here on no longer stops the run (R10-8)
         except (TextdpError, KeyboardInterrupt) as exc:
             back = _put_back(plan, keep=isinstance(exc, TextdpError))  # the run finished: its files say why it failed
             if back and plan.guard is not None:
@@ -741,6 +783,9 @@ def _run_prepared(name: str, argv: List[str], interrupted: list, job, state: Opt
 
         for line in lines:  # the release is committed: a console that cannot take a line never makes it exit 1
             console_print(line)
+        if interrupted.late:  # what is on disk is the completed run: exit 0 says so (R10-8)
+            console_print(f"textdp {name}: {signal_name(interrupted.late[0])} arrived after the run completed "
+                          "(its files are written as reported above): not interrupted, exit 0", sys.stderr)
         return EXIT_OK
     finally:
         if plan.guard is not None:

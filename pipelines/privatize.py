@@ -158,7 +158,7 @@ def _check_outputs(options: PipelineOptions, paths: dict, data_format: str, inpu
 
         guard.read_directory("--artifact", resolve_artifact(artifact))
     suffix = OUTPUT_SUFFIX[data_format]
-    prefix = guard.prefix("--output", out.output)
+    prefix = guard.prefix("--output", out.output, release_of=_release_of)
     shard = f"-{FIVE_DIGITS}-of-{FIVE_DIGITS}"
     shuffled = options.view_as(AmplifierOptions).amplifier_config().shuffle  # its writer's temporary names count
     guard.sharded("--output", "the records", prefix, shard, suffix, SHARD_SAMPLES, (f"{prefix}-*-of-*{suffix}",),
@@ -182,8 +182,7 @@ def _check_outputs(options: PipelineOptions, paths: dict, data_format: str, inpu
                 return False
 
         if out.overwrite and "://" not in opts.public_summary and os.path.isfile(opts.public_summary):
-            refuse_public_of_another_release(opts.public_summary, [opts.public_summary], out.output,
-                                             lambda described: (described.split(f"-{FIVE_DIGITS}", 1)[0], ""))
+            refuse_public_of_another_release(opts.public_summary, [opts.public_summary], out.output, _release_of)
         guard.file("--public-summary", "the public summary", opts.public_summary, lock=True,
                    replaceable=_is_public_summary, replaceable_what='an earlier public summary ("publishable": true)',
                    attach_to="--output")  # the run record lists it: the next --overwrite replaces it (round 7 F8)
@@ -193,6 +192,13 @@ def _check_outputs(options: PipelineOptions, paths: dict, data_format: str, inpu
                       (f"{diagnostics}-*-of-*.jsonl",))
     guard.check()
     return guard
+
+
+def _release_of(described: str) -> tuple:
+    """A public summary's ``output`` (``<output>-SSSSS-of-NNNNN.<ext>``) -> (``<output>``, the name of that release's
+    operator summary, which its run record lists): textdp.outputs.another_release."""
+    prefix = described.split(f"-{FIVE_DIGITS}", 1)[0]
+    return prefix, os.path.basename(output_paths(prefix, "text")["summary"])
 
 
 def _refuse_empty_inputs(inputs: List[str], data_format: str, text_fields=(), read=None) -> None:

@@ -322,34 +322,48 @@ def public_summary_output(path: str) -> Optional[str]:
     return described if isinstance(described, str) else None
 
 
+def another_release(path: str, output: str, release_of: Callable[[str], Tuple[str, str]]) -> Optional[str]:
+    """Whose public summary the local file ``path`` is: None when it is not a public summary or it is the one of
+    this release (``--output output``), else the ``--output`` prefix of the other release it describes. The one
+    test of both the public-summary rule and --overwrite's handling of a run record's ``attached`` file (R10-1).
+
+    ``release_of(described output) -> (its --output prefix, the name of one file of that release that the release's
+    run record lists)``. The file is this release's only when its own ``output`` names this release: the same
+    prefix or the same real path, or (an --output once given relative to another directory) a prefix of the same
+    name whose member file this release's run record lists, while the prefix it names, resolved from here, is no
+    other release's (no run record of its own there). A run record's ``attached`` entry is never proof: the file at
+    that path may since have become another release's public summary (one fixed publishing path)."""
+    described = public_summary_output(path) if not is_remote(path) else None
+    if described is None:
+        return None
+    prefix, member = release_of(described)
+    if prefix == output:
+        return None
+    if is_remote(prefix) or is_remote(output):
+        return prefix
+    if os.path.realpath(prefix) == os.path.realpath(output):
+        return None
+    own = read_record(real_path(output) + RUN_RECORD_SUFFIX) or ()
+    if member and os.path.basename(prefix) == os.path.basename(output) and member in own \
+            and read_record(real_path(prefix) + RUN_RECORD_SUFFIX) is None:
+        return None  # this release, its --output once given relative to another directory
+    return prefix
+
+
 def refuse_public_of_another_release(public: str, paths: Iterable[str], output: str,
                                      release_of: Callable[[str], Tuple[str, str]]) -> None:
-    """The public-summary rule of both jobs (round 7 F9, R9b-9): an existing public summary at ``public`` whose
-    ``output`` names another release than ``--output output`` is refused in one line, with --overwrite or
-    without, so that release keeps its publishable document. ``paths``: the public summary files at that place;
-    ``release_of(described output) -> (its --output prefix, the name of one file of that release that the
-    release's run record lists)``: the same release given by another relative path is recognised by this
-    --output's run record listing that file, or (the batch job's single public summary) attaching its path
-    (``read_attached``). The batch and streaming jobs both ask this rule (the batch job with --overwrite: without it
-    the guard refuses any existing file)."""
-    own = attached = None
+    """The public-summary rule of both jobs (round 7 F9, R9b-9, R10-1): an existing public summary at ``public``
+    that is another release's (``another_release``) is refused in one line, with --overwrite or without, so that
+    release keeps its publishable document; ``paths``: the public summary files at that place. The batch and
+    streaming jobs both ask this rule (the batch job with --overwrite: without it the guard refuses any existing
+    file)."""
     for path in sorted(paths):
-        described = public_summary_output(path)
-        if described is None or is_remote(path):
-            continue
-        prefix, member = release_of(described)
-        if prefix == output or (not is_remote(output) and os.path.realpath(prefix) == os.path.realpath(output)):
-            continue
-        if own is None:
-            record = real_path(output) + RUN_RECORD_SUFFIX
-            own = set(read_record(record) or ()) if not is_remote(output) else set()
-            attached = set(read_attached(record)) if not is_remote(output) else set()
-        if (member and os.path.basename(prefix) == os.path.basename(output) and member in own) \
-                or os.path.realpath(path) in attached:
-            continue  # this release, its --output once given relative to another directory
-        raise TextdpError(f"--public-summary {shown(public)}: {shown(path)} is the public summary of another release "
-                          f"(its output is {shown(prefix)}, not --output {shown(output)}); a run never replaces another "
-                          "release's public summaries, with --overwrite or without: choose another --public-summary")
+        prefix = another_release(path, output, release_of)
+        if prefix is not None:
+            raise TextdpError(f"--public-summary {shown(public)}: {shown(path)} is the public summary of another "
+                              f"release (its output is {shown(prefix)}, not --output {shown(output)}); a run never "
+                              "replaces another release's public summaries, with --overwrite or without: choose "
+                              "another --public-summary")
 
 
 def _is_public_summary_file(path: str) -> bool:
@@ -413,10 +427,14 @@ class OutputGuard:
         self._inside: List[Tuple[str, str, str]] = []  # (flag, real directory, what): no output may be in it
         self._attach: Dict[str, str] = {}  # flag -> the flag whose run record lists its file (--public-summary)
         self._earlier_attached: Dict[str, List[str]] = {}  # record flag -> attached files its earlier record lists
+        # prefix flag -> release_of (refuse_public_of_another_release): whose public summary an attached file is
+        self._release_of: Dict[str, Callable[[str], Tuple[str, str]]] = {}
 
     # --- registering --------------------------------------------------------------------------
-    def prefix(self, flag: str, prefix: str) -> str:
-        """Check an output prefix (``<prefix>-SSSSS-of-NNNNN.ext`` and the like); returns it resolved."""
+    def prefix(self, flag: str, prefix: str, release_of: Optional[Callable[[str], Tuple[str, str]]] = None) -> str:
+        """Check an output prefix (``<prefix>-SSSSS-of-NNNNN.ext`` and the like); returns it resolved.
+        ``release_of``: how a public summary names the release of such a prefix (``another_release``); without it
+        no file its run record lists as ``attached`` is taken as the release's own."""
         refuse_undecodable(flag, prefix)
         refuse_glob_characters(flag, prefix)
         if prefix.endswith(("/", os.sep)) or (not is_remote(prefix) and os.path.basename(prefix) in ("", ".", "..")):
@@ -434,6 +452,8 @@ class OutputGuard:
         if resolved in self._prefixes:
             raise TextdpError(f"{flag} {prefix} is also {self._prefixes[resolved]}: give each output its own prefix")
         self._prefixes[resolved] = f"{flag} {prefix}"
+        if release_of is not None:
+            self._release_of[flag] = release_of
         self.lock_targets.setdefault(resolved + LOCK_SUFFIX, f"{flag} {prefix}")
         if not is_remote(resolved):
             self.records.setdefault(flag, (resolved + RUN_RECORD_SUFFIX, prefix))
@@ -763,7 +783,7 @@ class OutputGuard:
             own_by_flag.setdefault((out.flag, out.label), []).extend(own)
         for flag, (record, label) in self.records.items():  # the earlier release's public summary (round 7 F8)
             attached = [a for a in read_attached(record) if os.path.isfile(a) and not os.path.islink(a)
-                        and _is_public_summary_file(a)]
+                        and _is_public_summary_file(a) and self._own_attached(flag, label, a)]
             self._earlier_attached[flag] = attached
             for path in attached:
                 self.lock_targets.setdefault(path + LOCK_SUFFIX, f"{flag} {label} (its earlier public summary)")
@@ -785,6 +805,22 @@ class OutputGuard:
                 raise TextdpError(f"{flag} {label} already holds {len(own)} file(s) of an earlier run (e.g. "
                                   f"{sorted(own)[0]}); give --overwrite to replace them all, or choose another {flag}")
         return sorted({p for own in own_by_flag.values() for p in own})
+
+    def _own_attached(self, flag: str, label: str, path: str) -> bool:
+        """Whether the public summary at ``path``, which ``flag``'s earlier run record lists as ``attached``, is
+        still that release's (``another_release``): one that is now another release's is left in place, never
+        moved aside nor removed, and ``notes`` says so (R10-1)."""
+        release_of = self._release_of.get(flag)
+        if release_of is None:  # a job that attaches no public summary to this flag's release
+            return False
+        other = another_release(path, label, release_of)
+        if other is None:
+            return True
+        note = (f"{flag} {shown(label)}: its earlier run record lists {shown(path)} as its public summary, but that "
+                f"file is now the public summary of another release (its output is {shown(other)}): left in place")
+        if note not in self.notes:
+            self.notes.append(note)
+        return False
 
     # --- locking ------------------------------------------------------------------------------
     def acquire(self) -> None:
