@@ -47,7 +47,29 @@ def main(argv=None) -> int:
     if name not in JOBS:
         print(f"textdp: error: unknown command {name!r}; one of {', '.join(JOBS)}", file=sys.stderr)
         return 2
-    return run_job(name, argv[1:], until_exit=command)
+    code = run_job(name, argv[1:], until_exit=command)
+    if command and code >= 128:  # interrupted by a signal: the job cleaned up and said so in one line
+        leave_without_waiting(code)
+    return code
+
+
+def leave_without_waiting(code: int) -> None:
+    """End the command's process now with ``code`` when threads that are not daemons are still alive (a runner's
+    worker thread stopped mid-bundle by the signal): Python's shutdown would wait for them, and an interrupted run
+    was seen to hang at exit for minutes after its one-line message. The job has already put the earlier release
+    back and removed its temporary files; stdout and stderr are flushed first."""
+    import os
+    import threading
+
+    lingering = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if not lingering:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # a closed console: nothing more to say
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":

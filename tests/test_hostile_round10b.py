@@ -179,3 +179,26 @@ def test_a_signal_during_the_runs_bookkeeping_puts_the_earlier_release_back_in_o
     assert "the earlier run's files were put back" in result.stderr
     assert _snapshot(f"{tmp_path}/o") == before
     assert not glob.glob(f"{tmp_path}/o/{EARLIER_FOLDER_PREFIX}*") and not glob.glob(f"{tmp_path}/o/*.lock")
+
+
+def test_an_interrupted_command_does_not_wait_for_lingering_worker_threads():
+    """After a signal, a runner's non-daemon worker thread stuck mid-bundle kept the interrupted process alive at exit
+    for minutes (seen once, after its one-line message). ``leave_without_waiting`` ends the process with the exit code
+    at once when such threads linger (the real function in a real process with a thread sleeping 120 s: the 60 s
+    timeout fails the test if it waits), and returns when none linger."""
+    import subprocess
+    import sys
+
+    script = ("import threading, time, sys\n"
+              "threading.Thread(target=time.sleep, args=(120,)).start()\n"
+              "from pipelines.cli import leave_without_waiting\n"
+              "print('said', flush=False)\n"
+              "leave_without_waiting(143)\n"
+              "print('not reached')\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=os.path.dirname(os.path.dirname(__file__)),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 143 and done.stdout == "said\n", (done.returncode, done.stdout, done.stderr)
+    quiet = subprocess.run([sys.executable, "-c", "from pipelines.cli import leave_without_waiting\n"
+                            "leave_without_waiting(130)\nprint('returned')"],
+                           cwd=os.path.dirname(os.path.dirname(__file__)), capture_output=True, text=True, timeout=60)
+    assert quiet.returncode == 0 and quiet.stdout == "returned\n"
