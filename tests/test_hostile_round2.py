@@ -31,10 +31,12 @@ def _privatize(tmp_path, tiny_artifact_dir, *args):
 
 
 def test_a_run_that_released_nothing_exits_1_in_one_line(tiny_artifact_dir, tmp_path, capsys):
-    blank = tmp_path / "blank.jsonl"
-    blank.write_text("\n\n  \n")
-    code, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(blank)))
-    assert code == 1 and "no record was privatized: 3 of 3 failed (empty 3)" in err
+    """Every record fails in the run (each over --max-record-bytes; an input of blank lines only is refused before
+    the run since R10-7): exit 1, one line, the counts still written."""
+    large = tmp_path / "large.txt"
+    large.write_text("the good movie was long\n" * 3)
+    code, err = _run(capsys, _privatize(tmp_path, tiny_artifact_dir, "--input", str(large), "--max-record-bytes", "5"))
+    assert code == 1 and "no record was privatized: 3 of 3 failed (too_large 3)" in err, err
     assert len(err.strip().splitlines()) == 1
     summary = json.load(open(tmp_path / "o" / "x-summary.json"))
     assert summary["records"]["out"] == 0 and summary["records"]["failed"] == 3  # the counts are still written

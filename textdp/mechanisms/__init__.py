@@ -168,7 +168,7 @@ RESERVED_PARAMETER_NAMES = frozenset("""
     shape_field shard_rows shuffle shuffle_shard_records subsample text_field text_fields threads unk_token
     user_field verbose word_list words worker help experiment experiments
     allowed_lateness input_subscription poll_interval streaming_stop_after window_size streaming
-    author_budget ledger ledger_key_file ledger_run_id ledger_create contextual_candidates no_contextual
+    author_budget ledger ledger_key_file ledger_run_id ledger_create contextual_candidates no_contextual log_warnings
     """.split())
 PARAMETER_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 
