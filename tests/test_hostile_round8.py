@@ -580,7 +580,7 @@ def test_a_killed_overwrite_runs_public_summary_folder_is_named_with_its_mv(tmp_
     assert cli_main(["privatize", f"--input={source}", f"--output={output}", "--epsilon=10",
                      f"--artifact={tiny_artifact_dir}", RUNNER]) == 2  # no --public-summary this time
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and all(f"mv {folder}/*" in err[0] for folder in folders), err
+    assert len(err) == 1 and all(f"mv -- {folder}/*" in err[0] for folder in folders), err
     restore = err[0].split("restore it with: ", 1)[1].split(" (after removing", 1)[0]
     subprocess.run(restore, shell=True, check=True)
     assert {p: open(p, "rb").read() for p in before} == before

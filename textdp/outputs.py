@@ -241,6 +241,21 @@ def shown(path: str) -> str:
 escaped = shown  # the name fix8b gave it (output paths): one function
 
 
+def restore_command(folder: str, directory: str, names: Iterable[str]) -> str:
+    """The shell command that moves every file of ``folder`` (named ``names``) back into ``directory`` and removes
+    the folder, safe to paste (R11-1): each path shell-quoted (a space, ``$(...)`` or ``;`` in a directory name is
+    part of the name, never code), ``--`` before the paths, and the globs that match the names there: ``*`` for
+    names without a leading dot, ``.[!.]*`` for names with one (a release at ``--output dir/.rel``; ``*`` alone
+    skips them)."""
+    import shlex
+
+    quoted_folder, quoted_directory = shlex.quote(shown(folder)), shlex.quote(shown(directory))
+    globs = [glob for glob, wanted in (("*", any(not n.startswith(".") for n in names)),
+                                       (".[!.]*", any(n.startswith(".") for n in names))) if wanted] or ["*"]
+    sources = " ".join(f"{quoted_folder}/{glob}" for glob in globs)
+    return f"mv -- {sources} {quoted_directory}/ && rmdir -- {quoted_folder}"
+
+
 def refuse_undecodable(flag: str, path: str) -> None:
     """A name with bytes that are not UTF-8 is refused: Beam encodes every path as UTF-8 (its string
     coder), so the run would fail after the job with UnicodeEncodeError, its records left without a summary."""
@@ -695,13 +710,13 @@ class OutputGuard:
                 match = next(((what, n) for n in names for what, test in wanted[directory]
                               if test(os.path.join(directory, n))), None)
                 if match is not None:
-                    found.append((match[0], folder, directory, len(names), match[1]))
+                    found.append((match[0], folder, directory, len(names), match[1], names))
         if not found:
             return
-        what, folder, _, count, example = found[0]
-        restore = "; ".join(f"mv {shown(f)}/* {shown(d)}/ && rmdir {shown(f)}" for _, f, d, _, _ in found)
+        what, folder, _, count, example, _ = found[0]
+        restore = "; ".join(restore_command(f, d, names) for _, f, d, _, _, names in found)
         more = (f" and {len(found) - 1} more such folder(s) of the same release ("
-                + ", ".join(shown(f) for _, f, _, _, _ in found[1:]) + ")") if len(found) > 1 else ""
+                + ", ".join(shown(f) for _, f, _, _, _, _ in found[1:]) + ")") if len(found) > 1 else ""
         raise TextdpError(f"{what}: {shown(folder)} holds an earlier release ({count} file(s), e.g. {shown(example)}) "
                           f"that an --overwrite run moved aside and could not put back (it was killed){more}; restore "
                           f"it with: {restore} (after removing the killed run's files at those names), or delete the "
