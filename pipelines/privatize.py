@@ -239,8 +239,8 @@ def _check_fields(amplifier, data_format: str, schema, inputs: List[str], text_f
     the first objects has the field (a field some records lack is the run's to report, per record)."""
     names = [("--user-field", amplifier.user_field)] if amplifier.user_field else []
     names += [("--drop-fields", name) for name in amplifier.drop_fields]
-    if data_format == "jsonl":
-        names += [("--text-field", name) for name in text_fields]  # Parquet: checked with the schema
+    if data_format in ("jsonl", "parquet"):  # Parquet: the schema refused absent ones; here their padded twins
+        names += [("--text-field", name) for name in text_fields]
     if not names or data_format == "text":
         return _check_field_values(amplifier, data_format, inputs, text_fields)
     if data_format == "parquet":

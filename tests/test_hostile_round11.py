@@ -49,3 +49,38 @@ def test_r11_1_the_restore_command_is_safe_to_paste_and_restores_the_release(dir
     assert not (tmp_path / "PWNED").exists() and not os.path.exists(out_dir / "PWNED")
     assert {p: open(p, "rb").read() for p in before} == before and not folder.exists()
     assert cli_main(argv + ["--overwrite"]) == 0
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+@pytest.mark.parametrize("flag", ["--text-field=review ", "--text-field=review", "--drop-fields=review"])
+def test_r11_2_a_field_with_a_whitespace_padded_twin_is_refused(fmt, flag, tmp_path, tiny_artifact_dir, capsys):
+    """`--text-field 'review '` was read as `review` (the flag's names are stripped): with both `review` and `review `
+    in the records, `review` was privatized and `review ` released raw, exit 0. Now a named field that has a twin
+    differing only by surrounding whitespace is refused in one line before the run (JSONL and Parquet), never
+    showing a value; without the twin the run goes on."""
+    rows = [{"id": 1, "text": "the cat", "review": "the of", "review ": "CANARYTRAIL secret words"},
+            {"id": 2, "text": "a dog", "review": "and to in", "review ": "CANARYTRAIL two"}]
+    if fmt == "jsonl":
+        import json
+
+        source = tmp_path / "both.jsonl"
+        source.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        source = tmp_path / "both.parquet"
+        pq.write_table(pa.Table.from_pylist(rows), source)
+    argv = ["privatize", f"--input={source}", f"--output={tmp_path}/o/p", "--epsilon=10", f"--format={fmt}",
+            f"--artifact={tiny_artifact_dir}", RUNNER]
+    extra = ["--shuffle"] if flag.startswith("--drop") else []  # --drop-fields: text field "text"
+    assert cli_main(argv + [flag] + extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "surrounding whitespace" in err[0] and "CANARY" not in err[0], err
+    assert not os.path.exists(tmp_path / "o")
+    single = [{k: v for k, v in r.items() if k != "review "} for r in rows]
+    if fmt == "jsonl":
+        source.write_text("".join(json.dumps(r) + "\n" for r in single), encoding="utf-8")
+    else:
+        pq.write_table(pa.Table.from_pylist(single), source)
+    assert cli_main(argv + ["--text-field=review"]) == 0

@@ -1154,9 +1154,16 @@ def _remove_stale_lock(lock: str, stale: Tuple[int, int, bytes]) -> bool:
 
 def missing_fields(flag: str, names: Sequence[str], known: Sequence[str], where: str) -> Optional[str]:
     """A one-line refusal for field ``names`` that no record has (``known``: the fields seen ``where``),
-    with a "did you mean" for a close name; None if every name is known. Names only, never values."""
+    with a "did you mean" for a close name; also a name that has a twin among ``known`` differing only by surrounding
+    whitespace (R11-2: the flag's names are stripped, so the twin would be released raw). None if every name is known
+    and has no such twin. Names only, never values (a twin's name is the flag's own name, padded)."""
     import difflib
 
+    for name in names:  # R11-2: a field's name is read from the flag stripped, so a padded twin cannot be named
+        if any(k != name and k.strip() == name.strip() and k.strip() for k in set(known)):
+            return (f"{flag} {name!r}: {where} also has a field named {name.strip()!r} with other whitespace "
+                    "around it; a field name is read from the flag without its surrounding whitespace, so that field "
+                    "cannot be named and would be released as it is: rename it in the input")
     missing = [n for n in names if n not in set(known)]
     if not missing:
         return None
