@@ -84,3 +84,41 @@ def test_r11_2_a_field_with_a_whitespace_padded_twin_is_refused(fmt, flag, tmp_p
     else:
         pq.write_table(pa.Table.from_pylist(single), source)
     assert cli_main(argv + ["--text-field=review"]) == 0
+
+
+@pytest.mark.parametrize("name,extra", [("p-summary.json", []), ("pub.json", ["--public-summary={d}/pub.json"]),
+                                        ("p-amplification.json", ["--shuffle"]),
+                                        ("p-00000-of-00001.txt", [])])
+def test_r11_3_a_symlink_at_an_output_name_is_refused_not_written_through(name, extra, tmp_path, tiny_artifact_dir,
+                                                                          capsys):
+    """A dangling symlink at the operator summary's, the public summary's or the amplification report's name was
+    followed: the file was written at the link's target in another directory (exit 0), while the same link at a
+    shard name was refused. Now a symlink at any output name is refused in one line before the run, nothing is
+    written there or at its target; without the link the run goes on."""
+    out, elsewhere = tmp_path / "o", tmp_path / "else"
+    out.mkdir()
+    elsewhere.mkdir()
+    source = tmp_path / "in.txt"
+    source.write_text("the cat sat\na dog ran\n", encoding="utf-8")
+    os.symlink(elsewhere / "victim", out / name)
+    argv = ["privatize", f"--input={source}", f"--output={out}/p", "--epsilon=10", f"--artifact={tiny_artifact_dir}",
+            RUNNER] + [e.format(d=out) for e in extra]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "symbolic link" in err[0], err
+    assert os.listdir(elsewhere) == [] and os.listdir(out) == [name]
+    os.remove(out / name)
+    assert cli_main(argv) == 0 and os.listdir(elsewhere) == []
+
+
+def test_r11_3_calibrate_refuses_a_symlink_at_its_summary(tmp_path, tiny_artifact_dir, capsys):
+    """The calibrate variant: summary.json a dangling link into another directory was written through."""
+    out, elsewhere = tmp_path / "cal", tmp_path / "else"
+    out.mkdir()
+    elsewhere.mkdir()
+    os.symlink(elsewhere / "victim.json", out / "summary.json")
+    code = cli_main(["calibrate", f"--output={out}", "--epsilons=10", f"--artifact={tiny_artifact_dir}", "--words=5",
+                     "--samples=50", RUNNER])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "symbolic link" in err[0], err
+    assert os.listdir(elsewhere) == []

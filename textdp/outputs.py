@@ -531,8 +531,8 @@ class OutputGuard:
         refuse_glob_characters(flag, path)
         if path.endswith(("/", os.sep)) or (not is_remote(path) and os.path.isdir(path)):
             raise TextdpError(f"{flag} {path} is a directory; give a file path")
-        resolved = real_path(path)
-        refuse_system_place(flag, path, resolved)  # a public summary under /dev/shm is gone at reboot (R8-15)
+        resolved = _real_pattern(path)  # its folder resolved, not the name: a symlink there is refused (R11-3)
+        refuse_system_place(flag, path, real_path(path))  # a public summary under /dev/shm is gone at reboot (R8-15)
         self.outputs.append(Output(flag, what, resolved, (resolved,), (), not label, label or path, replaceable,
                                    replaceable_what))
         refuse_long_name(flag, label or path, resolved, what)
@@ -739,9 +739,10 @@ class OutputGuard:
     def _refuse_non_files(self) -> None:
         for out in self.outputs:
             for path in self._at_names(out):
-                if is_remote(path) or (os.path.isfile(path) and not os.path.isdir(path)):
+                if is_remote(path) or (os.path.isfile(path) and not os.path.isdir(path) and not os.path.islink(path)):
                     continue
-                kind = "is a directory" if os.path.isdir(path) else "is not a regular file"
+                kind = ("is a symbolic link (the run would write through it, elsewhere: R11-3)" if os.path.islink(path)
+                        else "is a directory" if os.path.isdir(path) else "is not a regular file")
                 raise TextdpError(f"{out.flag} {out.label}: {path} {kind}, where this run writes {out.what}; a run "
                                   f"never deletes a directory or replaces anything but a file of an earlier run: "
                                   f"move it, or choose another {out.flag}")
