@@ -122,3 +122,37 @@ def test_r11_3_calibrate_refuses_a_symlink_at_its_summary(tmp_path, tiny_artifac
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "symbolic link" in err[0], err
     assert os.listdir(elsewhere) == []
+
+
+@pytest.mark.parametrize("suffix,compress", [(".gz", "gzip"), (".bz2", "bz2"), (".xz", "lzma")])
+def test_r11b_2_a_truncated_compressed_file_in_the_watch_is_one_error_record(suffix, compress, tmp_path):
+    """A truncated .gz/.bz2/.xz dropped into the watched place failed the whole streaming job ("I/O operation on closed
+    file" in PollFiles: the identity's fallback read a stream the decompressor had closed), losing every record read.
+    Now its identity is the digest of its bytes and the reader makes its error record: the other file's records are
+    released (and the damaged file's lines before the cut, as the batch job releases them), the damaged file is one
+    error record, and no text is in the messages (the real command, local watch)."""
+    import importlib
+    import json
+    import sys
+    import time
+
+    module = importlib.import_module(compress)
+    watched = tmp_path / "in"
+    watched.mkdir()
+    (watched / "a.txt").write_bytes(b"the cat sat\n")
+    (watched / f"trunc.txt{suffix}").write_bytes(module.compress(b"a dog ran away\n" * 50)[:30])
+    past = time.time() - 60
+    for path in watched.iterdir():
+        os.utime(path, (past, past))
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "pipelines.cli", "privatize", "--streaming", "--format", "text",
+                           "--input", str(watched / "*"), "--output", str(out / "r"), "--artifact", "/tmp/art300",
+                           "--epsilon", "1e6", "--oov-policy", "keep", "--window-size", "60", "--poll-interval", "0.5",
+                           "--streaming-stop-after", "2", RUNNER], cwd=os.path.dirname(os.path.dirname(__file__)),
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    released = [line for p in glob.glob(f"{out}/r-*-of-*.txt") for line in open(p, encoding="utf-8").read().splitlines()]
+    assert "the cat sat" in released and set(released) <= {"the cat sat", "a dog ran away"}  # lines before the cut
+    errors = [json.loads(line) for p in glob.glob(f"{out}/r-*errors*.jsonl") for line in open(p, encoding="utf-8")]
+    assert [os.path.basename(e["source"]) for e in errors] == [f"trunc.txt{suffix}"], errors
+    assert "0 failed" not in done.stdout and "dog" not in done.stdout + done.stderr

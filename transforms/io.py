@@ -26,6 +26,7 @@ names of text fields or Parquet columns.
 from __future__ import annotations
 
 import functools
+import io
 import json
 import logging
 import lzma
@@ -1040,11 +1041,36 @@ def records_identity(path: str, raw, data_format: str, text_fields: Optional[Seq
     one the watch does not read twice. A file that cannot be read so (damaged compressed data, a damaged Parquet
     file; the reader makes its error record): the SHA-256 of its bytes, prefixed ``raw-``."""
     fields = tuple(text_fields or ("text",)) if data_format in ("jsonl", "parquet") else None
-    try:
-        return _Records(path, text_fields=fields, raw=raw, data_format=data_format).digest
+    try:  # the reader's decompressor closes the stream it wraps: it gets one that leaves ``raw`` open (R11b-2)
+        return _Records(path, text_fields=fields, raw=_LeftOpen(raw), data_format=data_format).digest
     except Exception:
         raw.seek(0)
     return "raw-" + stream_digest(raw)
+
+
+class _LeftOpen(io.RawIOBase):
+    """A view of a binary stream whose ``close`` leaves the stream open (reads, seeks and tells go through)."""
+
+    def __init__(self, raw):
+        super().__init__()
+        self._raw = raw
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self._raw.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+    def seekable(self) -> bool:
+        return self._raw.seekable()
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._raw.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._raw.tell()
 
 
 def holds_no_record(path: str, data_format: str, text_fields: Optional[Sequence[str]] = None, read=None) -> bool:
