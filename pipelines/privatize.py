@@ -254,7 +254,38 @@ def _check_fields(amplifier, data_format: str, schema, inputs: List[str], text_f
         problem = missing_fields(flag, [name], known, where)
         if problem:
             raise TextdpError(problem)
+    if data_format == "parquet" and amplifier.user_field:
+        _refuse_narrow_float_authors(amplifier.user_field, schema.field(amplifier.user_field).type)
     _check_field_values(amplifier, data_format, inputs, text_fields)
+
+
+def _refuse_narrow_float_authors(name: str, column_type) -> None:
+    """A Parquet --user-field column of 16- or 32-bit floats (or lists/structs holding them) is refused (R11b-1):
+    read as Python floats, 16777217 in a FLOAT column is 16777216.0, an exact integer below 2**53 that passes the
+    per-record check, so one stored value stands for two ids (one person counted as two authors, a budget exceeded).
+    A 32-bit float holds integers exactly only up to 2**24, a 16-bit one up to 2**11."""
+    import pyarrow as pa
+
+    def narrow(kind) -> Optional[int]:
+        if pa.types.is_float16(kind):
+            return 16
+        if pa.types.is_float32(kind):
+            return 32
+        if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+            return narrow(kind.value_type)
+        if pa.types.is_struct(kind):
+            return next((bits for bits in (narrow(kind.field(i).type) for i in range(kind.num_fields)) if bits), None)
+        if pa.types.is_dictionary(kind):
+            return narrow(kind.value_type)
+        return None
+
+    bits = narrow(column_type)
+    if bits:
+        exact = "2**24 (16,777,216)" if bits == 32 else "2**11 (2,048)"
+        raise TextdpError(f"--user-field {name}: the column holds {bits}-bit floating-point numbers, which are exact "
+                          f"integers only up to {exact}: above that one stored value stands for several ids, so one "
+                          "person could count as two authors or two as one; write the author ids as int64 or strings "
+                          "(docs/lac.md)")
 
 
 def _check_field_values(amplifier, data_format: str, inputs: List[str], text_fields) -> None:

@@ -156,3 +156,28 @@ def test_r11b_2_a_truncated_compressed_file_in_the_watch_is_one_error_record(suf
     errors = [json.loads(line) for p in glob.glob(f"{out}/r-*errors*.jsonl") for line in open(p, encoding="utf-8")]
     assert [os.path.basename(e["source"]) for e in errors] == [f"trunc.txt{suffix}"], errors
     assert "0 failed" not in done.stdout and "dog" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("column", ["float32", "float16", "list_float32"])
+def test_r11b_1_a_narrow_float_author_column_is_refused(column, tmp_path, tiny_artifact_dir, capsys):
+    """A Parquet FLOAT author column read 16777217 as 16777216.0 (an exact integer below 2**53, so it passed), making
+    one person a new author and exceeding the ledger budget. Now a 16/32-bit float author column (or a list of them)
+    is refused in one line before the run, never showing an id; a float64 or int64 column still runs."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ids = [16777217, 16777217]
+    as32 = np.array(ids, dtype=np.float32)  # what a float-typed export writes: 16777216.0
+    values = {"float32": pa.array(as32), "float16": pa.array(np.array([3, 3], dtype=np.float16)),
+              "list_float32": pa.array([[v] for v in as32.tolist()], pa.list_(pa.float32()))}[column]
+    source = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"user_id": values, "text": ["the cat sat", "a dog ran"]}), source)
+    argv = ["privatize", f"--input={source}", f"--output={tmp_path}/o/p", "--epsilon=10", "--user-field=user_id",
+            "--shuffle", f"--artifact={tiny_artifact_dir}", RUNNER]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "-bit floating-point" in err[0] and "16777217" not in err[0], err
+    assert not os.path.exists(tmp_path / "o")
+    pq.write_table(pa.table({"user_id": pa.array(ids, pa.int64()), "text": ["the cat sat", "a dog ran"]}), source)
+    assert cli_main(argv) == 0
