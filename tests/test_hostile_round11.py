@@ -181,3 +181,32 @@ def test_r11b_1_a_narrow_float_author_column_is_refused(column, tmp_path, tiny_a
     assert not os.path.exists(tmp_path / "o")
     pq.write_table(pa.table({"user_id": pa.array(ids, pa.int64()), "text": ["the cat sat", "a dog ran"]}), source)
     assert cli_main(argv) == 0
+
+
+@pytest.mark.parametrize("fmt", ["text", "jsonl"])
+def test_r11b_3_a_prior_corpus_without_a_vocabulary_word_is_refused_before_the_run(fmt, tmp_path, tiny_artifact_dir,
+                                                                                     capsys):
+    """A --prior-corpus holding no vocabulary word was found only in the pipeline's prior stage, after the other
+    checks had run: exit 1, "the pipeline failed: ValueError". Now one line before the run, exit 2, nothing written,
+    never a word of the file shown; one vocabulary word anywhere (here the last line) lets it through."""
+    import json
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"the cat sat on the mat number {i}\n" for i in range(30)), encoding="utf-8")
+    lines = [f"zzqx{i} qqzz{i}" for i in range(3000)]
+    prior = tmp_path / f"prior.{'jsonl' if fmt == 'jsonl' else 'txt'}"
+
+    def write(rows):
+        prior.write_text("".join((json.dumps({"text": r}) if fmt == "jsonl" else r) + "\n" for r in rows),
+                         encoding="utf-8")
+
+    write(lines)
+    argv = ["audit", "--checks=inversion", "--epsilons=2", f"--corpus={corpus}", "--records=10",
+            "--inversion-tokens=50", "--mc-draws=300", "--prior-words=50", f"--prior-corpus={prior}",
+            f"--artifact={tiny_artifact_dir}", RUNNER]
+    assert cli_main(argv + [f"--output={tmp_path}/a"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no word of its 1 file(s)" in err[0] and "zzqx" not in err[0], err
+    assert not os.path.exists(tmp_path / "a")
+    write(lines + ["the end"])
+    assert cli_main(argv + [f"--output={tmp_path}/b"]) == 0
