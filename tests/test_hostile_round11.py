@@ -210,3 +210,30 @@ def test_r11b_3_a_prior_corpus_without_a_vocabulary_word_is_refused_before_the_r
     assert not os.path.exists(tmp_path / "a")
     write(lines + ["the end"])
     assert cli_main(argv + [f"--output={tmp_path}/b"]) == 0
+
+
+def test_r11_7_jsonl_copies_with_texts_moved_between_text_fields_are_refused(tmp_path, tiny_artifact_dir, capsys):
+    """The duplicate key held an object's text fields as a list, so the same words under `text` in one export and
+    under `title` (or split across both) in another were three different records: each released three times. Now an
+    object is keyed by the words of all its text fields in order: refused in one line naming two files, never text;
+    different texts still run."""
+    import json
+
+    texts = ["the cat sat on the mat today", "a dog ran in the park at night", "we said they would be here"]
+    shapes = {"a": lambda t: ("", t), "b": lambda t: (t, ""),
+              "c": lambda t: (" ".join(t.split()[:3]), " ".join(t.split()[3:]))}
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for name, shape in shapes.items():
+        (folder / f"{name}.jsonl").write_text("".join(json.dumps({"id": i, "title": shape(t)[0], "text": shape(t)[1]})
+                                                      + "\n" for i, t in enumerate(texts)), encoding="utf-8")
+    argv = ["privatize", f"--input={folder}/*.jsonl", f"--output={tmp_path}/o/p", "--epsilon=10",
+            "--text-field=title,text", f"--artifact={tiny_artifact_dir}", RUNNER]
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "same content" in err[0] and "cat" not in err[0], err
+    for name in ("b", "c"):
+        os.remove(folder / f"{name}.jsonl")
+    (folder / "b.jsonl").write_text(json.dumps({"id": 9, "title": "other words", "text": "our police were there"})
+                                    + "\n", encoding="utf-8")
+    assert cli_main(argv) == 0

@@ -866,7 +866,9 @@ def _record_keys(records: list) -> List[bytes]:
     or a JSONL line that does not parse), ``("o", [texts])`` (a JSONL object's / Parquet row's text fields),
     ``("b", line)`` (a line that is not UTF-8: its bytes) or ``("x", None)`` (a row the reader fails: no key, b"").
     Texts are keyed by their word sequence as the tokenizer looks words up (``textdp.text.tokenize.word_sequences``:
-    case folded, ’ read as ', NFKC; punctuation, whitespace and layout dropped), all texts of the batch at once."""
+    case folded, ’ read as ', NFKC; punctuation, whitespace and layout dropped), all texts of the batch at once; an
+    object's text fields by the words of all of them in order, one sequence (R11-7: which field held which words
+    does not change what is released), the same key as a text line with those words."""
     from textdp.text.tokenize import word_sequences
 
     texts = [text for kind, value in records if kind in "lo" for text in ((value,) if kind == "l" else value)]
@@ -875,9 +877,9 @@ def _record_keys(records: list) -> List[bytes]:
     for kind, value in records:
         if kind == "l":
             keys.append(b"l" + next(sequences).encode("utf-8", "surrogatepass"))
-        elif kind == "o":
-            words = [next(sequences) for _ in value]
-            keys.append(b"o" + json.dumps(words, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        elif kind == "o":  # the words of every text field in order, as one sequence (R11-7: a text moved from one
+            words = " ".join(w for w in (next(sequences) for _ in value) if w)  # field to another is the same record)
+            keys.append(b"l" + words.encode("utf-8", "surrogatepass"))
         else:
             keys.append(b"b" + value if kind == "b" else b"")
     return keys
