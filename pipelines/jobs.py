@@ -804,6 +804,15 @@ def _put_back(plan: Plan, keep: bool = False) -> str:
         return "; the earlier run's files could not all be put back: see the .textdp-earlier-* folder"
     if kept is None:
         return ""
+    unrestored = getattr(plan.guard, "unrestored", [])
+    if unrestored:  # R11-5: never "put back" when one was not
+        from textdp.outputs import shown
+
+        name, where = unrestored[0]
+        more = f" and {len(unrestored) - 1} more" if len(unrestored) > 1 else ""
+        return (f"; the earlier run's files were put back except {len(unrestored)}: {shown(name)}{more} could not be "
+                f"(something else now has its name), so that file is still at {shown(where)}: move the thing at its "
+                "name away, then move it back")
     if kept:  # the names the line gave above now hold the earlier run's files again (round 9, R9-2)
         return (f"; the earlier run's files were put back at those names (--overwrite replaces them only when a run "
                 f"succeeds), so this run's files named above (its error records and summary) are now in "

@@ -133,3 +133,20 @@ class NotAMechanism:
     """Has a name, but is no Mechanism subclass: refused."""
 
     name = "not-a-mechanism"
+
+
+class NameTaker(CappedExponential):
+    """CappedExponential that, while an --overwrite run's earlier files are set aside (a ``.textdp-earlier-*`` folder
+    is in $TEXTDP_TEST_TAKE_DIR), makes a directory at the path $TEXTDP_TEST_TAKE_NAME: something taking a name of the
+    release during the run (tests/test_hostile_round11.py, R11-5). Otherwise exactly CappedExponential."""
+
+    name = "name-taker"
+
+    def privatize_ids(self, ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        import glob
+        import os
+
+        folder, name = os.environ.get("TEXTDP_TEST_TAKE_DIR"), os.environ.get("TEXTDP_TEST_TAKE_NAME")
+        if folder and name and glob.glob(os.path.join(glob.escape(folder), ".textdp-earlier-*")):
+            os.makedirs(name, exist_ok=True)
+        return super().privatize_ids(ids, rng)

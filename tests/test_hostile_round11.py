@@ -237,3 +237,28 @@ def test_r11_7_jsonl_copies_with_texts_moved_between_text_fields_are_refused(tmp
     (folder / "b.jsonl").write_text(json.dumps({"id": 9, "title": "other words", "text": "our police were there"})
                                     + "\n", encoding="utf-8")
     assert cli_main(argv) == 0
+
+
+def test_r11_5_an_earlier_file_that_cannot_be_put_back_is_named_not_said_restored(tmp_path, tiny_artifact_dir,
+                                                                                   capsys, monkeypatch):
+    """A failed --overwrite run said "the earlier run's files were put back" when one could not be (its name taken
+    meanwhile, here by a directory the mechanism makes during the run): the earlier summary stayed hidden in
+    .textdp-earlier-*. Now the line says which file was not put back and where it is; the others are back."""
+    out = tmp_path / "o"
+    out.mkdir()
+    source = tmp_path / "in.txt"
+    source.write_text("the cat sat\na dog ran\n", encoding="utf-8")
+    argv = ["privatize", f"--input={source}", f"--output={out}/p", "--epsilon=10", f"--artifact={tiny_artifact_dir}",
+            "--mechanism=tests.custom_mechanism:NameTaker", RUNNER]
+    assert cli_main(argv) == 0
+    earlier = open(out / "p-summary.json", "rb").read()
+    monkeypatch.setenv("TEXTDP_TEST_TAKE_DIR", str(out))
+    monkeypatch.setenv("TEXTDP_TEST_TAKE_NAME", str(out / "p-summary.json"))
+    capsys.readouterr()
+    assert cli_main(argv + ["--overwrite"]) == 1
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if ": error:" in line]  # not the trial or progress
+    assert len(err) == 1 and "were put back except 1" in err[0] and "p-summary.json" in err[0], err
+    assert "the earlier run's files were put back (" not in err[0]
+    left = glob.glob(f"{out}/.textdp-earlier-*/p-summary.json")
+    assert len(left) == 1 and open(left[0], "rb").read() == earlier and left[0] in err[0]
+    assert os.path.isdir(out / "p-summary.json") and os.path.isfile(out / "p-00000-of-00001.txt")

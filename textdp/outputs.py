@@ -950,7 +950,9 @@ class OutputGuard:
         """The run failed: the files now at this run's local output names are removed (a partial run) or, with
         ``keep`` (a run that finished but was judged a failure: its error records and summary say why), moved
         into a hidden folder ``.textdp-failed-*`` next to them; then the earlier run's files moved aside are put
-        back. Returns None when nothing was set aside, else the folders that keep this run's files."""
+        back; ``unrestored`` lists (name, where it still is) for an earlier file whose name something else took
+        meanwhile (a directory, a link), never silently. Returns None when nothing was set aside, else the folders that
+        keep this run's files."""
         if not self._moved:
             return None
         kept: Dict[str, str] = {}
@@ -972,11 +974,14 @@ class OutputGuard:
                         os.remove(path)
                 except OSError:
                     pass
+        self.unrestored = []  # (the earlier file's name, where it still is): its name was taken meanwhile (R11-5)
         for path, target in reversed(self._moved):
             try:
+                if os.path.lexists(path) and (os.path.isdir(path) or os.path.islink(path)):
+                    raise IsADirectoryError(path)  # os.replace would put a file into a directory's place or a link's
                 os.replace(target, path)
             except OSError:
-                pass
+                self.unrestored.append((path, target))
         for aside in self._aside.values():
             try:
                 os.rmdir(aside)  # empty unless a file could not be put back: then it stays, for the user
