@@ -223,6 +223,11 @@ def prepare_run(options: PipelineOptions) -> Prepared:
     units = conformance_units(opts, spec, artifact, manifest) if opts.conformance else ()
     output_guard(options)  # refusals only: run_job removes an earlier audit's files under the lock (--overwrite)
     vocab_size = int(manifest["vocab_size"])
+    pool = min(int(opts.prior_words), vocab_size)  # the attackers' candidate words (the prior's support)
+    if "inversion" in checks and not opts.no_contextual and int(opts.contextual_candidates) > pool:  # R11b-6
+        raise TextdpError(f"--contextual-candidates {int(opts.contextual_candidates):,} is more than the attackers' "
+                          f"{pool:,} candidate words (--prior-words {int(opts.prior_words):,}, a vocabulary of "
+                          f"{vocab_size:,}): give at most {pool:,}, or raise --prior-words")
     oov_policy = options.view_as(OovOptions).oov_policy
 
     # the self-check's plan: every test is counted here, before any draw (Bonferroni over the run)

@@ -262,3 +262,21 @@ def test_r11_5_an_earlier_file_that_cannot_be_put_back_is_named_not_said_restore
     left = glob.glob(f"{out}/.textdp-earlier-*/p-summary.json")
     assert len(left) == 1 and open(left[0], "rb").read() == earlier and left[0] in err[0]
     assert os.path.isdir(out / "p-summary.json") and os.path.isfile(out / "p-00000-of-00001.txt")
+
+
+@pytest.mark.parametrize("extra", [["--contextual-candidates=120", "--prior-words=100"],
+                                   ["--contextual-candidates=1000", "--prior-words=3000"]])
+def test_r11b_6_more_contextual_candidates_than_the_pool_is_refused_before_the_run(extra, tmp_path, tiny_artifact_dir,
+                                                                                  capsys):
+    """--contextual-candidates above --prior-words or the vocabulary (300 words here) crashed the contextual attack
+    in the pipeline (a numpy broadcast error, exit 1) after the other checks ran. Now one line before the run; K equal
+    to the pool runs."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"the cat sat on the mat number {i}\n" for i in range(30)), encoding="utf-8")
+    argv = ["audit", "--checks=inversion", "--epsilons=2", f"--corpus={corpus}", "--records=10",
+            "--inversion-tokens=50", "--mc-draws=300", f"--artifact={tiny_artifact_dir}", RUNNER]
+    assert cli_main(argv + extra + [f"--output={tmp_path}/a"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "candidate words" in err[0], err
+    assert not os.path.exists(tmp_path / "a")
+    assert cli_main(argv + ["--contextual-candidates=100", "--prior-words=100", f"--output={tmp_path}/b"]) == 0
