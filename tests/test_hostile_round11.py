@@ -280,3 +280,22 @@ def test_r11b_6_more_contextual_candidates_than_the_pool_is_refused_before_the_r
     assert len(err) == 1 and "candidate words" in err[0], err
     assert not os.path.exists(tmp_path / "a")
     assert cli_main(argv + ["--contextual-candidates=100", "--prior-words=100", f"--output={tmp_path}/b"]) == 0
+
+
+def test_r11_9_bidi_controls_in_an_output_path_are_refused_and_format_characters_shown_escaped(tmp_path,
+                                                                                               tiny_artifact_dir,
+                                                                                               capsys):
+    """U+202E (right-to-left override) in --output was accepted and printed raw: a console showed the operator
+    summary's name reversed, as another file's. Now a bidi control in an output path is refused in one line with the
+    character escaped (as ESC and newlines are); any format character in a shown path (a zero-width space in an input
+    name) is escaped too."""
+    source = tmp_path / "in\u200bput.txt"
+    source.write_text("the cat sat\n", encoding="utf-8")
+    code = cli_main(["privatize", f"--input={source}", f"--output={tmp_path}/o\u202eyrammus-cilbup", "--epsilon=10",
+                     f"--artifact={tiny_artifact_dir}", RUNNER])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "\\u202e" in err[0] and "\u202e" not in err[0], err
+    assert not any("cilbup" in name for name in os.listdir(tmp_path))
+    from textdp.outputs import shown
+
+    assert shown(str(source)).endswith("in\\u200bput.txt")

@@ -179,9 +179,21 @@ def refuse_tilde(flag: str, path: str) -> None:
                           f"{flag} {os.path.expanduser(path.split('/', 1)[0])}/...)")
 
 
+# Characters that reorder the text around them on a console (Trojan-Source style, R11-9): bidi embeddings,
+# overrides and isolates, and the directional marks.
+_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
+
+
 def _is_control(character: str) -> bool:
-    """C0 and C1 controls and DEL (newline, carriage return, ESC...) and the Unicode line/paragraph separators."""
-    return unicodedata.category(character) in ("Cc", "Zl", "Zp")
+    """C0 and C1 controls and DEL (newline, carriage return, ESC...), the Unicode line/paragraph separators, and the
+    bidi controls (they make a console show a name other than the real one): refused in output paths."""
+    return unicodedata.category(character) in ("Cc", "Zl", "Zp") or character in _BIDI_CONTROLS
+
+
+def _escaped_in_messages(character: str) -> bool:
+    """What ``shown`` writes as an escape: ``_is_control``'s characters and every other format character (Cf: a
+    zero-width space or joiner, a soft hyphen; invisible, so a name would read as another)."""
+    return _is_control(character) or unicodedata.category(character) == "Cf"
 
 
 def refuse_control_characters(flag: str, path: str) -> None:
@@ -235,7 +247,8 @@ def shown(path: str) -> str:
     R9-11). The one path printer of every refusal."""
     text = os.fsencode(path).decode("utf-8", "backslashreplace") if not is_remote(path) else \
         path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return "".join(repr(c)[1:-1] if _is_control(c) else c for c in text)
+    return "".join((repr(c)[1:-1] if c.isascii() or not c.isprintable() else f"\\u{ord(c):04x}")
+                   if _escaped_in_messages(c) else c for c in text)
 
 
 escaped = shown  # the name fix8b gave it (output paths): one function
