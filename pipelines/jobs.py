@@ -728,6 +728,7 @@ def _run_prepared(name: str, argv: List[str], interrupted: list, job, state: Opt
             pipeline.run().wait_until_finish()
         finished = True
     except BaseException as exc:
+        interrupted.hold()  # R11-8: a second signal (Ctrl-C twice, SIGINT then SIGTERM) never stops the put-back
         _remove_temp_folders(_temp_folders(plan.temp_parents) - before)
         back = _put_back(plan)  # --overwrite: the earlier release returns to its names (round 6 F14)
         if interrupted or isinstance(exc, KeyboardInterrupt):  # a local runner may wrap it in its own error
@@ -770,6 +771,7 @@ def _run_prepared(name: str, argv: List[str], interrupted: list, job, state: Opt
             lines = plan.report()
             interrupted.commit()  # the commit point: a signal from here on no longer stops the run (R10-8)
         except (TextdpError, KeyboardInterrupt) as exc:
+            interrupted.hold()  # R11-8: a signal now waits until the earlier release is back and the line is said
             back = _put_back(plan, keep=isinstance(exc, TextdpError))  # the run finished: its files say why it failed
             if back and plan.guard is not None:
                 plan.guard.write_records()

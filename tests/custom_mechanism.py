@@ -150,3 +150,22 @@ class NameTaker(CappedExponential):
         if folder and name and glob.glob(os.path.join(glob.escape(folder), ".textdp-earlier-*")):
             os.makedirs(name, exist_ok=True)
         return super().privatize_ids(ids, rng)
+
+
+class Interrupter(CappedExponential):
+    """CappedExponential that, while an --overwrite run's earlier files are set aside (a ``.textdp-earlier-*`` folder
+    in $TEXTDP_TEST_TAKE_DIR), sends its own process SIGINT once: a Ctrl-C during the run (R11-8's first signal)."""
+
+    name = "interrupter"
+    sent = False
+
+    def privatize_ids(self, ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        import glob
+        import os
+        import signal
+
+        folder = os.environ.get("TEXTDP_TEST_TAKE_DIR")
+        if folder and not Interrupter.sent and glob.glob(os.path.join(glob.escape(folder), ".textdp-earlier-*")):
+            Interrupter.sent = True
+            os.kill(os.getpid(), signal.SIGINT)
+        return super().privatize_ids(ids, rng)

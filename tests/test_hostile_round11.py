@@ -299,3 +299,38 @@ def test_r11_9_bidi_controls_in_an_output_path_are_refused_and_format_characters
     from textdp.outputs import shown
 
     assert shown(str(source)).endswith("in\\u200bput.txt")
+
+
+def test_r11_8_a_second_signal_during_the_put_back_never_stops_it(tmp_path, tiny_artifact_dir, capsys, monkeypatch):
+    """Ctrl-C twice (or SIGINT then SIGTERM) during an interrupted --overwrite run: the second signal raised inside
+    the put-back (a traceback, stale locks). Now signals wait while the earlier release is put back: the first
+    SIGINT comes from the mechanism during the run, the second is sent by the real restore_earlier's caller hook at
+    its start; one line, exit 130, every earlier file back byte for byte, no lock left."""
+    import signal
+
+    from tests.custom_mechanism import Interrupter
+    from textdp import outputs
+
+    out = tmp_path / "o"
+    out.mkdir()
+    source = tmp_path / "in.txt"
+    source.write_text("the cat sat\na dog ran\n", encoding="utf-8")
+    argv = ["privatize", f"--input={source}", f"--output={out}/p", "--epsilon=10", f"--artifact={tiny_artifact_dir}",
+            "--mechanism=tests.custom_mechanism:Interrupter", RUNNER]
+    assert cli_main(argv) == 0
+    before = {p: open(p, "rb").read() for p in glob.glob(f"{out}/*") if not p.endswith(".textdp-run.json")}
+    original = outputs.OutputGuard.restore_earlier
+
+    def signalled(self, *args, **kwargs):  # the second Ctrl-C, as the put-back starts
+        os.kill(os.getpid(), signal.SIGINT)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(outputs.OutputGuard, "restore_earlier", signalled)
+    monkeypatch.setenv("TEXTDP_TEST_TAKE_DIR", str(out))
+    monkeypatch.setattr(Interrupter, "sent", False)
+    capsys.readouterr()
+    assert cli_main(argv + ["--overwrite"]) == 130
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if "WARNING" not in line and "%" not in line]
+    assert len(err) == 1 and "interrupted" in err[0] and "Traceback" not in err[0], err
+    assert {p: open(p, "rb").read() for p in before} == before
+    assert not glob.glob(f"{out}/.textdp-earlier-*") and not glob.glob(f"{out}/*.lock") + glob.glob(f"{out}/.*.lock")
