@@ -1,0 +1,29 @@
+"""The one path printer (on the floor, so every wing's messages can use it; ``textdp.outputs.shown`` is this object).
+
+Every refusal that names a path (an input, an output, the artifact, the cache) shows it through ``shown``: control
+characters escaped, bytes that are not UTF-8 as ``\\xNN`` (R8-7, R9-11, R11-4)."""
+
+import os
+import unicodedata
+
+
+def is_remote(path: str) -> bool:
+    return "://" in path
+
+
+def _is_control(character: str) -> bool:
+    """C0 and C1 controls and DEL (newline, carriage return, ESC...) and the Unicode line/paragraph separators."""
+    return unicodedata.category(character) in ("Cc", "Zl", "Zp")
+
+
+def shown(path: str) -> str:
+    """A path (input, output, artifact, any file name) for a message: bytes that are not UTF-8 (surrogate escapes from
+    argv) as \\xNN, and every control character (C0, C1, DEL, U+2028/U+2029: a newline or ESC in a file name) written
+    as an escape (\\n, \\x1b...), never as itself, so no name can forge a console line or send a terminal escape (R8-7,
+    R9-11, R11-4). The one path printer of every refusal."""
+    path = os.fspath(path)
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    text = os.fsencode(path).decode("utf-8", "backslashreplace") if not is_remote(path) else \
+        path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return "".join(repr(c)[1:-1] if _is_control(c) else c for c in text)
