@@ -4,6 +4,8 @@ into a release that was then not strict JSON). Real runs of the CLI on the local
 300-word GloVe artifact, copied to real directories; nothing is mocked. No test here is randomized (every check is
 deterministic), so none has a false-failure rate."""
 
+import glob
+import json
 import shutil
 import unicodedata
 
@@ -96,3 +98,43 @@ def test_r11_4_the_python_api_message_is_escaped(hostile_artifact):
     with pytest.raises(textdp.TextdpError) as caught:
         textdp.Privatizer(artifact=hostile_artifact, mechanism="tem", epsilon=10)
     assert ESCAPED in str(caught.value) and _no_control(str(caught.value))
+
+
+# --- R11-6: NaN / Infinity / -Infinity are not JSON ---------------------------------------------------------------
+
+def _strict(line):
+    """json.loads that refuses the non-standard constants, as jq, JSON.parse, Go and Java do."""
+    def refuse(constant):
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    return json.loads(line, parse_constant=refuse)
+
+
+def test_r11_6_nan_and_infinity_are_unsupported_number_records_and_the_release_is_strict(tmp_path, tiny_artifact_dir):
+    """NaN, Infinity and -Infinity in a pass-through field, nested in a list or an object, or as the text field
+    itself: each record is an unsupported_number error record (never the value quoted), counted in the summary; the
+    records without them (a text holding the WORDS NaN and Infinity, a quoted "NaN") are released, and every file the
+    run wrote parses as strict JSON. Real CLI run, exit 0."""
+    lines = ['{"id": 1, "text": "the of and", "score": NaN}',
+             '{"id": 2, "text": "to in a", "scores": [1, Infinity]}',
+             '{"id": 3, "text": "for that", "meta": {"deep": {"x": -Infinity}}}',
+             '{"id": 4, "text": NaN}',
+             '{"id": 5, "text": "the NaN of Infinity", "score": "NaN"}',
+             '{"id": 6, "text": "is was", "score": 1.5}']
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    output = f"{tmp_path}/o/p"
+    assert cli_main(["privatize", f"--input={source}", f"--output={output}", "--epsilon=10", "--max-failed-fraction=1",
+                     f"--artifact={tiny_artifact_dir}", RUNNER]) == 0
+    released = [_strict(line) for f in sorted(glob.glob(f"{output}-*-of-*.jsonl")) for line in open(f, encoding="utf-8")]
+    assert sorted((r["id"], r["score"]) for r in released) == [(5, "NaN"), (6, 1.5)]
+    errors = [_strict(line) for f in sorted(glob.glob(f"{output}-errors-*.jsonl")) for line in open(f, encoding="utf-8")]
+    assert sorted((e["position"], e["reason"]) for e in errors) == [(n, "unsupported_number") for n in (1, 2, 3, 4)]
+    assert all("not JSON numbers" in e["detail"] for e in errors)
+    for name in glob.glob(f"{tmp_path}/o/*.json"):  # the summary and the run record: strict too
+        with open(name, encoding="utf-8") as handle:
+            _strict(handle.read())
+    with open(f"{output}-summary.json", encoding="utf-8") as handle:
+        records = json.load(handle)["records"]
+    assert (records["in"], records["out"], records["failed"]) == (6, 2, 4)
+    assert records["failed_by_reason"] == {"unsupported_number": 4} and records["reconciled"] is True
