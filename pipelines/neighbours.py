@@ -26,7 +26,7 @@ from pipelines.jobs import Plan, run_job
 from textdp.artifact.locate import read_manifest, resolve_artifact, verify_artifact
 from textdp.artifact.neighbours import DISTANCES_FILE, IDS_FILE, METRICS, table_files_exist
 from textdp.errors import TextdpError
-from textdp.outputs import OutputGuard
+from textdp.outputs import OutputGuard, shown
 from transforms.neighbours import ComputeNeighbourTable
 
 
@@ -52,15 +52,15 @@ def validate(options: PipelineOptions) -> tuple:
     location = artifact_location(options)
     manifest = verify_artifact(location)
     if "neighbours" in manifest or (not location.startswith("gs://") and table_files_exist(location)):
-        raise TextdpError(f"{location} already has a neighbour table (artifacts are never overwritten)")
+        raise TextdpError(f"{shown(location)} already has a neighbour table (artifacts are never overwritten)")
     listed = [name for name in (IDS_FILE, DISTANCES_FILE) if name in manifest.get("files", {})]
     if listed:  # the writer refuses a name the manifest lists: refused here, not after computing the table
-        raise TextdpError(f"{location}/manifest.json lists {listed[0]} among its files but has no neighbour table "
+        raise TextdpError(f"{shown(location)}/manifest.json lists {listed[0]} among its files but has no neighbour table "
                           "(a hand-edited or damaged manifest); artifact files are never overwritten, so the table "
                           "could not be written: rebuild the artifact with build-index, or add the table to a copy "
                           "whose manifest does not list it")
     if not location.startswith("gs://") and not os.access(location, os.W_OK | os.X_OK):
-        raise TextdpError(f"--artifact {location} is not writable: the table's files could not be added to it")
+        raise TextdpError(f"--artifact {shown(location)} is not writable: the table's files could not be added to it")
     if not 1 <= opts.k <= int(manifest["vocab_size"]):
         raise TextdpError(f"--k must be between 1 and the vocabulary size {manifest['vocab_size']}")
     return location, manifest

@@ -15,8 +15,8 @@ them, so ``import textdp`` never loads Beam; templates, benchmarks and tests may
 
 textdp's wings, lowest first (a module may import its own wing and the ones below):
 
-* the floor: ``errors``, ``version``, ``progress``, ``allocator``, ``_alias`` (the adapters' module names) and the C
-  extension ``_top2``;
+* the floor: ``errors``, ``version``, ``progress``, ``allocator``, ``paths`` (the one path printer), ``_alias`` (the
+  adapters' module names) and the C extension ``_top2``;
 * ``text``: words (tokenizer, case, batches), records, the text privatizer that runs any mechanism object;
 * ``search``: nearest-word search (exact, int8-prefiltered, Annoy), distances and diameters;
 * ``artifact``: the vocabulary artifact, its neighbour table, where it lives (local, cache, gs://);
@@ -56,7 +56,7 @@ def _folder(module: str) -> str:
     """The layer a module belongs to: its top-level folder, or ``adapter`` for textdp.transforms/pipelines."""
     return "adapter" if any(module == a or module.startswith(a + ".") for a in ADAPTERS) else module.split(".")[0]
 FLOOR = {"textdp.errors", "textdp.version", "textdp.progress", "textdp.allocator", "textdp._top2",
-         "textdp._alias"}  # _alias: the adapter packages' module aliases (no Beam)
+         "textdp._alias", "textdp.paths"}  # _alias: the adapter packages' module aliases (no Beam)
 WINGS = ["text", "search", "artifact", "mechanisms", "privacy", "calibration", "audit", "ledger"]
 TOP = {"textdp", "textdp.api", "textdp.spec", "textdp.outputs"}
 

@@ -70,6 +70,7 @@ from textdp.mechanisms import (  # noqa: F401
     mechanism_reference,
     statement_of,
 )
+from textdp.paths import shown
 from textdp.privacy.summary import privacy_section
 from textdp.progress import progress_bar
 from textdp.spec import PrivacySpec
@@ -256,8 +257,9 @@ class Privatizer:
         identity = arguments.pop("_artifact_identity", None)
         self.__init__(**arguments)  # opens the artifact again; a fresh generator from OS entropy
         if identity is not None and identity != self._artifact_identity:
-            raise TextdpError(f"this pickled Privatizer was built on another artifact than the one now at "
-                              f"{self.spec.artifact or 'the default location'} (its vocabulary or vectors differ): "
+            where = shown(self.spec.artifact) if self.spec.artifact else "the default location"
+            raise TextdpError(f"this pickled Privatizer was built on another artifact than the one now at {where} "
+                              "(its vocabulary or vectors differ): "
                               "its output would not be what the original's privacy statement describes")
 
     # --- privatizing -------------------------------------------------------------------------------

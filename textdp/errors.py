@@ -52,7 +52,9 @@ class EmbeddingFormatError(TextdpValueError):
     def __init__(self, path, reason, line=None):
         self.path = str(path)
         self.line = line
-        where = f"{self.path}, line {line}" if line is not None else self.path
+        from textdp.paths import shown  # the one path printer (R11-4): no control character of a name reaches a console
+
+        where = f"{shown(self.path)}, line {line}" if line is not None else shown(self.path)
         super().__init__(f"{where}: {reason}")
 
 

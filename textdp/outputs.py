@@ -79,11 +79,11 @@ import socket
 import stat
 import tempfile
 import time
-import unicodedata
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from textdp.errors import FIELD_NAME_SHOWN, TextdpError  # the field-name rule lives in errors (R9-6: the public summary uses it)
+from textdp.paths import _is_control, is_remote, shown  # noqa: F401  (the one path printer, on the floor: R11-4)
 
 GLOB_CHARACTERS = "*?[]{}"
 LOCK_SUFFIX = ".lock"
@@ -94,10 +94,6 @@ RECORD_KEY = "textdp_run_record"
 EARLIER_FOLDER_PREFIX = ".textdp-earlier-"  # --overwrite: the earlier run's files wait here until the run ends
 FAILED_FOLDER_PREFIX = ".textdp-failed-"  # --overwrite: a finished run judged failed keeps its files here
 NAME_MAX = 255  # bytes in one file name (Linux, macOS); the directory's own limit is asked where it exists
-
-
-def is_remote(path: str) -> bool:
-    return "://" in path
 
 
 def identity(path: str) -> Optional[Tuple[int, int]]:
@@ -179,23 +175,6 @@ def refuse_tilde(flag: str, path: str) -> None:
                           f"{flag} {os.path.expanduser(path.split('/', 1)[0])}/...)")
 
 
-# Characters that reorder the text around them on a console (Trojan-Source style, R11-9): bidi embeddings,
-# overrides and isolates, and the directional marks.
-_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c")
-
-
-def _is_control(character: str) -> bool:
-    """C0 and C1 controls and DEL (newline, carriage return, ESC...), the Unicode line/paragraph separators, and the
-    bidi controls (they make a console show a name other than the real one): refused in output paths."""
-    return unicodedata.category(character) in ("Cc", "Zl", "Zp") or character in _BIDI_CONTROLS
-
-
-def _escaped_in_messages(character: str) -> bool:
-    """What ``shown`` writes as an escape: ``_is_control``'s characters and every other format character (Cf: a
-    zero-width space or joiner, a soft hyphen; invisible, so a name would read as another)."""
-    return _is_control(character) or unicodedata.category(character) == "Cf"
-
-
 def refuse_control_characters(flag: str, path: str) -> None:
     """A control character in an output path (a newline from a pasted value or a ``"$(...)"``, ESC) is always a
     mistake: it would be in the file names and would split (or, with terminal escapes, rewrite) the console lines that
@@ -238,17 +217,6 @@ def refuse_system_place(flag: str, given: str, resolved: str) -> None:
     if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
         raise TextdpError(f"{flag} {shown(given)} is an existing file that is not a regular file (a device, FIFO or "
                           f"socket); it is a file-name prefix (to write nothing, use --dry-run); choose another {flag}")
-
-
-def shown(path: str) -> str:
-    """A path (input, output, any file name) for a message: bytes that are not UTF-8 (surrogate escapes from argv) as
-    \\xNN, and every control character (C0, C1, DEL, U+2028/U+2029: a newline or ESC in a file name) written as an
-    escape (\\n, \\x1b...), never as itself, so no name can forge a console line or send a terminal escape (R8-7,
-    R9-11). The one path printer of every refusal."""
-    text = os.fsencode(path).decode("utf-8", "backslashreplace") if not is_remote(path) else \
-        path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return "".join((repr(c)[1:-1] if c.isascii() or not c.isprintable() else f"\\u{ord(c):04x}")
-                   if _escaped_in_messages(c) else c for c in text)
 
 
 escaped = shown  # the name fix8b gave it (output paths): one function

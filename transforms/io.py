@@ -64,7 +64,7 @@ EMPTY = "empty"                            # no text (blank line; every text fie
 TOO_LARGE = "too_large"                    # over --max-record-bytes
 TOO_DEEP = "too_deep"                      # JSON nested deeper than MAX_JSON_DEPTH
 LONE_SURROGATE = "lone_surrogate"          # a JSON \uD800-\uDFFF escape without its pair: no UTF-8 form
-UNSUPPORTED_NUMBER = "unsupported_number"  # an integer over Python's digit limit, a float beyond 1.8e308 or below 2.2e-308
+UNSUPPORTED_NUMBER = "unsupported_number"  # an integer over Python's digit limit, a float beyond 1.8e308 or below 2.2e-308, NaN/Infinity
 DUPLICATE_KEY = "duplicate_key"            # a JSON object with the same key twice
 UNSUPPORTED_VALUE = "unsupported_value"    # a Parquet cell Python cannot represent (e.g. a date after 9999)
 # One file (the record stands for the unread rest of the file; its position is where reading stopped):
@@ -146,6 +146,17 @@ class _InexactNumber(ValueError):
     pass
 
 
+class _NonStandardNumber(ValueError):
+    pass
+
+
+def _no_constant(literal: str):
+    """``NaN``, ``Infinity`` and ``-Infinity`` are not JSON (RFC 8259): Python's json reads them, but written back
+    they would make the release fail every strict parser (jq, JSON.parse, Go, Java), so the record is refused
+    (R11-6), in any field, nested or not."""
+    raise _NonStandardNumber()
+
+
 class _UnderflowNumber(ValueError):
     pass
 
@@ -185,7 +196,7 @@ def _unique_keys(pairs) -> dict:
 def parse_json_line(text: str):
     """``(payload, None)`` or ``(None, (reason, detail))`` for one JSON line, never an exception."""
     try:
-        return json.loads(text, parse_float=_finite_float, object_pairs_hook=_unique_keys), None
+        return json.loads(text, parse_float=_finite_float, parse_constant=_no_constant, object_pairs_hook=_unique_keys), None
     except json.JSONDecodeError as exc:  # its message is a fixed phrase ("Expecting value"), never content
         return None, (MALFORMED_JSON, f"{exc.msg}, at character {exc.colno} of the line")
     except _DuplicateKey:
@@ -193,6 +204,9 @@ def parse_json_line(text: str):
     except _NonFiniteNumber:
         return None, (UNSUPPORTED_NUMBER, "a number too large for 64-bit floating point (over about 1.8e308): "
                                           "it cannot be written back as it was")
+    except _NonStandardNumber:
+        return None, (UNSUPPORTED_NUMBER, "NaN, Infinity or -Infinity, which are not JSON numbers: written back, the "
+                                          "output would not be strict JSON (quote it as a string, or use null)")
     except _UnderflowNumber:
         return None, (UNSUPPORTED_NUMBER, "a number too small for 64-bit floating point (below about 2.2e-308 it "
                                           "becomes 0 or loses digits): it cannot be written back as it was (quote it "

@@ -20,6 +20,7 @@ import numpy as np
 
 from textdp.artifact.store import Artifact
 from textdp.errors import ArtifactError
+from textdp.paths import shown
 from textdp.text.word_memo import different_spans, ranges
 
 
@@ -153,7 +154,7 @@ class SharedVocabularyArtifact(Artifact):
     def _load_words(self):
         words = CompactVocabulary(self.file_path(self.manifest["vocab"]))
         if len(words) != self.vocab_size:
-            raise ArtifactError(f"{self.path}: vocabulary has {len(words)} words, manifest says {self.vocab_size}")
+            raise ArtifactError(f"{shown(self.path)}: vocabulary has {len(words)} words, manifest says {self.vocab_size}")
         return words
 
     @property

@@ -24,6 +24,7 @@ from typing import Callable, List, Optional, Tuple
 import numpy as np
 
 from textdp.errors import EmbeddingFormatError, EmbeddingNotFoundError
+from textdp.paths import shown
 
 BUNDLED_GLOVE = "glove-6b-50d"
 
@@ -93,11 +94,11 @@ def _load_bundled(vocab_size, say):
     import pyarrow.parquet as pq
 
     npy_path, words_path = bundled_glove_files()
-    say(f"reading bundled GloVe 6B 50d vectors from {os.path.dirname(npy_path)}")
+    say(f"reading bundled GloVe 6B 50d vectors from {shown(os.path.dirname(npy_path))}")
     matrix = np.load(npy_path, mmap_mode="r")  # stored column-major (Fortran order)
     words = pq.read_table(words_path, columns=["index"]).column("index").to_pylist()
     if matrix.ndim != 2 or matrix.shape[0] != len(words):
-        raise EmbeddingFormatError(npy_path, f"matrix shape {matrix.shape} does not match {len(words)} words in {words_path}")
+        raise EmbeddingFormatError(npy_path, f"matrix shape {matrix.shape} does not match {len(words)} words in {shown(words_path)}")
     n = len(words) if vocab_size is None else min(vocab_size, len(words))
     vectors = np.ascontiguousarray(matrix[:n], dtype=np.float32)  # row-major copy
     words = words[:n]
@@ -131,7 +132,7 @@ def _load_npy(npy_path, vocab_path, vocab_size):
         raise EmbeddingFormatError(vocab_path, "empty vocabulary file")
     if len(words) < limit:
         raise EmbeddingFormatError(
-            vocab_path, f"has {len(words)} words but the matrix {npy_path} has {matrix.shape[0]} rows (truncated?)",
+            vocab_path, f"has {len(words)} words but the matrix {shown(npy_path)} has {matrix.shape[0]} rows (truncated?)",
             line=len(words) + 1)
     _check_words(vocab_path, words, first_line=1)
     vectors = np.ascontiguousarray(matrix[:limit], dtype=np.float32)
@@ -208,7 +209,7 @@ def _load_text(path, has_header, vocab_size, say):
         words.append(word)
         rows.append(row)
         if len(words) % 100_000 == 0:
-            say(f"read {len(words):,} words from {path}")
+            say(f"read {len(words):,} words from {shown(path)}")
     if not words:
         raise EmbeddingFormatError(path, "no vectors found (empty file?)")
     if declared is not None and vocab_size is None and len(words) != declared:

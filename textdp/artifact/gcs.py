@@ -46,6 +46,7 @@ from typing import Callable, Dict, Optional, Tuple
 from textdp.artifact.store import MANIFEST, Progress, build_artifact, cache_dir, parse_manifest, read_directory_manifest, staged_directory
 from textdp.artifact.verification import sha256_file
 from textdp.errors import ArtifactError
+from textdp.paths import shown
 
 GS_SCHEME = "gs://"
 SHA256_METADATA_KEY = "textdp-sha256"
@@ -359,7 +360,7 @@ def checkout_artifact(gs_url: str, dest: str, progress: Optional[Progress] = Non
     cached = fetch_artifact(gs_url, progress=progress)
     dest = os.path.abspath(dest)
     if os.path.exists(dest):
-        raise ArtifactError(f"{dest} already exists; choose a new directory for the working copy")
+        raise ArtifactError(f"{shown(dest)} already exists; choose a new directory for the working copy")
     os.makedirs(dest)
     for name in os.listdir(cached):
         source, target = os.path.join(cached, name), os.path.join(dest, name)
@@ -389,7 +390,7 @@ def upload_artifact(local_dir: str, gs_url: str, progress: Optional[Progress] = 
     for name, entry in manifest["files"].items():
         path = os.path.join(local_dir, name)
         if not os.path.isfile(path) or os.path.getsize(path) != entry["bytes"] or sha256_file(path) != entry["sha256"]:
-            raise ArtifactError(f"{path} is missing or fails its checksum; refusing to upload a damaged artifact")
+            raise ArtifactError(f"{shown(path)} is missing or fails its checksum; refusing to upload a damaged artifact")
     bucket_name, prefix = parse_gcs_url(gs_url)
     bucket = storage_client().bucket(bucket_name)
     for name in sorted(manifest["files"]):

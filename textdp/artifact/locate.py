@@ -20,6 +20,7 @@ artifact, the bundled GloVe 6B 50d vectors built once into the cache), a local d
 from __future__ import annotations
 
 import os
+import shlex
 from typing import Dict, Iterable, Optional
 
 import numpy as np
@@ -38,6 +39,7 @@ from textdp.artifact.store import (
 )
 from textdp.artifact.verification import verify_file
 from textdp.errors import ArtifactError, ArtifactNotFoundError, TextdpTypeError, TextdpValueError
+from textdp.paths import shown
 from textdp.text.privatizer import check_unk_token
 from textdp.text.tokenize import unreadable_entries
 from textdp.version import __version__
@@ -85,7 +87,7 @@ def _local_directory(location: Optional[str], progress: Optional[Progress]) -> s
     if not location:
         return ensure_default_artifact(progress)
     if not os.path.isdir(location):
-        raise ArtifactNotFoundError(f"{location} is not a directory (expected a textdp artifact)")
+        raise ArtifactNotFoundError(f"{shown(location)} is not a directory (expected a textdp artifact)")
     return location
 
 
@@ -127,7 +129,7 @@ def verify_artifact(location: Optional[str], needs: Iterable[str] = ALWAYS_NEEDE
     if gcs.is_gcs_url(location):
         manifest = gcs.read_remote_manifest(location)
         if manifest.get("format_version") != FORMAT_VERSION:
-            raise ArtifactError(f"{location} was built by an older textdp (format version {manifest.get('format_version')}) "
+            raise ArtifactError(f"{shown(location)} was built by an older textdp (format version {manifest.get('format_version')}) "
                                 "whose vocabulary may hold entries that are not words (punctuation): rebuild it with "
                                 "`textdp build-index` and upload it again")
         files = _needed_files(manifest, wanted, location, getattr(needs, "mechanism", None))
@@ -160,7 +162,7 @@ def _check_vocabulary(directory: str, manifest: dict, stamps: str) -> None:
     bad = unreadable_entries(words)
     if len(bad):
         raise ArtifactError(
-            f"{directory}/{manifest['vocab']} line {int(bad[0]) + 1} holds {words[bad[0]]!r}, an entry the tokenizer "
+            f"{shown(os.path.join(directory, manifest['vocab']))} line {int(bad[0]) + 1} holds {words[bad[0]]!r}, an entry the tokenizer "
             f"never reads as one word ({len(bad):,} such entries; punctuation, spaces or control characters inside, a "
             "duplicate or case variant): released, it would change a record's structure. Rebuild the artifact with "
             "`textdp build-index` (this textdp drops them)")
@@ -179,24 +181,24 @@ def _needed_files(manifest: dict, parts: tuple, where: str, mechanism: Optional[
     if "annoy" in parts:
         info = manifest.get("annoy")
         if not isinstance(info, dict) or not info.get("file"):
-            raise ArtifactError(f"--nn annoy needs an Annoy index and the artifact {where} has none; rebuild it "
+            raise ArtifactError(f"--nn annoy needs an Annoy index and the artifact {shown(where)} has none; rebuild it "
                                 "with `textdp build-index` or use --nn exact")
         names.append(info["file"])
     if "neighbours" in parts:
         info = manifest.get(NEIGHBOURS_SECTION)
         if not isinstance(info, dict) or not info.get("ids_file") or not info.get("distances_file"):
-            command = f"textdp neighbours --artifact {where}"
+            command = f"textdp neighbours --artifact {shlex.quote(shown(where))}"
             who = (f"--mechanism {mechanism} (it samples from each word's K nearest words)" if mechanism
                    else "this run")
-            raise ArtifactError(f"{who} needs a neighbour table and the artifact {where} has none; run "
+            raise ArtifactError(f"{who} needs a neighbour table and the artifact {shown(where)} has none; run "
                                 f"`{command}` first (docs/tem.md)")
         names += [info["ids_file"], info["distances_file"]]
     files = {}
     for name in names:
         if not isinstance(name, str) or name != os.path.basename(name) or name in ("", ".", "..", MANIFEST):
-            raise ArtifactError(f"{where}/{MANIFEST} names an invalid file {name!r}")
+            raise ArtifactError(f"{shown(where)}/{MANIFEST} names an invalid file {name!r}")
         if name not in manifest["files"]:
-            raise ArtifactError(f"{where}/{MANIFEST} lists no size and checksum for {name} (incomplete artifact)")
+            raise ArtifactError(f"{shown(where)}/{MANIFEST} lists no size and checksum for {name} (incomplete artifact)")
         files[name] = manifest["files"][name]
     return files
 
@@ -220,9 +222,9 @@ def _check_array_shapes(directory: str, manifest: dict, parts: tuple) -> None:
                     raise ValueError(f"unsupported .npy format version {version}")
                 found_shape, fortran_order, found_dtype = read_header(handle)
         except (OSError, ValueError) as exc:
-            raise ArtifactError(f"{path} is not a readable .npy file ({type(exc).__name__})") from None
+            raise ArtifactError(f"{shown(path)} is not a readable .npy file ({type(exc).__name__})") from None
         if tuple(found_shape) != shape or found_dtype != np.dtype(dtype) or fortran_order:
-            raise ArtifactError(f"{path}: expected a row-major {np.dtype(dtype).name} array of shape {shape}, "
+            raise ArtifactError(f"{shown(path)}: expected a row-major {np.dtype(dtype).name} array of shape {shape}, "
                                 f"found {found_dtype} {tuple(found_shape)}{' column-major' if fortran_order else ''}")
 
 

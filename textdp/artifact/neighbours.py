@@ -31,11 +31,13 @@ Layout (``NeighbourTable``)
 from __future__ import annotations
 
 import os
+import shlex
 from typing import Tuple
 
 import numpy as np
 
 from textdp.errors import ArtifactError
+from textdp.paths import shown
 
 METRICS = ("euclidean", "angular")
 SECTION = "neighbours"
@@ -205,18 +207,18 @@ class NeighbourTable:
     def from_artifact(cls, artifact) -> "NeighbourTable":
         info = artifact.manifest.get(SECTION)
         if not info:
-            raise ArtifactError(
-                f"{artifact.path} has no neighbour table; run `textdp neighbours --artifact {artifact.path}` first")
+            where = shown(artifact.path)
+            raise ArtifactError(f"{where} has no neighbour table; run `textdp neighbours --artifact {shlex.quote(where)}` first")
         metric = info.get("metric")
         if metric not in METRICS:
-            raise ArtifactError(f"{artifact.path}: neighbour table has unknown metric {metric!r}")
+            raise ArtifactError(f"{shown(artifact.path)}: neighbour table has unknown metric {metric!r}")
         arrays = []
         for key, dtype in (("ids_file", np.int32), ("distances_file", np.float32)):
             path = artifact.file_path(info[key])
             array = np.load(path, mmap_mode="r", allow_pickle=False)
             if array.dtype != dtype or array.shape != (artifact.vocab_size, int(info["k"])) or not array.flags.c_contiguous:
                 raise ArtifactError(
-                    f"{path}: expected a row-major {np.dtype(dtype).name} array of shape "
+                    f"{shown(path)}: expected a row-major {np.dtype(dtype).name} array of shape "
                     f"{(artifact.vocab_size, int(info['k']))}, found {array.dtype} {array.shape}")
             arrays.append(array)
         return cls(arrays[0], arrays[1], metric, info)
@@ -244,7 +246,7 @@ class TableWriter:
             raise ValueError(f"unknown metric {metric!r}")
         if table_files_exist(artifact_dir):
             raise ArtifactError(
-                f"{artifact_dir} already has a neighbour table; artifacts are never overwritten "
+                f"{shown(artifact_dir)} already has a neighbour table; artifacts are never overwritten "
                 "(copy the artifact without its neighbours_* files to compute another table)")
         self.artifact_dir = artifact_dir
         self.k, self.metric, self.vocab_size = int(k), metric, int(vocab_size)

@@ -50,6 +50,7 @@ import numpy as np
 from textdp.artifact.embeddings import BUNDLED_GLOVE, EmbeddingSource, load_embeddings
 from textdp.artifact.verification import file_entry, verify_file
 from textdp.errors import ArtifactError, ArtifactNotFoundError
+from textdp.paths import shown
 from textdp.text.tokenize import unreadable_entries
 from textdp.version import __version__
 
@@ -226,7 +227,7 @@ def add_files(artifact_dir: str, files: Dict[str, str], section: str, content: d
     for name, src in files.items():
         dest = os.path.join(artifact_dir, name)
         if os.path.exists(dest) or name in manifest["files"]:
-            raise ArtifactError(f"{dest} already exists; artifact files are never overwritten")
+            raise ArtifactError(f"{shown(dest)} already exists; artifact files are never overwritten")
         entry = file_entry(src)
         os.rename(src, dest)
         manifest["files"][name] = entry
@@ -253,20 +254,20 @@ def parse_manifest(raw: bytes, where: str) -> dict:
     try:
         manifest = json.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError):
-        raise ArtifactError(f"{where} is not valid JSON (corrupted artifact?)") from None
+        raise ArtifactError(f"{shown(where)} is not valid JSON (corrupted artifact?)") from None
     if not isinstance(manifest, dict) or manifest.get("kind") != ARTIFACT_KIND:
-        raise ArtifactError(f"{where} does not describe a textdp vocabulary artifact")
+        raise ArtifactError(f"{shown(where)} does not describe a textdp vocabulary artifact")
     if manifest.get("format_version") not in READS_VERSIONS:
         raise ArtifactError(
-            f"{where} has format version {manifest.get('format_version')!r}; this textdp reads version "
+            f"{shown(where)} has format version {manifest.get('format_version')!r}; this textdp reads version "
             f"{' or '.join(map(str, READS_VERSIONS))}")
     for key in ("dimension", "vocab_size", "files", "vocab", "vectors"):
         if key not in manifest:
-            raise ArtifactError(f"{where} lacks the field {key!r}")
+            raise ArtifactError(f"{shown(where)} lacks the field {key!r}")
     if not isinstance(manifest["files"], dict) or not all(
             isinstance(entry, dict) and isinstance(entry.get("sha256"), str) and isinstance(entry.get("bytes"), int)
             for entry in manifest["files"].values()):
-        raise ArtifactError(f"{where}: 'files' must map every file name to its sha256 and bytes")
+        raise ArtifactError(f"{shown(where)}: 'files' must map every file name to its sha256 and bytes")
     return manifest
 
 
@@ -282,9 +283,9 @@ def read_directory_manifest(artifact_dir: str) -> dict:
         with open(path, "rb") as handle:
             raw = handle.read()
     except FileNotFoundError:
-        raise ArtifactNotFoundError(f"{artifact_dir} is not a textdp artifact: {MANIFEST} is missing") from None
+        raise ArtifactNotFoundError(f"{shown(artifact_dir)} is not a textdp artifact: {MANIFEST} is missing") from None
     except IsADirectoryError:
-        raise ArtifactError(f"{path} is a directory, not a manifest") from None
+        raise ArtifactError(f"{shown(path)} is a directory, not a manifest") from None
     return parse_manifest(raw, path)
 
 
@@ -315,7 +316,7 @@ class Artifact:
         file unchanged since an earlier check is not re-hashed, see ``textdp.artifact.verification``)."""
         entry = self.manifest["files"].get(name)
         if entry is None:
-            raise ArtifactError(f"{self.path}: {MANIFEST} lists no file {name!r}")
+            raise ArtifactError(f"{shown(self.path)}: {MANIFEST} lists no file {name!r}")
         path = os.path.join(self.path, name)
         with self._lock:
             if name in self._verified or not self._verify:
@@ -330,7 +331,7 @@ class Artifact:
         if words and words[-1] == "":
             words.pop()
         if len(words) != self.vocab_size:
-            raise ArtifactError(f"{self.path}: vocabulary has {len(words)} words, manifest says {self.vocab_size}")
+            raise ArtifactError(f"{shown(self.path)}: vocabulary has {len(words)} words, manifest says {self.vocab_size}")
         return words
 
     def _load_vectors(self) -> np.ndarray:
@@ -338,10 +339,10 @@ class Artifact:
         try:
             vectors = np.load(path, mmap_mode="r", allow_pickle=False)
         except ValueError as exc:
-            raise ArtifactError(f"{path} is not a readable .npy file: {exc}") from None
+            raise ArtifactError(f"{shown(path)} is not a readable .npy file ({type(exc).__name__})") from None
         if vectors.shape != (self.vocab_size, self.dimension) or vectors.dtype != np.float32 or not vectors.flags.c_contiguous:
             raise ArtifactError(
-                f"{path}: expected a row-major float32 matrix of shape {(self.vocab_size, self.dimension)}, "
+                f"{shown(path)}: expected a row-major float32 matrix of shape {(self.vocab_size, self.dimension)}, "
                 f"found {vectors.dtype} {vectors.shape}")
         return vectors
 
@@ -371,14 +372,14 @@ class Artifact:
 
             info = self.manifest.get("annoy")
             if not info:
-                raise ArtifactError(f"{self.path} has no Annoy index")
+                raise ArtifactError(f"{shown(self.path)} has no Annoy index")
             path = self.file_path(info["file"])
             with self._lock:
                 if self._annoy is None:
                     index = annoy.AnnoyIndex(self.dimension, info.get("metric", "euclidean"))
                     index.load(path, prefault=False)  # mmap; pages are shared between processes
                     if index.get_n_items() != self.vocab_size:
-                        raise ArtifactError(f"{path} holds {index.get_n_items()} items, expected {self.vocab_size}")
+                        raise ArtifactError(f"{shown(path)} holds {index.get_n_items()} items, expected {self.vocab_size}")
                     self._annoy = index
         return self._annoy
 
@@ -468,14 +469,14 @@ def ensure_default_artifact(progress: Optional[Progress] = stderr_progress) -> s
         lock = FileLock(path + ".lock")
         lock.acquire()
     except OSError as exc:  # unwritable, or a file where a directory should be
-        raise ArtifactError(f"the textdp cache {cache_dir()} cannot hold the default artifact "
+        raise ArtifactError(f"the textdp cache {shown(cache_dir())} cannot hold the default artifact "
                             f"({exc.strerror or type(exc).__name__}): set TEXTDP_CACHE_DIR to a writable "
                             "directory, or give --artifact") from None
     try:
         if os.path.exists(os.path.join(path, MANIFEST)):
             return path
         if progress:
-            progress(f"building the default artifact ({BUNDLED_GLOVE}, one time only) into {path}")
+            progress(f"building the default artifact ({BUNDLED_GLOVE}, one time only) into {shown(path)}")
         build_artifact(EmbeddingSource("bundled", BUNDLED_GLOVE), path, progress=progress)
     finally:
         lock.release()

@@ -49,6 +49,7 @@ import uuid
 from typing import Optional
 
 from textdp.errors import ArtifactError, ArtifactNotFoundError
+from textdp.paths import shown
 
 STAMP_MIN_AGE_NS = 2_000_000_000
 _STAT_FIELDS = ("dev", "ino", "size", "mtime_ns", "ctime_ns")
@@ -77,19 +78,19 @@ def verify_file(path: str, entry: dict, stamp_dir: Optional[str] = None) -> None
     try:
         before = os.stat(path)
     except FileNotFoundError:
-        raise ArtifactNotFoundError(f"{path} is missing (incomplete artifact)") from None
+        raise ArtifactNotFoundError(f"{shown(path)} is missing (incomplete artifact)") from None
     if not stat.S_ISREG(before.st_mode):
-        raise ArtifactError(f"{path} is not a regular file (damaged artifact)")
+        raise ArtifactError(f"{shown(path)} is not a regular file (damaged artifact)")
     expected_bytes, expected_sha = int(entry["bytes"]), entry["sha256"]
     if before.st_size != expected_bytes:
         raise ArtifactError(
-            f"{path} has {before.st_size} bytes but the manifest records {expected_bytes} (truncated or corrupted)")
+            f"{shown(path)} has {before.st_size} bytes but the manifest records {expected_bytes} (truncated or corrupted)")
     real = os.path.realpath(path)
     stamp = stamp_path(stamp_dir, real) if stamp_dir else None
     if stamp and _stamp_vouches(stamp, real, before, expected_sha):
         return
     if sha256_file(path) != expected_sha:
-        raise ArtifactError(f"{path} fails its SHA-256 check (corrupted artifact); rebuild or re-fetch it")
+        raise ArtifactError(f"{shown(path)} fails its SHA-256 check (corrupted artifact); rebuild or re-fetch it")
     if stamp and _stat_state(os.stat(path)) == _stat_state(before) and before.st_ctime_ns < began - STAMP_MIN_AGE_NS:
         _write_stamp(stamp, {"path": real, "sha256": expected_sha, **_stat_state(before)})
 
