@@ -31,8 +31,8 @@ def _escaped_in_messages(character: str) -> bool:
 def shown(path: str) -> str:
     """A path (input, output, artifact, any file name) for a message: bytes that are not UTF-8 (surrogate escapes from
     argv) as \\xNN, and every control character (C0, C1, DEL, U+2028/U+2029: a newline or ESC in a file name), bidi
-    control and format character written as an escape (\\n, \\x1b...), never as itself, so no name can forge a console line or send a terminal escape (R8-7,
-    R9-11, R11-4). The one path printer of every refusal."""
+    control and format character written as an escape (\\n, \\x1b, \\u202e...), never as itself, so no name can forge
+    a console line, send a terminal escape or read reversed (R8-7, R9-11, R11-4, R11-9). The one path printer."""
     path = os.fspath(path)
     if isinstance(path, bytes):
         path = os.fsdecode(path)
