@@ -369,6 +369,11 @@ class LedgerRun:
                     f"{release_path(self.output)}: whatever it released is counted in no ledger")
             elif run and run["state"] == COMMITTED:  # a `textdp ledger reconcile` committed it from its release file
                 self.outcome = f"ledger: run {self.run_id} was already committed (by `textdp ledger reconcile`)"
+            elif not self.streaming:  # unknown to the ledger it reserved: a backup copied over it while it ran (R11b-4)
+                self.outcome = (f"ledger: run {self.run_id} is not in the ledger {self.shown} any more (restored from a "
+                                "backup while it ran?): it is counted in no ledger; its release file "
+                                f"{release_path(self.output)} holds what it released: re-count it with `textdp ledger "
+                                f"reconcile --release {release_path(self.output)}`")
             else:
                 self.outcome = None
             if self.outcome and "committed" in self.outcome and not self.streaming:

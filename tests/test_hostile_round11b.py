@@ -137,3 +137,36 @@ def test_a_ledger_named_like_its_seq_file_is_refused(tmp_path):
                                 "--ledger-create", "--author-budget", 10)
     assert code == 2 and ".textdp-seq" in err and len(err.strip().splitlines()) == 1, err
     assert not os.path.exists(tmp_path / "L.textdp-seq")
+
+
+def test_a_backup_copied_over_the_ledger_while_a_run_runs_is_said_not_silent(tmp_path):
+    """A backup copied over the ledger between a run's reservation and its commit keeps the ledger's identity, so
+    the run is unknown there: the launcher commits nothing and says so in one line naming `reconcile --release`
+    (exit non-zero); then reconcile --release counts it."""
+    import time
+
+    from tests.test_hostile_round9l import cli as run_cli
+
+    (tmp_path / "key").write_bytes(KEY)
+    write_corpus(tmp_path / "in1.jsonl", [("a", 5)])
+    ledger = str(tmp_path / "L.sqlite")
+    code, _, err = _privatize(tmp_path, tmp_path / "in1.jsonl", tmp_path / "o1" / "r", ledger, "--ledger-create",
+                              "--author-budget", 10)
+    assert code == 0, err
+    shutil.copy(ledger, tmp_path / "L.bak")
+    hold = str(tmp_path / "hold")
+    proc = run_cli(["privatize", "--input", tmp_path / "in1.jsonl", "--output", tmp_path / "o2" / "r", "--ledger", ledger,
+                    "--epsilon", 1, "--user-field", "author", "--ledger-key-file", tmp_path / "key", "--artifact", ART300,
+                    "--runner", "FnApiRunner"], env_extra={"TEXTDP_TEST_LEDGER_HOLD": hold}, background=True)
+    deadline = time.time() + 300
+    while not os.path.exists(hold + ".ready") and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    shutil.copy(tmp_path / "L.bak", ledger)  # the restore, while the run holds
+    open(hold, "w").close()
+    out, err = (part.decode() for part in proc.communicate(timeout=300))
+    release = str(tmp_path / "o2" / "r-ledger.json")
+    assert proc.returncode != 0 and "is not in the ledger" in err and f"--release {release}`" in err, out + err
+    code, out, err = _ledger(tmp_path, "reconcile", ledger, "--release", release)
+    assert code == 0 and "re-committed" in out, out + err
+    code, out, err = _ledger(tmp_path, "status", ledger)
+    assert code == 0 and "max 10; 1 at the budget 10" in out, out + err
