@@ -139,11 +139,24 @@ def _commit_release(ledger: Ledger, run_id: str, output: str, release: dict, reo
     section = release["section"]
     ledger.record_form(run_id, bool(section.get("epsilon_d_bound")), section.get("artifact"))  # before the slot is freed
     new = ledger.commit(run_id, section["epsilon"], str(section["mechanism"]), release["entries"], reopen=reopen)
+    if new:
+        stamp_release(output, release, ledger)
     section = with_ledger_form(ledger, run_id, section)
     _add_to_summary(f"{output}-summary.json", section, public=False)
     return (f"ledger: run {run_id} {'committed' if new else 'was already committed'}: "
             f"{section['records_released']} record(s) of {section['authors']} author(s) released, "
             f"{section['records_withheld']} withheld (budget_exhausted)")
+
+
+def stamp_release(output: str, release: dict, ledger: Ledger) -> None:
+    """After its commit: the release file records the ledger's identity and the commit count its commit made
+    (round 11b, R11b-4), so that ``textdp ledger status --release`` can tell a ledger that went back before it, and
+    ``reconcile --release`` refuses it for another ledger. Best effort: a file that cannot be rewritten keeps what
+    it held (its run id and key still identify it)."""
+    try:
+        _write_json(release_path(output), dict(release, ledger_id=ledger.ledger_id, ledger_seq=ledger.last_seq))
+    except Exception:
+        pass
 
 
 def _release_of(ledger: Ledger, run_id: str, output: str) -> Optional[dict]:
@@ -237,6 +250,10 @@ class LedgerRun:
         self.shown = shown_url(location)
         # refuses a corrupt ledger, another schema or key, a missing one without --ledger-create, now
         self.ledger = Ledger(location, self.fingerprint, require_new=create)
+        went_back = self.ledger.rollback()  # R11b-4: an SQLite file copied back from a backup
+        if went_back is not None:
+            self.ledger.close()
+            raise LedgerError(self.ledger.rollback_line(went_back))
         self.budget = self.ledger.resolve_budget(budget)  # the ledger's budget (docs/ledger.md)
         self.reserved = False
         self.outcome: Optional[str] = None
@@ -352,6 +369,11 @@ class LedgerRun:
                     f"{release_path(self.output)}: whatever it released is counted in no ledger")
             elif run and run["state"] == COMMITTED:  # a `textdp ledger reconcile` committed it from its release file
                 self.outcome = f"ledger: run {self.run_id} was already committed (by `textdp ledger reconcile`)"
+            elif not self.streaming:  # unknown to the ledger it reserved: a backup copied over it while it ran (R11b-4)
+                self.outcome = (f"ledger: run {self.run_id} is not in the ledger {self.shown} any more (restored from a "
+                                "backup while it ran?): it is counted in no ledger; its release file "
+                                f"{release_path(self.output)} holds what it released: re-count it with `textdp ledger "
+                                f"reconcile --release {release_path(self.output)}`")
             else:
                 self.outcome = None
             if self.outcome and "committed" in self.outcome and not self.streaming:
@@ -425,7 +447,7 @@ def refuse_budget_below_epsilon(budget: Optional[float], epsilon: Optional[float
 def guard_ledger(guard, location: str) -> None:
     """The ledger file (an embedded SQLite ledger, and its -journal/-wal/-shm files) against the run's outputs and
     inputs, registered with its output guard: refused in one line before the ledger is opened or created."""
-    from textdp.ledger.store import refuse_keyword_dsn, sqlite_file
+    from textdp.ledger.store import SEQ_SUFFIX, refuse_keyword_dsn, sqlite_file
     from textdp.outputs import (
         LOCK_SUFFIX,
         RUN_RECORD_SUFFIX,
@@ -443,17 +465,17 @@ def guard_ledger(guard, location: str) -> None:
         return
     real = real_path(path)
     shown = shown_url(location)
-    names = [real] + [real + suffix for suffix in ("-journal", "-wal", "-shm")]
+    names = [real] + [real + suffix for suffix in ("-journal", "-wal", "-shm", SEQ_SUFFIX)]
     place = next((p for p in SYSTEM_PLACES if real == p or real.startswith(p + "/")), None)
     if place is not None:  # /dev/shm is a tmpfs emptied at every reboot: every author's budget would start again
         raise TextdpError(f"--ledger {shown} is under {place}, a system folder (/dev/shm is emptied at every reboot): a "
                           "ledger there could cap nothing across reboots; keep it on a disk that is backed up")
     base = os.path.basename(real)
-    if base.endswith(LOCK_SUFFIX) or base.endswith(RUN_RECORD_SUFFIX) or base.startswith(".textdp-"):
+    if base.endswith(LOCK_SUFFIX) or base.endswith(RUN_RECORD_SUFFIX) or base.endswith(SEQ_SUFFIX) or base.startswith(".textdp-"):
         # textdp's own lock / run-record / hidden-folder names: a run would take the ledger for a stale lock or a
         # run record of its own (and an operator unblocking a directory would delete it) (round 8, R8-2)
-        raise TextdpError(f"--ledger {shown}: a name ending in {LOCK_SUFFIX} or {RUN_RECORD_SUFFIX} (or starting with "
-                          ".textdp-) is one textdp uses for its locks and run records; give the ledger another name")
+        raise TextdpError(f"--ledger {shown}: a name ending in {LOCK_SUFFIX}, {RUN_RECORD_SUFFIX} or {SEQ_SUFFIX} (or "
+                          "starting with .textdp-) is one textdp uses for its locks and run records; give the ledger another name")
     for out in guard.outputs:
         if any(out.catches(name) for name in names):
             raise TextdpError(f"--ledger {shown} is one of this run's outputs ({out.what}, {out.flag} {out.label}): "
@@ -510,7 +532,8 @@ def _hold(path: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="textdp ledger", description="Show or settle an exposure ledger (docs/ledger.md). Exit codes: 0 done, "
-                                          "1 a run stays pending, 2 refused.")
+                                          "1 a run stays pending or committed runs are missing from the ledger, "
+                                          "2 refused.")
     parser.add_argument("action", choices=("status", "reconcile"),
                         help="status: the ledger's runs and the distribution over authors of their cumulative "
                              "epsilon-mass; reconcile: settle pending runs from what they wrote")
@@ -520,11 +543,120 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--discard", default=None, metavar="RUN_ID",
                         help="reconcile: discard this pending run's reservation; refused while any of its record "
                              "files exists")
+    parser.add_argument("--release", action="extend", nargs="+", default=None, metavar="OUTPUT-ledger.json",
+                        help="reconcile: re-commit these runs' release files (a file, several, or a quoted glob), each "
+                             "a committed run the ledger no longer holds (restored from a backup older than its "
+                             "commit); a run the ledger has is left as it is. status: say whether each is counted")
     parser.add_argument("--json", action="store_true", default=False, help="status as one JSON document")
     return parser
 
 
+def release_files(given: List[str]) -> tuple:
+    """--release as given -> (the files, in order, each once; one line per argument that names none)."""
+    import glob
+
+    files, refused = [], []
+    for name in given:
+        found = sorted(glob.glob(name)) if glob.has_magic(name) else [name]
+        if not found:
+            refused.append(f"--release {name!r} matches no file")
+        files += [path for path in found if path not in files]
+    return files, refused
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def read_release(path: str, ledger: Ledger) -> tuple:
+    """A release file ``<output>-ledger.json`` checked for ``ledger`` -> (release, None), or (None, why not: one
+    clause, the path quoted, nothing of the file's content): missing, not a release file, damaged (its figures do
+    not add up), made with another key, or committed to another ledger (round 11b, R11b-4)."""
+    import math
+
+    from transforms.ledger import RELEASE_FORMAT
+
+    if not os.path.isfile(path):
+        return None, f"--release {path!r} is not a file"
+    release = _read_json(path)
+    if not isinstance(release, dict):
+        return None, f"--release {path!r} cannot be read as JSON (damaged?): nothing of it was counted"
+    if release.get("format") != RELEASE_FORMAT:
+        return None, f"--release {path!r} is not a textdp ledger release file (format {RELEASE_FORMAT})"
+    if release.get("key_fingerprint") != ledger.fingerprint:
+        return None, (f"--release {path!r} was made with another ledger key (its authors' hashes mean nothing in "
+                      "this ledger): nothing of it was counted")
+    if release.get("ledger_id") not in (None, ledger.ledger_id):
+        return None, f"--release {path!r} was committed to another ledger (another identity): nothing of it was counted"
+    section, entries, run_id = release.get("section"), release.get("entries"), release.get("run_id")
+    ok = (isinstance(run_id, str) and 0 < len(run_id) <= 128 and isinstance(section, dict) and isinstance(entries, list)
+          and isinstance(section.get("epsilon"), (int, float)) and not isinstance(section.get("epsilon"), bool)
+          and math.isfinite(section["epsilon"]) and section["epsilon"] > 0 and isinstance(section.get("mechanism"), str)
+          and all(isinstance(e, list) and len(e) == 4 and isinstance(e[0], str) and len(e[0]) == 64
+                  and all(_count(v) for v in e[1:]) for e in entries)
+          and len({e[0] for e in entries}) == len(entries))
+    if ok:  # its own totals must agree with its entries (a truncated or edited file does not)
+        ok = (section.get("authors") == len(entries) and section.get("records_released") == sum(e[2] for e in entries)
+              and section.get("tokens_released") == sum(e[1] for e in entries)
+              and section.get("records_withheld") == sum(e[3] for e in entries))
+    if not ok:
+        return None, f"--release {path!r} is damaged (its run, section or entries do not hold together): nothing of it was counted"
+    return release, None
+
+
+def recommit_release(ledger: Ledger, path: str, release: dict) -> str:
+    """One release file into the ledger (``reconcile --release``): a run the ledger does not know is re-committed
+    as its first commit was (its authors' mass added); a pending or discarded run is settled from it; a committed
+    one is left as it is (idempotent). Returns the line to print."""
+    run_id, section = release["run_id"], release["section"]
+    output = path[: -len("-ledger.json")] if path.endswith("-ledger.json") else path
+    known = ledger.run(run_id)
+    if known is not None and known["state"] == COMMITTED:
+        return f"ledger: run {run_id} ({path}) is already in the ledger, committed: nothing changed"
+    if known is not None and known["state"] == PENDING:
+        return _commit_release(ledger, run_id, output, release)
+    if known is not None:  # discarded, then found released: committed loudly (R9b-11)
+        return (_commit_release(ledger, run_id, output, release, reopen=True) + "; WARNING: its reservation had been "
+                "discarded, so runs admitted after that did not count these releases: some authors may now be above the "
+                "budget (`textdp ledger status` shows how many)")
+    recorded = ((ledger._read_seq_file() or {}).get("runs") or {}).get(run_id) or {}
+    ledger.record_form(run_id, bool(section.get("epsilon_d_bound")), section.get("artifact"))
+    ledger.restore_run(run_id, section["epsilon"], section["mechanism"], section.get("author_budget"),
+                       recorded.get("output") or absolute(output), recorded.get("data_format"), release["entries"])
+    return (f"ledger: run {run_id} re-committed from {path}: {section['records_released']} record(s) of "
+            f"{section['authors']} author(s) released, {section['records_withheld']} withheld; their epsilon-mass counts "
+            "again (the ledger had lost the run: restored from a backup older than its commit?)")
+
+
+def rollback_lines(ledger: Ledger) -> List[str]:
+    """``status`` and ``reconcile``: the committed runs the file beside the ledger remembers and the ledger lost."""
+    found = ledger.rollback()
+    if found is None:
+        return []
+    return [f"ledger: WARNING: {ledger.rollback_line(found, refused=False)}"] + [
+        f"missing: run {entry['run_id']} (commit {entry.get('seq')}), "
+        + ("streaming, no release file: its windows cannot be re-counted (docs/ledger.md)"
+           if str(entry.get("data_format") or "").startswith(STREAM_PREFIX)
+           else f"re-count it with `textdp ledger reconcile --release {entry.get('output')}-ledger.json`")
+        for entry in found["missing"]]
+
+
 help_parser = build_parser  # the job's --help (templates/jobs.py derives its parameters from it)
+
+
+def release_state(ledger: Ledger, path: str) -> str:
+    """``status --release``: whether the run of a release file is counted in the ledger (one clause)."""
+    release, why = read_release(path, ledger)
+    if release is None:
+        return f"refused: {why}"
+    known = ledger.run(release["run_id"])
+    if known is not None:
+        return f"run {release['run_id']} is in the ledger ({known['state']})"
+    behind = release.get("ledger_seq")
+    return (f"NOT in the ledger: run {release['run_id']} is unknown to it"
+            + (f" (its commit was the ledger's commit {behind}; the ledger is at {ledger.commit_seq()}: it went back, "
+               "restored from a backup?)" if isinstance(behind, int) else "")
+            + f": re-count it with `textdp ledger reconcile --release {path}`")
 
 
 def status(ledger: Ledger) -> dict:
@@ -555,9 +687,17 @@ def run(argv: Optional[List[str]] = None) -> int:
         say(str(exc))
         return 2
     try:
+        if args.discard and args.release:
+            say("--discard and --release are two reconciles: give one at a time")
+            return 2
+        releases, refused = release_files(args.release or [])
         if args.action == "status":
             found = status(ledger)
+            went_back = rollback_lines(ledger)
+            found["rollback"] = ledger.rollback()
+            checked = [release_state(ledger, path) for path in releases]
             if args.json:
+                found["releases"] = [{"file": path, "state": state} for path, state in zip(releases, checked)]
                 print(json.dumps(found, indent=2))
             else:
                 dist = found["cumulative_mass"]
@@ -574,7 +714,14 @@ def run(argv: Optional[List[str]] = None) -> int:
                 print("budget: " + (f"{found['author_budget']:g} (the ledger's: every run is capped by it)"
                                     if found["author_budget"] is not None else
                                     "none yet (the first run with --author-budget sets it)"))
-            return 0
+                for line in went_back:
+                    print(line)
+                for path, state in zip(releases, checked):
+                    print(f"release {path}: {state}")
+            for line in refused:
+                say(line)
+            lost = bool(went_back) or any(state.startswith("NOT") for state in checked)
+            return 2 if refused or any(state.startswith("refused") for state in checked) else 1 if lost else 0
         if args.discard:
             run_ = ledger.run(args.discard)
             if not run_ or run_["state"] != PENDING:
@@ -606,9 +753,24 @@ def run(argv: Optional[List[str]] = None) -> int:
                 line = settle_discarded_run(ledger, run_)
                 if line:
                     print(line)
+        if releases and ledger.pending():
+            refused.append("--release: another run is pending in the ledger (see above): settle it first, then give "
+                           "--release again (nothing of the release files was counted)")
+            releases = []
+        for path in releases:
+            release, why = read_release(path, ledger)
+            if release is None:
+                refused.append(why)
+            else:
+                print(recommit_release(ledger, path, release))
         if not ledger.pending():
             print("ledger: no run is pending")
-        return 1 if still else 0
+        went_back = rollback_lines(ledger)
+        for line in went_back:
+            print(line)
+        for line in refused:
+            say(line)
+        return 2 if refused else 1 if still or went_back else 0
     except TextdpError as exc:
         say(str(exc))
         return 2

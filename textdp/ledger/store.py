@@ -40,6 +40,11 @@ SCHEMA_VERSION = "2"  # 2: the streaming windows' tables (a version-1 ledger is 
 READABLE_VERSIONS = ("1", SCHEMA_VERSION)
 PENDING, COMMITTED, DISCARDED = "pending", "committed", "discarded"
 LEDGER_ID, BUDGET = "ledger_id", "author_budget"  # meta rows: the ledger's identity, the ledger's budget
+COMMIT_SEQ = "commit_seq"  # meta row: how many commits the ledger has taken (monotonic; round 11b, R11b-4)
+SEQ_SUFFIX = ".textdp-seq"  # beside an SQLite ledger: its identity, commit count and committed runs (R11b-4)
+# what a damaged ledger's refusal advises: a backup is older than the runs committed since (R11b-4)
+RESTORE = ("restore it from a backup, then re-count every run committed after that backup: `textdp ledger reconcile "
+           "--release <output>-ledger.json` (a restore loses them: docs/ledger.md, \"A ledger restored from a backup\")")
 
 
 class LedgerError(TextdpError):
@@ -232,6 +237,7 @@ class Ledger:
 
         self.location, self.shown = location, shown_url(location)
         self.created = False  # True when this open made a new ledger
+        self.last_seq, self.seq_error = 0, None  # the commit count of this object's last commit; a failed seq file
         url = ledger_url(location)
         self.file = sqlite_file(location)  # refuses an in-memory SQLite database
         if require_new is not None:
@@ -287,13 +293,13 @@ class Ledger:
             elif not ours <= names:
                 missing = ours - names
                 raise LedgerError(f"--ledger {self.shown!r} is damaged: tables {sorted(missing)} are missing "
-                                  "(restore it from a backup; nothing ran)")
+                                  f"(nothing ran; {RESTORE})")
             with self.engine.connect() as conn:
                 values = dict(conn.execute(select(self.meta.c.name, self.meta.c.value)).all())
             streaming_tables = {self.windows.name, self.window_releases.name}
             if values.get("schema_version") == SCHEMA_VERSION and not streaming_tables <= set(inspect(self.engine).get_table_names()):
                 raise LedgerError(f"--ledger {self.shown!r} is damaged: tables {sorted(streaming_tables - names)} are "
-                                  "missing (restore it from a backup; nothing ran)")
+                                  f"missing (nothing ran; {RESTORE})")
         except LedgerError:
             raise
         except SQLAlchemyError as exc:
@@ -302,7 +308,7 @@ class Ledger:
                                         "try again when the database is reachable (another process may hold a lock "
                                         "on it)", _reason(exc)) from None
             raise LedgerError(f"--ledger {self.shown!r} cannot be read as a textdp ledger ({_reason(exc)}); nothing "
-                              "ran: restore it from a backup or point --ledger elsewhere") from None
+                              f"ran: point --ledger elsewhere, or {RESTORE}") from None
         if values.get("schema_version") not in READABLE_VERSIONS:
             raise LedgerError(f"--ledger {self.shown!r} has schema version {str(values.get('schema_version'))[:20]!r}; "
                               f"this textdp reads version {' or '.join(READABLE_VERSIONS)} (nothing ran)")
@@ -571,6 +577,8 @@ class Ledger:
                 state=COMMITTED, settled_at=_now(), epsilon=float(epsilon), mechanism=str(mechanism),
                 authors=int(totals[0]), tokens=int(totals[1]), records=int(totals[2]), withheld=int(totals[3])))
             conn.execute(self.active.delete().where(self.active.c.run_id == run_id))
+            self.last_seq = self._next_seq(conn)
+        self._record_commit(run_id)
         return True
 
     def commit(self, run_id: str, epsilon: float, mechanism: str,
@@ -598,7 +606,136 @@ class Ledger:
                 authors=len(entries), tokens=sum(int(e[1]) for e in entries), records=sum(int(e[2]) for e in entries),
                 withheld=sum(int(e[3]) for e in entries)))
             conn.execute(self.active.delete().where(self.active.c.run_id == run_id))
+            self.last_seq = self._next_seq(conn)
+        self._record_commit(run_id)
         return True
+
+    def restore_run(self, run_id: str, epsilon: float, mechanism: str, budget: Optional[float], output: str,
+                    data_format: str, entries: Iterable[Tuple[str, int, int, int]]) -> bool:
+        """Re-commit a committed run this ledger no longer knows (restored from a backup older than its commit), from
+        its release file: the run's row, committed, and its per-author releases as its first commit wrote them, in
+        one transaction (round 11b, R11b-4). False, and nothing changed, if the ledger already has the run."""
+        from sqlalchemy import select
+
+        entries = list(entries)
+        with self.engine.begin() as conn:
+            if conn.execute(select(self.runs.c.state).where(self.runs.c.run_id == run_id)).scalar() is not None:
+                return False
+            now = _now()
+            conn.execute(self.runs.insert().values(
+                run_id=run_id, state=COMMITTED, reserved_at=now, settled_at=now, epsilon=float(epsilon),
+                mechanism=str(mechanism), budget=None if budget is None else float(budget), output=output,
+                data_format=data_format, authors=len(entries), tokens=sum(int(e[1]) for e in entries),
+                records=sum(int(e[2]) for e in entries), withheld=sum(int(e[3]) for e in entries)))
+            if entries:
+                conn.execute(self.releases.insert(), [
+                    {"run_id": run_id, "author": author, "epsilon": float(epsilon), "tokens": int(tokens),
+                     "records": int(records), "withheld": int(withheld)}
+                    for author, tokens, records, withheld in entries])
+            self.last_seq = self._next_seq(conn)
+        self._record_commit(run_id)
+        return True
+
+    # --- the rollback check (round 11b, R11b-4; docs/ledger.md, "A ledger restored from a backup") -----------
+
+    def _next_seq(self, conn) -> int:
+        """In a commit's transaction: the ledger's commit count, plus one (a ledger older than the count starts
+        from its number of committed runs)."""
+        from sqlalchemy import func, select
+
+        stored = conn.execute(select(self.meta.c.value).where(self.meta.c.name == COMMIT_SEQ)).scalar()
+        if stored is None:
+            seq = int(conn.execute(select(func.count()).select_from(self.runs).where(self.runs.c.state == COMMITTED))
+                      .scalar())
+            conn.execute(self.meta.insert().values(name=COMMIT_SEQ, value=str(seq)))
+        else:
+            seq = int(stored) + 1
+            conn.execute(self.meta.update().where(self.meta.c.name == COMMIT_SEQ).values(value=str(seq)))
+        return seq
+
+    def commit_seq(self) -> int:
+        """The ledger's commit count (0 before its first counted commit)."""
+        from sqlalchemy import select
+
+        with self.engine.connect() as conn:
+            stored = conn.execute(select(self.meta.c.value).where(self.meta.c.name == COMMIT_SEQ)).scalar()
+        return int(stored) if stored is not None else 0
+
+    @property
+    def seq_file(self) -> Optional[str]:
+        """The file beside an SQLite ledger that remembers its commits (None for a server database)."""
+        return None if self.file is None else self.file + SEQ_SUFFIX
+
+    def _read_seq_file(self) -> Optional[dict]:
+        import json
+
+        path = self.seq_file
+        if path is None or not os.path.exists(path):
+            return None
+        try:
+            with open(path, encoding="utf-8") as handle:
+                found = json.load(handle)
+            if not isinstance(found, dict) or not isinstance(found.get("runs"), dict):
+                raise ValueError("not a textdp sequence file")
+            return found
+        except (OSError, ValueError):
+            return {"damaged": True}
+
+    def _record_commit(self, run_id: str) -> None:
+        """After a commit: the run, with the ledger's new count, added to the file beside an SQLite ledger (written
+        whole, then renamed over the old one). A file of another ledger (another identity) is started again. A
+        failure to write it is kept in ``seq_error`` (the commit stands; the next commit writes it again)."""
+        import json
+
+        path = self.seq_file
+        if path is None:
+            return
+        self.seq_error = None
+        try:
+            found = self._read_seq_file() or {}
+            same = found.get("ledger_id") == self.ledger_id and not found.get("damaged")
+            runs = dict(found["runs"]) if same else {}
+            run = self.run(run_id) or {}
+            runs[run_id] = {"seq": self.last_seq, "output": run.get("output"), "data_format": run.get("data_format")}
+            document = {"format": "textdp-ledger-seq/1", "ledger_id": self.ledger_id,
+                        "seq": max(self.last_seq, int(found.get("seq") or 0) if same else 0), "runs": runs}
+            temporary = f"{path}.{uuid.uuid4().hex}.tmp"
+            with open(temporary, "w", encoding="utf-8") as handle:
+                json.dump(document, handle)
+            os.replace(temporary, path)
+        except (OSError, ValueError, TypeError) as exc:
+            self.seq_error = f"{type(exc).__name__}"
+
+    def rollback(self) -> Optional[dict]:
+        """Whether this ledger went back in time: the file beside it (same ledger identity) remembers committed runs
+        the ledger does not hold as committed (an SQLite file copied back from a backup, R11b-4). None when nothing
+        is missing (or there is no such file: a server database, a ledger never committed to since this check, a
+        file deleted with the restore); else {"seq": the ledger's count, "recorded": the file's, "missing": [{run_id,
+        output, data_format, seq}] in commit order}."""
+        found = self._read_seq_file()
+        if not found or found.get("damaged") or found.get("ledger_id") != self.ledger_id:
+            return None
+        committed = {run["run_id"] for run in self.runs_list() if run["state"] == COMMITTED}
+        missing = [dict(entry, run_id=run_id) for run_id, entry in found["runs"].items()
+                   if run_id not in committed and isinstance(entry, dict)]
+        if not missing:
+            return None
+        missing.sort(key=lambda entry: int(entry.get("seq") or 0))
+        return {"seq": self.commit_seq(), "recorded": int(found.get("seq") or 0), "missing": missing}
+
+    def rollback_line(self, found: dict, refused: bool = True) -> str:
+        """The one line that refuses a run on a ledger that went back in time (``refused``), or warns of it."""
+        shown = [f"{entry.get('output')}-ledger.json" if entry.get("output") and not str(entry.get("data_format") or "")
+                 .startswith("stream:") else f"streaming run {entry['run_id']} (no release file)"
+                 for entry in found["missing"][:3]]
+        more = len(found["missing"]) - len(shown)
+        return (f"--ledger {self.shown!r} went back in time: it holds commit {found['seq']} but {self.seq_file} "
+                f"recorded commit {found['recorded']}, and {len(found['missing'])} committed run(s) are missing from it "
+                "(restored from a backup older than their commit?), so their authors' releases would not count; "
+                f"{'nothing ran' if refused else 'every new run is refused until then'}: re-count them with "
+                "`textdp ledger reconcile --ledger L --release <output>-ledger.json` "
+                f"({'; '.join(shown)}{f'; and {more} more' if more > 0 else ''}); `textdp ledger status` lists them "
+                "(docs/ledger.md, \"A ledger restored from a backup\")")
 
     def discard(self, run_id: str) -> bool:
         """Free the ledger from a pending run that released nothing; True if it was pending."""

@@ -1,0 +1,172 @@
+"""Red-team 11b's ledger finding R11b-4, end to end on real processes (``python -m pipelines.cli``), real SQLite
+ledgers and the 300-word artifact: a ledger restored from a backup older than its last commit forgot the runs
+committed since, and their authors' budget was silently exceeded.
+
+* the rollback check: every commit raises the ledger's commit count and records the run in ``<ledger>.textdp-seq``
+  beside an SQLite ledger; a run on a ledger copied back from a backup is refused in one line naming the missing
+  release file and ``textdp ledger reconcile --release``; ``ledger status`` warns (exit 1) and lists the lost run;
+* ``textdp ledger reconcile --release <output>-ledger.json`` re-commits the lost run (its authors' mass counted as
+  its first commit did; a second time changes nothing), after which the author is withheld at the budget;
+* a release file of another key, a damaged one, one glob matching nothing: refused, nothing counted;
+* the documented limit: with the ``.textdp-seq`` file restored or deleted too, no run is refused, but ``ledger
+  status --release`` still tells the run is not counted.
+
+Admission is deterministic (exact arithmetic) and no mechanism's output is compared: no test here is statistical.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from tests.test_hostile_round9l import cli
+from tests.test_ledger import ART300, KEY, write_corpus
+
+pytestmark = pytest.mark.skipif(not os.path.isdir(ART300), reason="the 300-word artifact /tmp/art300 is not built here")
+OTHER_KEY = b"another-ledger-key-0123456789abcdef"
+
+
+def _privatize(tmp_path, inputs, output, ledger, *extra):
+    return cli(["privatize", "--input", inputs, "--output", output, "--ledger", ledger, "--epsilon", 1,
+                "--user-field", "author", "--ledger-key-file", tmp_path / "key", "--artifact", ART300,
+                "--runner", "FnApiRunner", *extra])
+
+
+def _ledger(tmp_path, action, ledger, *extra, key="key"):
+    return cli(["ledger", action, "--ledger", ledger, "--ledger-key-file", tmp_path / key, *extra])
+
+
+def _restored(tmp_path):
+    """The repro: run 1 creates the ledger (budget 10), the backup is taken, run 2 brings author 16777217 to 10,
+    the backup is copied back over the ledger. Returns (ledger, run 2's release file, run 2's run id)."""
+    (tmp_path / "key").write_bytes(KEY)
+    write_corpus(tmp_path / "in1.jsonl", [("a", 5)])
+    with open(tmp_path / "in2.jsonl", "w", encoding="utf-8") as handle:  # author 16777217: 2 records x 5 words
+        for i in range(2):
+            handle.write(json.dumps({"author": 16777217, "id": str(i), "text": "the of and to a"}) + "\n")
+    ledger = str(tmp_path / "L13.sqlite")
+    code, _, err = _privatize(tmp_path, tmp_path / "in1.jsonl", tmp_path / "o" / "bk1" / "r", ledger,
+                              "--ledger-create", "--author-budget", 10)
+    assert code == 0, err
+    shutil.copy(ledger, tmp_path / "L13.bak")  # the nightly backup
+    code, out, err = _privatize(tmp_path, tmp_path / "in2.jsonl", tmp_path / "o" / "bk2" / "r", ledger)
+    assert code == 0 and "1 at the budget" in out + err, out + err
+    shutil.copy(tmp_path / "L13.bak", ledger)  # damaged; restored from the backup, as told
+    release = str(tmp_path / "o" / "bk2" / "r-ledger.json")
+    with open(release, encoding="utf-8") as handle:
+        document = json.load(handle)
+    assert document["ledger_seq"] == 2 and document["ledger_id"], document  # stamped at its commit
+    return ledger, release, document["run_id"]
+
+
+def test_a_restored_ledger_is_refused_then_reconcile_release_recounts_and_the_author_is_withheld(tmp_path):
+    """R11b-4 repro: after the restore the run is refused in one line (exit 2, nothing written) naming the lost
+    release file and `reconcile --release`; status warns (exit 1); reconcile --release re-commits the lost run
+    (a second time: "already", nothing changed); then the author's two records are withheld at the budget."""
+    ledger, release, run_id = _restored(tmp_path)
+    out3 = tmp_path / "o" / "bk3" / "r"
+    code, out, err = _privatize(tmp_path, tmp_path / "in2.jsonl", out3, ledger)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "went back in time" in lines[0], err
+    assert f"--release <output>-ledger.json` ({release})" in lines[0] and "nothing ran" in lines[0], err
+    assert not os.path.exists(out3.parent) or not os.listdir(out3.parent)
+
+    code, out, err = _ledger(tmp_path, "status", ledger)
+    assert code == 1 and "WARNING" in out and f"missing: run {run_id} (commit 2)" in out, out + err
+    assert "max 5;" in out, out  # what the restored ledger counts: author 16777217 is not in it
+
+    code, out, err = _ledger(tmp_path, "reconcile", ledger, "--release", str(tmp_path / "o" / "*" / "r-ledger.json"))
+    assert code == 0 and f"run {run_id} re-committed from {release}: 2 record(s) of 1 author(s)" in out, out + err
+    assert "already in the ledger, committed: nothing changed" in out and "WARNING" not in out, out  # bk1's
+    code, out, err = _ledger(tmp_path, "reconcile", ledger, "--release", release)
+    assert code == 0 and f"run {run_id} ({release}) is already in the ledger" in out, out + err
+    code, out, err = _ledger(tmp_path, "status", ledger)
+    assert code == 0 and "runs: 2 committed" in out and "max 10; 1 at the budget 10" in out and "WARNING" not in out, out
+
+    code, out, err = _privatize(tmp_path, tmp_path / "in2.jsonl", out3, ledger)
+    assert "0 record(s) of 1 author(s) released, 2 withheld (budget_exhausted)" in out + err, out + err
+    with open(f"{out3}-summary.json", encoding="utf-8") as handle:
+        assert json.load(handle)["ledger"]["records_withheld"] == 2
+
+
+def test_a_release_file_of_another_key_or_damaged_is_refused_and_nothing_counted(tmp_path):
+    """reconcile --release refuses (exit 2, one line each, nothing counted): a file made with another key, a
+    truncated file, a file whose entries were edited (its totals no longer agree), a glob matching no file."""
+    ledger, release, run_id = _restored(tmp_path)
+    with open(release, encoding="utf-8") as handle:
+        document = json.load(handle)
+    other = tmp_path / "other-ledger.json"
+    other.write_text(json.dumps(dict(document, key_fingerprint="0" * 32)))
+    truncated = tmp_path / "cut-ledger.json"
+    truncated.write_text(open(release, encoding="utf-8").read()[:200])
+    edited = tmp_path / "edited-ledger.json"
+    document["entries"][0][1] = 1  # fewer tokens than the section says it released
+    edited.write_text(json.dumps(document))
+    for bad, why in ((other, "made with another ledger key"), (truncated, "cannot be read as JSON"),
+                     (edited, "is damaged"), (tmp_path / "none*-ledger.json", "matches no file")):
+        code, out, err = _ledger(tmp_path, "reconcile", ledger, "--release", bad)
+        assert code == 2 and why in err and len(err.strip().splitlines()) == 1, (bad, out, err)
+    code, out, err = _ledger(tmp_path, "status", ledger)
+    assert code == 1 and "runs: 1 committed" in out and f"missing: run {run_id}" in out, out + err
+    (tmp_path / "other.key").write_bytes(OTHER_KEY)
+    code, out, err = _ledger(tmp_path, "reconcile", ledger, "--release", release, key="other.key")
+    assert code == 2 and "another key" in err, err  # the ledger itself refuses another key
+
+
+def test_the_limit_a_seq_file_restored_too_is_not_detected_but_status_release_tells(tmp_path):
+    """docs/ledger.md's limit: with <ledger>.textdp-seq deleted together with the restore, nothing remembers the
+    lost commit, so status does not warn; given the release file, status says it is NOT in the ledger (its commit
+    was the ledger's commit 2, the ledger is at 1), exit 1."""
+    ledger, release, run_id = _restored(tmp_path)
+    os.remove(ledger + ".textdp-seq")
+    code, out, err = _ledger(tmp_path, "status", ledger)
+    assert code == 0 and "WARNING" not in out, out + err
+    code, out, err = _ledger(tmp_path, "status", ledger, "--release", release)
+    assert code == 1 and f"NOT in the ledger: run {run_id} is unknown to it (its commit was the ledger's commit 2; " \
+                         "the ledger is at 1" in out, out + err
+
+
+def test_a_ledger_named_like_its_seq_file_is_refused(tmp_path):
+    """--ledger X.textdp-seq would be taken for another ledger's sequence file: refused in one line (exit 2)."""
+    (tmp_path / "key").write_bytes(KEY)
+    write_corpus(tmp_path / "in1.jsonl", [("a", 5)])
+    code, out, err = _privatize(tmp_path, tmp_path / "in1.jsonl", tmp_path / "o" / "r", str(tmp_path / "L.textdp-seq"),
+                                "--ledger-create", "--author-budget", 10)
+    assert code == 2 and ".textdp-seq" in err and len(err.strip().splitlines()) == 1, err
+    assert not os.path.exists(tmp_path / "L.textdp-seq")
+
+
+def test_a_backup_copied_over_the_ledger_while_a_run_runs_is_said_not_silent(tmp_path):
+    """A backup copied over the ledger between a run's reservation and its commit keeps the ledger's identity, so
+    the run is unknown there: the launcher commits nothing and says so in one line naming `reconcile --release`
+    (exit non-zero); then reconcile --release counts it."""
+    import time
+
+    from tests.test_hostile_round9l import cli as run_cli
+
+    (tmp_path / "key").write_bytes(KEY)
+    write_corpus(tmp_path / "in1.jsonl", [("a", 5)])
+    ledger = str(tmp_path / "L.sqlite")
+    code, _, err = _privatize(tmp_path, tmp_path / "in1.jsonl", tmp_path / "o1" / "r", ledger, "--ledger-create",
+                              "--author-budget", 10)
+    assert code == 0, err
+    shutil.copy(ledger, tmp_path / "L.bak")
+    hold = str(tmp_path / "hold")
+    proc = run_cli(["privatize", "--input", tmp_path / "in1.jsonl", "--output", tmp_path / "o2" / "r", "--ledger", ledger,
+                    "--epsilon", 1, "--user-field", "author", "--ledger-key-file", tmp_path / "key", "--artifact", ART300,
+                    "--runner", "FnApiRunner"], env_extra={"TEXTDP_TEST_LEDGER_HOLD": hold}, background=True)
+    deadline = time.time() + 300
+    while not os.path.exists(hold + ".ready") and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    shutil.copy(tmp_path / "L.bak", ledger)  # the restore, while the run holds
+    open(hold, "w").close()
+    out, err = (part.decode() for part in proc.communicate(timeout=300))
+    release = str(tmp_path / "o2" / "r-ledger.json")
+    assert proc.returncode != 0 and "is not in the ledger" in err and f"--release {release}`" in err, out + err
+    code, out, err = _ledger(tmp_path, "reconcile", ledger, "--release", release)
+    assert code == 0 and "re-committed" in out, out + err
+    code, out, err = _ledger(tmp_path, "status", ledger)
+    assert code == 0 and "max 10; 1 at the budget 10" in out, out + err
