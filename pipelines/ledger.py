@@ -31,6 +31,7 @@ from textdp.errors import TextdpError
 from textdp.ledger import Ledger, LedgerError, key_fingerprint, load_key, mass_distribution
 from textdp.ledger.statements import LEDGER_RAW_FIGURES, ledger_statement
 from textdp.ledger.store import COMMITTED, DISCARDED, PENDING, shown_url
+from textdp.paths import shown
 
 FIVE_DIGITS = "[0-9]" * 5
 # test-only hooks (tests/test_ledger_faults.py): stop the launcher between writing the outputs and the commit
@@ -166,6 +167,31 @@ def _release_of(ledger: Ledger, run_id: str, output: str) -> Optional[dict]:
     return None
 
 
+def _kept_release(ledger: Ledger, run_id: str, output: str) -> Optional[str]:
+    """Where a failed --overwrite run's files went (R11b-5): the earlier release was put back at ``output``'s names and
+    this run's files, its release file included, kept in a ``.textdp-failed-*`` folder beside them. The prefix there
+    whose release file is this run's (run id and key), or None. Local outputs only."""
+    import glob
+
+    from textdp.outputs import FAILED_FOLDER_PREFIX, is_remote
+
+    if is_remote(output):
+        return None
+    directory, name = os.path.split(output)
+    for folder in sorted(glob.glob(os.path.join(glob.escape(directory), FAILED_FOLDER_PREFIX + "*"))):
+        prefix = os.path.join(folder, name)
+        if _release_of(ledger, run_id, prefix) is not None:
+            return prefix
+    return None
+
+
+def _another_runs_release(output: str, run_id: str) -> Optional[str]:
+    """The run id a release file at ``output``'s name holds when it is another run's (the files there are that run's)."""
+    found = _read_json(release_path(output))
+    other = found.get("run_id") if isinstance(found, dict) else None
+    return other if isinstance(other, str) and other != run_id else None
+
+
 def settle_discarded_run(ledger: Ledger, run: dict) -> Optional[str]:
     """A run whose reservation was discarded (``reconcile --discard``, or an implicit discard of an older textdp)
     but which then finished and wrote its release file: committed now, said loudly (round 9b, R9b-11): its
@@ -191,6 +217,16 @@ def settle_run(ledger: Ledger, run: dict, launcher: bool = False) -> str:
     release = _release_of(ledger, run_id, output)
     if release is not None:
         return _commit_release(ledger, run_id, output, release)
+    kept = _kept_release(ledger, run_id, output)
+    if kept is not None:  # a failed --overwrite run: its files (released to disk, hidden) count where they are
+        return _commit_release(ledger, run_id, kept, _release_of(ledger, run_id, kept)) + (
+            f" (from {shown(os.path.dirname(kept))}, where the failed --overwrite run's files were kept)")
+    other = _another_runs_release(output, run_id)
+    if other is not None:  # R11b-5: the files at the names are another release's: never describe them as this run's
+        return (f"ledger: run {run_id} stays pending: the files at {shown(output)} are another release's (its ledger "
+                f"file names run {other}), and no .textdp-failed-* folder beside them holds this run's ledger file: "
+                f"find where its files went, put its ledger file back beside them and run `textdp ledger reconcile` "
+                "again; never remove the files at those names for it")
     running = None if launcher else running_holder(output)
     if running is not None:
         return (f"ledger: run {run_id} is still running ({running}): it stays pending, untouched; run `textdp ledger "

@@ -1,0 +1,63 @@
+"""Red-team round 11b, R11b-5: a failed --overwrite run whose ledger commit could not reach the ledger.
+
+The run stays pending; the earlier release is put back at the output's names and this run's files (its ledger file
+included) are kept in a ``.textdp-failed-*`` folder beside them. ``ledger reconcile`` took the earlier release's files
+for this run's ("wrote records at ... but not its ledger file: remove its record files and --discard"), advice that
+deleted a committed release and forgot records this run released. The real CLI, a real SQLite ledger, and the
+launcher's test-only hold between the outputs and the commit (``TEXTDP_TEST_LEDGER_HOLD``), during which the test
+holds the ledger in an exclusive transaction (with ``TEXTDP_TEST_LEDGER_BUSY_TIMEOUT`` 1 s the commit cannot reach it).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sqlite3
+import time
+from fractions import Fraction
+
+import pytest
+
+from tests.test_ledger import ART300, write_corpus
+from tests.test_ledger_faults import FP, a_hash, argv, cli, ledger_cli
+from textdp.ledger import Ledger
+
+pytestmark = pytest.mark.skipif(not os.path.isdir(ART300), reason="the 300-word artifact /tmp/art300 is not built here")
+
+
+def test_r11b_5_reconcile_counts_a_failed_overwrite_runs_kept_files_and_never_blames_the_earlier_release(tmp_path):
+    ledger = str(tmp_path / "l.sqlite")
+    write_corpus(tmp_path / "first.jsonl", [("a", 2)])
+    code, _, err = cli(argv(tmp_path, "first", ledger, budget=10))
+    assert code == 0, err
+    earlier = {p: open(p, "rb").read() for p in glob.glob(str(tmp_path / "first-*"))}
+    write_corpus(tmp_path / "first.jsonl", [("a", 3)])  # one good record by author a, then 9 malformed lines
+    with open(tmp_path / "first.jsonl", "a", encoding="utf-8") as handle:
+        handle.write("{not json\n" * 9)
+    hold = tmp_path / "hold"
+    run = cli([a for a in argv(tmp_path, "first", ledger, budget=10) if a != "--ledger-create"] + ["--overwrite"],
+              {"TEXTDP_TEST_LEDGER_HOLD": str(hold), "TEXTDP_TEST_LEDGER_BUSY_TIMEOUT": "1"}, background=True)
+    deadline = time.time() + 300
+    while not os.path.exists(str(hold) + ".ready") and time.time() < deadline:
+        time.sleep(0.1)
+    blocker = sqlite3.connect(ledger, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")  # the ledger cannot be reached at the commit
+    hold.write_text("go")
+    out, err = run.communicate(timeout=300)
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    assert run.returncode == 1, err.decode()
+    assert {p: open(p, "rb").read() for p in earlier} == earlier  # the earlier release is back at its names
+    kept = glob.glob(str(tmp_path / ".textdp-failed-*" / "first-ledger.json"))
+    assert len(kept) == 1, err.decode()
+    store = Ledger(ledger, FP)
+    assert [r["run_id"] for r in store.pending()] and store.spent() == {a_hash(): Fraction("0.2")}
+    store.close()
+
+    code, out, err = ledger_cli(tmp_path, "reconcile", ledger=ledger)
+    assert code == 0 and "committed" in out and ".textdp-failed-" in out, (out, err)
+    assert "--discard" not in out + err
+    store = Ledger(ledger, FP)
+    assert store.pending() == [] and store.spent() == {a_hash(): Fraction("0.5")}  # 0.2 + this run's 0.3, once
+    store.close()
+    assert {p: open(p, "rb").read() for p in earlier} == earlier  # nothing of the earlier release touched
