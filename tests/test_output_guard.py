@@ -86,7 +86,7 @@ def test_item1_public_summary_never_replaces_records_input_operator_summary_or_a
     os.symlink(source, tmp_path / "link.json")
     before = _files(tmp_path)
     _refused(capsys, base + [f"--input={source}", f"--output={o}/x", f"--public-summary={tmp_path}/link.json"],
-             "--input matches")
+             "is the same file as", "the public summary")  # the link's own name is the output (R11-3): the same file
     assert _files(tmp_path) == before
     # any existing file: refused without --overwrite, replaced with it
     (tmp_path / "notes.json").write_text("my notes\n", encoding="utf-8")
