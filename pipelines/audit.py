@@ -50,7 +50,7 @@ from textdp.audit.pairs import BANDS, base_word_count, base_words, bound_text
 from textdp.audit.selfcheck import planned_tests
 from textdp.errors import TextdpError
 from textdp.mechanisms import artifact_needs
-from textdp.outputs import OutputGuard
+from textdp.outputs import OutputGuard, refuse_unreadable
 from textdp.text.privatizer import check_oov
 from transforms.audit_common import AuditConfig
 from transforms.audit_conformance import CONFORMANCE_FILE, Conformance
@@ -196,6 +196,7 @@ def prepare_run(options: PipelineOptions) -> Prepared:
     for flag, pattern in (("--corpus", opts.corpus), ("--prior-corpus", opts.prior_corpus)):
         if pattern:  # a dangling or looping symlink matched: never skipped silently, as privatize's --input
             refuse_skipped_matches(flag, pattern)
+            refuse_unreadable(flag, matched_paths(pattern))  # a FIFO, device or directory before any read (R12-2)
     if opts.corpus:
         corpus_format = _format(opts.corpus, opts.corpus_format, "--corpus", opts.corpus_text_field)
         text_fields = () if corpus_format == "text" else tuple(

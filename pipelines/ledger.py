@@ -516,6 +516,10 @@ def guard_ledger(guard, location: str) -> None:
         if any(out.catches(name) for name in names):
             raise TextdpError(f"--ledger {shown} is one of this run's outputs ({out.what}, {out.flag} {out.label}): "
                               "give the ledger a path of its own")
+    held = guard.read_place_holding(real)  # R12-4: the artifact (or the cache) a run reads is never written
+    if held is not None:
+        raise TextdpError(f"--ledger {shown} is inside {held[1]} ({held[0]}): a run never writes into the folder it "
+                          "reads (a cache folder can also be wiped); keep the ledger elsewhere")
     found = identity(path)
     for flag, name in guard.inputs:
         if name in names or (found is not None and identity(name) == found):

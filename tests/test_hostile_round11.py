@@ -334,3 +334,16 @@ def test_r11_8_a_second_signal_during_the_put_back_never_stops_it(tmp_path, tiny
     assert len(err) == 1 and "interrupted" in err[0] and "Traceback" not in err[0], err
     assert {p: open(p, "rb").read() for p in before} == before
     assert not glob.glob(f"{out}/.textdp-earlier-*") and not glob.glob(f"{out}/*.lock") + glob.glob(f"{out}/.*.lock")
+
+
+def test_r12_2_a_fifo_as_prior_corpus_is_refused_not_read(tmp_path, tiny_artifact_dir, capsys):
+    """A FIFO as audit's --prior-corpus hung forever (the overlap and vocabulary checks opened it before the
+    regular-file check). Now one line before anything is opened (the test's own timeout would catch a hang)."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"the cat sat on the mat number {i}\n" for i in range(30)), encoding="utf-8")
+    os.mkfifo(tmp_path / "prior.txt")
+    code = cli_main(["audit", "--checks=inversion", "--epsilons=2", f"--corpus={corpus}", "--records=10",
+                     "--inversion-tokens=50", "--mc-draws=300", f"--prior-corpus={tmp_path}/prior.txt",
+                     f"--output={tmp_path}/a", f"--artifact={tiny_artifact_dir}", RUNNER])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "not a regular file" in err[0], err

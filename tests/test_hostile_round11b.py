@@ -170,3 +170,46 @@ def test_a_backup_copied_over_the_ledger_while_a_run_runs_is_said_not_silent(tmp
     assert code == 0 and "re-committed" in out, out + err
     code, out, err = _ledger(tmp_path, "status", ledger)
     assert code == 0 and "max 10; 1 at the budget 10" in out, out + err
+
+
+def test_r12_1_a_restore_is_detected_whatever_name_the_runs_gave_the_ledger(tmp_path):
+    """R12-1: the record of commits beside the ledger (.textdp-seq) was named from the path given, so a run through a
+    symlink to the ledger file recorded its commit beside the link, and a restore was not noticed through the real
+    path (a budget exceeded, exit 0). Now the record is kept by the ledger's real path: run 2 through a link, then
+    the restore, then run 3 by the real path is refused in one line. A ledger file with several names (hard links)
+    is refused before the run."""
+    (tmp_path / "key").write_bytes(KEY)
+    (tmp_path / "data").mkdir()
+    write_corpus(tmp_path / "in1.jsonl", [("a", 5)])
+    write_corpus(tmp_path / "in2.jsonl", [("b", 5)])
+    ledger = str(tmp_path / "data" / "L.sqlite")
+    code, _, err = _privatize(tmp_path, tmp_path / "in1.jsonl", tmp_path / "o1" / "r", ledger, "--ledger-create",
+                              "--author-budget", 10)
+    assert code == 0, err
+    shutil.copy(ledger, tmp_path / "L.bak")
+    os.symlink("data/L.sqlite", tmp_path / "cur.sqlite")
+    code, _, err = _privatize(tmp_path, tmp_path / "in2.jsonl", tmp_path / "o2" / "r", str(tmp_path / "cur.sqlite"))
+    assert code == 0, err
+    assert not os.path.exists(str(tmp_path / "cur.sqlite") + ".textdp-seq")
+    shutil.copy(tmp_path / "L.bak", ledger)
+    code, out, err = _privatize(tmp_path, tmp_path / "in2.jsonl", tmp_path / "o3" / "r", ledger)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "went back in time" in err, out + err
+    os.link(tmp_path / "L.bak", tmp_path / "hard.sqlite")
+    code, out, err = _ledger(tmp_path, "status", str(tmp_path / "hard.sqlite"))
+    assert code == 2 and "hard links" in err, out + err
+
+
+def test_r12_4_a_ledger_inside_the_artifact_folder_is_refused(tmp_path):
+    """--ledger inside the --artifact folder was accepted (every other written path is refused there). Now one line
+    before the run; the artifact folder is left as it was."""
+    (tmp_path / "key").write_bytes(KEY)
+    write_corpus(tmp_path / "in1.jsonl", [("a", 5)])
+    artifact = tmp_path / "art"
+    shutil.copytree(ART300, artifact)
+    before = sorted(os.listdir(artifact))
+    code, out, err = cli(["privatize", "--input", tmp_path / "in1.jsonl", "--output", tmp_path / "o" / "r",
+                          "--ledger", artifact / "L.sqlite", "--ledger-create", "--author-budget", 10, "--epsilon", 1,
+                          "--user-field", "author", "--ledger-key-file", tmp_path / "key", "--artifact", artifact,
+                          "--runner", "FnApiRunner"])
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "inside" in err and "--artifact" in err, out + err
+    assert sorted(os.listdir(artifact)) == before

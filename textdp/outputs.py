@@ -556,6 +556,15 @@ class OutputGuard:
         files = [os.path.join(root, name) for root, _, names in os.walk(directory) for name in names]
         self.read(flag, [f for f in files if os.path.isfile(f)])
 
+    def read_place_holding(self, path: str) -> Optional[Tuple[str, str]]:
+        """(flag, what) of a directory the run reads (``inside``) that holds the local ``path``, else None: a file the
+        run writes outside the guard's outputs (the ledger) asks this (R12-4)."""
+        real = os.path.realpath(path)
+        for flag, directory, what in self._inside:
+            if real == directory or real.startswith(directory.rstrip("/") + "/"):
+                return flag, what
+        return None
+
     def inside(self, flag: str, directory: str, what: str) -> None:
         """No output of the run may be ``directory`` or inside it (an artifact, the textdp cache)."""
         if not is_remote(directory):

@@ -243,6 +243,10 @@ class Ledger:
         if require_new is not None:
             create = require_new
         if self.file is not None:
+            if os.path.isfile(self.file) and os.stat(self.file).st_nlink > 1:  # R12-1: one ledger, one name
+                raise LedgerError(f"--ledger {self.shown!r} has {os.stat(self.file).st_nlink} names (hard links): the "
+                                  "record of its commits beside it (.textdp-seq) would differ by name, and a restore "
+                                  "could go unnoticed; keep one name and give that")
             folder = os.path.dirname(self.file)
             if not os.path.isdir(folder):
                 raise LedgerError(f"--ledger {self.shown!r}: the folder {folder!r} does not exist")
@@ -664,7 +668,7 @@ class Ledger:
     @property
     def seq_file(self) -> Optional[str]:
         """The file beside an SQLite ledger that remembers its commits (None for a server database)."""
-        return None if self.file is None else self.file + SEQ_SUFFIX
+        return None if self.file is None else os.path.realpath(self.file) + SEQ_SUFFIX  # by the real file (R12-1)
 
     def _read_seq_file(self) -> Optional[dict]:
         import json
