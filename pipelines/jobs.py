@@ -779,12 +779,15 @@ def _run_prepared(name: str, argv: List[str], interrupted: list, job, state: Opt
                 return _interruption(name, interrupted, back)
             say(str(exc) + back)
             return EXIT_FAILED
+        kept = []
         if plan.guard is not None:
-            plan.guard.commit_earlier()  # the run succeeded: the earlier run's files moved aside are removed
+            kept = plan.guard.commit_earlier()  # the run succeeded: the earlier run's files moved aside are removed
         from textdp.progress import console_print
 
         for line in lines:  # the release is committed: a console that cannot take a line never makes it exit 1
             console_print(line)
+        for note in kept:
+            console_print(f"textdp {name}: {note}", sys.stderr)
         if interrupted.late:  # what is on disk is the completed run: exit 0 says so (R10-8)
             console_print(f"textdp {name}: {signal_name(interrupted.late[0])} arrived after the run completed "
                           "(its files are written as reported above): not interrupted, exit 0", sys.stderr)

@@ -47,7 +47,28 @@ def absolute(output: str) -> str:
 
 
 def release_path(output: str) -> str:
-    return f"{output}-ledger.json"
+    from textdp.ledger.store import release_file
+
+    return release_file(output)
+
+
+def kept_earlier_release(path: str, directory: str) -> Optional[str]:
+    """``OutputGuard.keep_on_commit`` for privatize (R12-3): an earlier release's ``<output>-ledger.json`` that a
+    successful --overwrite would delete (``path``: where it was set aside; ``directory``: its folder) is kept as
+    ``<output>-ledger-<run_id>.json`` beside the new release: it is what re-counts that run after a restore. Any
+    other file: None (removed as before)."""
+    import re
+
+    from textdp.ledger.store import kept_release_file
+
+    name = os.path.basename(path)
+    if not name.endswith("-ledger.json"):
+        return None
+    found = _read_json(path)
+    run_id = found.get("run_id") if isinstance(found, dict) else None
+    if not isinstance(run_id, str) or not re.fullmatch(r"[A-Za-z0-9._:+-]{1,200}", run_id):
+        return None
+    return kept_release_file(os.path.join(directory, name[:-len("-ledger.json")]), run_id)
 
 
 def _records_pattern(output: str, data_format: str) -> str:
@@ -136,26 +157,30 @@ def with_ledger_form(ledger: Ledger, run_id: str, section: dict) -> dict:
     return dict(section, ledger_form=ledger.bound_form(run_id))
 
 
-def _commit_release(ledger: Ledger, run_id: str, output: str, release: dict, reopen: bool = False) -> str:
+def _commit_release(ledger: Ledger, run_id: str, output: str, release: dict, reopen: bool = False,
+                    kept: Optional[str] = None) -> str:
+    """Commit a run from its release file; ``kept``: the file is a kept copy (``kept_release_file``) of a release
+    whose names now hold another run's files: it is stamped there and no summary at ``output`` is touched."""
     section = release["section"]
     ledger.record_form(run_id, bool(section.get("epsilon_d_bound")), section.get("artifact"))  # before the slot is freed
     new = ledger.commit(run_id, section["epsilon"], str(section["mechanism"]), release["entries"], reopen=reopen)
     if new:
-        stamp_release(output, release, ledger)
+        stamp_release(output, release, ledger, kept)
     section = with_ledger_form(ledger, run_id, section)
-    _add_to_summary(f"{output}-summary.json", section, public=False)
+    if kept is None:
+        _add_to_summary(f"{output}-summary.json", section, public=False)
     return (f"ledger: run {run_id} {'committed' if new else 'was already committed'}: "
             f"{section['records_released']} record(s) of {section['authors']} author(s) released, "
             f"{section['records_withheld']} withheld (budget_exhausted)")
 
 
-def stamp_release(output: str, release: dict, ledger: Ledger) -> None:
+def stamp_release(output: str, release: dict, ledger: Ledger, path: Optional[str] = None) -> None:
     """After its commit: the release file records the ledger's identity and the commit count its commit made
     (round 11b, R11b-4), so that ``textdp ledger status --release`` can tell a ledger that went back before it, and
     ``reconcile --release`` refuses it for another ledger. Best effort: a file that cannot be rewritten keeps what
     it held (its run id and key still identify it)."""
     try:
-        _write_json(release_path(output), dict(release, ledger_id=ledger.ledger_id, ledger_seq=ledger.last_seq))
+        _write_json(path or release_path(output), dict(release, ledger_id=ledger.ledger_id, ledger_seq=ledger.last_seq))
     except Exception:
         pass
 
@@ -217,6 +242,12 @@ def settle_run(ledger: Ledger, run: dict, launcher: bool = False) -> str:
     release = _release_of(ledger, run_id, output)
     if release is not None:
         return _commit_release(ledger, run_id, output, release)
+    from textdp.ledger.store import kept_release_file
+
+    copy = _read_json(kept_release_file(output, run_id))  # R12-5: kept by a later --overwrite of its output
+    if isinstance(copy, dict) and copy.get("run_id") == run_id and copy.get("key_fingerprint") == ledger.fingerprint:
+        return _commit_release(ledger, run_id, output, copy, kept=kept_release_file(output, run_id)) + (
+            f" (from {shown(kept_release_file(output, run_id))}: a later --overwrite of {shown(output)} replaced its files)")
     kept = _kept_release(ledger, run_id, output)
     if kept is not None:  # a failed --overwrite run: its files (released to disk, hidden) count where they are
         return _commit_release(ledger, run_id, kept, _release_of(ledger, run_id, kept)) + (

@@ -36,7 +36,7 @@ from pipelines.flags import (
     WorkerResourceOptions,
 )
 from pipelines.jobs import Plan, is_dry_run, run_job
-from pipelines.ledger import LedgerRun, refuse_key_file_input, release_path, report_line
+from pipelines.ledger import LedgerRun, kept_earlier_release, refuse_key_file_input, release_path, report_line
 from textdp.artifact import gcs
 from textdp.errors import TextdpError
 from textdp.outputs import OutputGuard, missing_fields, refuse_public_of_another_release, shown
@@ -171,6 +171,7 @@ def _check_outputs(options: PipelineOptions, paths: dict, data_format: str, inpu
     guard.file("--output", "the amplification report", paths["amplification"], label=out.output)
     # always, as the amplification report: the release's own family of names (a --public-summary there, R9-10)
     guard.file("--output", "the ledger release", release_path(out.output), label=out.output)
+    guard.keep_on_commit = kept_earlier_release  # R12-3: an earlier ledger release file is kept, never deleted
     if opts.public_summary:
         from textdp.privacy.summary import is_public_summary
 

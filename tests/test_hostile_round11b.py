@@ -213,3 +213,35 @@ def test_r12_4_a_ledger_inside_the_artifact_folder_is_refused(tmp_path):
                           "--runner", "FnApiRunner"])
     assert code == 2 and len(err.strip().splitlines()) == 1 and "inside" in err and "--artifact" in err, out + err
     assert sorted(os.listdir(artifact)) == before
+
+
+def test_r12_3_an_overwrite_keeps_the_earlier_ledger_release_and_a_restore_recounts_both(tmp_path):
+    """R12-3: a successful --overwrite of a ledger run's output deleted that run's <output>-ledger.json, the only file
+    that re-counts it after a restore; the refusal then named the new run's file for it. Now the earlier file is kept
+    beside the release as <output>-ledger-<run_id>.json (one console line says so); after a restore the refusal names
+    the kept file, and `reconcile --release` with both files re-counts both runs."""
+    (tmp_path / "key").write_bytes(KEY)
+    write_corpus(tmp_path / "in1.jsonl", [("a", 5)])
+    write_corpus(tmp_path / "in2.jsonl", [("b", 5)])
+    ledger = str(tmp_path / "L.sqlite")
+    code, _, err = _privatize(tmp_path, tmp_path / "in1.jsonl", tmp_path / "o0" / "r", ledger, "--ledger-create",
+                              "--author-budget", 30)
+    assert code == 0, err
+    shutil.copy(ledger, tmp_path / "L.bak")
+    output = tmp_path / "o" / "r"
+    code, _, err = _privatize(tmp_path, tmp_path / "in2.jsonl", output, ledger)
+    assert code == 0, err
+    run_b = json.load(open(f"{output}-ledger.json", encoding="utf-8"))["run_id"]
+    code, out, err = _privatize(tmp_path, tmp_path / "in1.jsonl", output, ledger, "--overwrite")
+    assert code == 0 and f"r-ledger-{run_b}.json" in err and "kept the earlier release" in err, out + err
+    kept = f"{output}-ledger-{run_b}.json"
+    assert json.load(open(kept, encoding="utf-8"))["run_id"] == run_b
+    run_c = json.load(open(f"{output}-ledger.json", encoding="utf-8"))["run_id"]
+    assert run_c != run_b
+    shutil.copy(tmp_path / "L.bak", ledger)
+    code, out, err = _privatize(tmp_path, tmp_path / "in2.jsonl", tmp_path / "o3" / "r", ledger)
+    assert code == 2 and kept in err and "went back in time" in err, out + err
+    code, out, err = _ledger(tmp_path, "reconcile", ledger, "--release", kept, f"{output}-ledger.json")
+    assert code == 0 and f"run {run_b} re-committed" in out and f"run {run_c} re-committed" in out, out + err
+    code, out, err = _ledger(tmp_path, "status", ledger)
+    assert code == 0 and "WARNING" not in out, out + err

@@ -930,11 +930,28 @@ class OutputGuard:
         """The earlier run's files moved aside by ``remove_earlier`` and not yet removed or put back."""
         return tuple(path for path, _ in self._moved)
 
-    def commit_earlier(self) -> None:
-        """The run succeeded: the earlier run's files moved aside are removed (with their hidden folders)."""
-        for aside in self._aside.values():
+    keep_on_commit: Optional[Callable[[str, str], Optional[str]]] = None  # (aside path, its folder) -> where to keep
+
+    def commit_earlier(self) -> List[str]:
+        """The run succeeded: the earlier run's files moved aside are removed (with their hidden folders), but for
+        those ``keep_on_commit`` gives a place to keep (the job's rule: privatize keeps an earlier ledger release file,
+        R12-3), moved there when that name is free. Returns one note per file kept."""
+        notes = []
+        for directory, aside in self._aside.items():
+            keep = self.keep_on_commit
+            for name in sorted(os.listdir(aside)) if keep is not None and os.path.isdir(aside) else []:
+                path = os.path.join(aside, name)
+                try:
+                    target = keep(path, directory)
+                    if target and not os.path.lexists(target):
+                        os.replace(path, target)
+                        notes.append(f"kept the earlier release's {name} as {shown(target)} (it re-counts that run "
+                                     "in a ledger restored from a backup; docs/ledger.md)")
+                except OSError:
+                    continue
             shutil.rmtree(aside, ignore_errors=True)
         self._aside, self._moved = {}, []
+        return notes
 
     def restore_earlier(self, keep: bool = False) -> Optional[List[str]]:
         """The run failed: the files now at this run's local output names are removed (a partial run) or, with

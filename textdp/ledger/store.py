@@ -42,6 +42,33 @@ PENDING, COMMITTED, DISCARDED = "pending", "committed", "discarded"
 LEDGER_ID, BUDGET = "ledger_id", "author_budget"  # meta rows: the ledger's identity, the ledger's budget
 COMMIT_SEQ = "commit_seq"  # meta row: how many commits the ledger has taken (monotonic; round 11b, R11b-4)
 SEQ_SUFFIX = ".textdp-seq"  # beside an SQLite ledger: its identity, commit count and committed runs (R11b-4)
+
+
+def release_file(output: str) -> str:
+    """A batch run's release file: what it released per author, what a ledger is settled or re-counted from."""
+    return f"{output}-ledger.json"
+
+
+def kept_release_file(output: str, run_id: str) -> str:
+    """Where a successful ``--overwrite`` of ``output`` keeps the earlier run's release file (R12-3): the file a
+    restored ledger is re-counted from is never deleted with the release it described."""
+    return f"{output}-ledger-{run_id}.json"
+
+
+def release_file_of(output: str, run_id: str) -> str:
+    """The file that holds run ``run_id``'s release for ``output`` (for a message): ``release_file`` when it is that
+    run's, else its kept copy if present, else ``release_file`` said to be replaced (R12-3: never name another run's
+    file as this run's)."""
+    import json
+
+    for path in (release_file(output), kept_release_file(output, run_id)):
+        try:
+            with open(path, "rb") as handle:
+                if json.loads(handle.read(1 << 24)).get("run_id") == run_id:
+                    return path
+        except (OSError, ValueError, AttributeError):
+            continue
+    return f"{release_file(output)} (replaced since: find the file whose run_id is {run_id})"
 # what a damaged ledger's refusal advises: a backup is older than the runs committed since (R11b-4)
 RESTORE = ("restore it from a backup, then re-count every run committed after that backup: `textdp ledger reconcile "
            "--release <output>-ledger.json` (a restore loses them: docs/ledger.md, \"A ledger restored from a backup\")")
@@ -729,9 +756,9 @@ class Ledger:
 
     def rollback_line(self, found: dict, refused: bool = True) -> str:
         """The one line that refuses a run on a ledger that went back in time (``refused``), or warns of it."""
-        shown = [f"{entry.get('output')}-ledger.json" if entry.get("output") and not str(entry.get("data_format") or "")
-                 .startswith("stream:") else f"streaming run {entry['run_id']} (no release file)"
-                 for entry in found["missing"][:3]]
+        shown = [release_file_of(entry["output"], entry["run_id"]) if entry.get("output") and not str(
+                 entry.get("data_format") or "").startswith("stream:") else
+                 f"streaming run {entry['run_id']} (no release file)" for entry in found["missing"][:3]]
         more = len(found["missing"]) - len(shown)
         return (f"--ledger {self.shown!r} went back in time: it holds commit {found['seq']} but {self.seq_file} "
                 f"recorded commit {found['recorded']}, and {len(found['missing'])} committed run(s) are missing from it "
