@@ -239,18 +239,24 @@ def test_r11_7_jsonl_copies_with_texts_moved_between_text_fields_are_refused(tmp
     assert cli_main(argv) == 0
 
 
+def _released_with(tmp_path, artifact, mechanism):
+    """A first release at <tmp>/o/p by tests.custom_mechanism's ``mechanism``: (its folder, the argv to run again)."""
+    out = tmp_path / "o"
+    out.mkdir()
+    source = tmp_path / "in.txt"
+    source.write_text("the cat sat\na dog ran\n", encoding="utf-8")
+    argv = ["privatize", f"--input={source}", f"--output={out}/p", "--epsilon=10", f"--artifact={artifact}",
+            f"--mechanism=tests.custom_mechanism:{mechanism}", RUNNER]
+    assert cli_main(argv) == 0
+    return out, argv
+
+
 def test_r11_5_an_earlier_file_that_cannot_be_put_back_is_named_not_said_restored(tmp_path, tiny_artifact_dir,
                                                                                    capsys, monkeypatch):
     """A failed --overwrite run said "the earlier run's files were put back" when one could not be (its name taken
     meanwhile, here by a directory the mechanism makes during the run): the earlier summary stayed hidden in
     .textdp-earlier-*. Now the line says which file was not put back and where it is; the others are back."""
-    out = tmp_path / "o"
-    out.mkdir()
-    source = tmp_path / "in.txt"
-    source.write_text("the cat sat\na dog ran\n", encoding="utf-8")
-    argv = ["privatize", f"--input={source}", f"--output={out}/p", "--epsilon=10", f"--artifact={tiny_artifact_dir}",
-            "--mechanism=tests.custom_mechanism:NameTaker", RUNNER]
-    assert cli_main(argv) == 0
+    out, argv = _released_with(tmp_path, tiny_artifact_dir, "NameTaker")
     earlier = open(out / "p-summary.json", "rb").read()
     monkeypatch.setenv("TEXTDP_TEST_TAKE_DIR", str(out))
     monkeypatch.setenv("TEXTDP_TEST_TAKE_NAME", str(out / "p-summary.json"))
@@ -311,13 +317,7 @@ def test_r11_8_a_second_signal_during_the_put_back_never_stops_it(tmp_path, tiny
     from tests.custom_mechanism import Interrupter
     from textdp import outputs
 
-    out = tmp_path / "o"
-    out.mkdir()
-    source = tmp_path / "in.txt"
-    source.write_text("the cat sat\na dog ran\n", encoding="utf-8")
-    argv = ["privatize", f"--input={source}", f"--output={out}/p", "--epsilon=10", f"--artifact={tiny_artifact_dir}",
-            "--mechanism=tests.custom_mechanism:Interrupter", RUNNER]
-    assert cli_main(argv) == 0
+    out, argv = _released_with(tmp_path, tiny_artifact_dir, "Interrupter")
     before = {p: open(p, "rb").read() for p in glob.glob(f"{out}/*") if not p.endswith(".textdp-run.json")}
     original = outputs.OutputGuard.restore_earlier
 

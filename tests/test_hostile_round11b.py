@@ -39,6 +39,18 @@ def _ledger(tmp_path, action, ledger, *extra, key="key"):
     return cli(["ledger", action, "--ledger", ledger, "--ledger-key-file", tmp_path / key, *extra])
 
 
+def _created_and_backed_up(tmp_path, output, budget) -> str:
+    """Run 1 (author "a", 5 words) creates <tmp>/L.sqlite with ``budget``; the backup <tmp>/L.bak is taken."""
+    (tmp_path / "key").write_bytes(KEY)
+    write_corpus(tmp_path / "in1.jsonl", [("a", 5)])
+    ledger = str(tmp_path / "L.sqlite")
+    code, _, err = _privatize(tmp_path, tmp_path / "in1.jsonl", output, ledger, "--ledger-create", "--author-budget",
+                              budget)
+    assert code == 0, err
+    shutil.copy(ledger, tmp_path / "L.bak")
+    return ledger
+
+
 def _restored(tmp_path):
     """The repro: run 1 creates the ledger (budget 10), the backup is taken, run 2 brings author 16777217 to 10,
     the backup is copied back over the ledger. Returns (ledger, run 2's release file, run 2's run id)."""
@@ -147,13 +159,7 @@ def test_a_backup_copied_over_the_ledger_while_a_run_runs_is_said_not_silent(tmp
 
     from tests.test_hostile_round9l import cli as run_cli
 
-    (tmp_path / "key").write_bytes(KEY)
-    write_corpus(tmp_path / "in1.jsonl", [("a", 5)])
-    ledger = str(tmp_path / "L.sqlite")
-    code, _, err = _privatize(tmp_path, tmp_path / "in1.jsonl", tmp_path / "o1" / "r", ledger, "--ledger-create",
-                              "--author-budget", 10)
-    assert code == 0, err
-    shutil.copy(ledger, tmp_path / "L.bak")
+    ledger = _created_and_backed_up(tmp_path, tmp_path / "o1" / "r", 10)
     hold = str(tmp_path / "hold")
     proc = run_cli(["privatize", "--input", tmp_path / "in1.jsonl", "--output", tmp_path / "o2" / "r", "--ledger", ledger,
                     "--epsilon", 1, "--user-field", "author", "--ledger-key-file", tmp_path / "key", "--artifact", ART300,
@@ -220,14 +226,8 @@ def test_r12_3_an_overwrite_keeps_the_earlier_ledger_release_and_a_restore_recou
     that re-counts it after a restore; the refusal then named the new run's file for it. Now the earlier file is kept
     beside the release as <output>-ledger-<run_id>.json (one console line says so); after a restore the refusal names
     the kept file, and `reconcile --release` with both files re-counts both runs."""
-    (tmp_path / "key").write_bytes(KEY)
-    write_corpus(tmp_path / "in1.jsonl", [("a", 5)])
     write_corpus(tmp_path / "in2.jsonl", [("b", 5)])
-    ledger = str(tmp_path / "L.sqlite")
-    code, _, err = _privatize(tmp_path, tmp_path / "in1.jsonl", tmp_path / "o0" / "r", ledger, "--ledger-create",
-                              "--author-budget", 30)
-    assert code == 0, err
-    shutil.copy(ledger, tmp_path / "L.bak")
+    ledger = _created_and_backed_up(tmp_path, tmp_path / "o0" / "r", 30)
     output = tmp_path / "o" / "r"
     code, _, err = _privatize(tmp_path, tmp_path / "in2.jsonl", output, ledger)
     assert code == 0, err
