@@ -781,7 +781,7 @@ def _run_prepared(name: str, argv: List[str], interrupted: list, job, state: Opt
             return EXIT_FAILED
         kept = []
         if plan.guard is not None:
-            kept = plan.guard.commit_earlier()  # the run succeeded: the earlier run's files moved aside are removed
+            kept = plan.guard.commit_earlier() or []  # the run succeeded: the earlier run's files moved aside are removed
         from textdp.progress import console_print
 
         for line in lines:  # the release is committed: a console that cannot take a line never makes it exit 1

@@ -438,7 +438,7 @@ def test_a_ledger_path_with_url_characters_is_the_file_it_names(name, tmp_path, 
     assert cli_main(_ledger_args(tmp_path, tiny_artifact_dir, tmp_path / "o" / "w", ledger, "--author-budget=12")) == 0
     err = capsys.readouterr().err
     assert "committed" in err and "counted in no ledger" not in err, err
-    assert os.listdir(ledger.parent) == [name]
+    assert sorted(os.listdir(ledger.parent)) == [name, name + ".textdp-seq"]  # the ledger and its commit record
     from pipelines.cli import main
 
     assert main(["ledger", "status", f"--ledger={ledger}", f"--ledger-key-file={tmp_path}/ledger.key", "--json"]) == 0
