@@ -460,67 +460,21 @@ def refuse_shared_prior(corpus: str, prior_corpus: str, text_fields: Optional[tu
 def refuse_prior_without_vocabulary(pattern: str, data_format: str, text_fields, artifact: str) -> None:
     """A --prior-corpus in which no word is a vocabulary word (another language, an id-only or wrongly tokenised
     file) is refused in one line before the run (R11b-3: the prior stage found it after the other checks had run,
-    exit 1 "the pipeline failed"). The local files are read until the first vocabulary word (the words as the
-    tokenizer looks them up, ``textdp.text.tokenize.word_sequences``), at most RECORD_CHECK_MAX_BYTES in all; a
-    gs:// file or artifact, or a budget spent without an answer, lets the run go on (its prior stage says so)."""
-    import functools
-    import json
-
+    exit 1 "the pipeline failed"). Its local files are read as the duplicate checks read them until the first
+    vocabulary word (``transforms.io.any_record_word``); a gs:// file or artifact, or no answer within the check's
+    budget, lets the run go on (its prior stage says so)."""
     from textdp.artifact.compact_vocab import CompactVocabulary
     from textdp.outputs import shown
-    from textdp.text.tokenize import word_sequences
-    from transforms.compressed import open_decompressed
-    from transforms.io import RECORD_CHECK_MAX_BYTES
+    from transforms.io import any_record_word
 
     paths = matched_paths(pattern)
-    if not paths or gcs.is_gcs_url(artifact) or any("://" in p for p in paths):
+    if not paths or gcs.is_gcs_url(artifact):
         return
     vocabulary = CompactVocabulary(os.path.join(resolve_artifact(artifact), "vocab.txt"))
-    fields = tuple(text_fields or ("text",))
-    budget = RECORD_CHECK_MAX_BYTES
-
-    def known(texts) -> bool:
-        return any(word in vocabulary for text in word_sequences(texts) for word in text.split(" ") if word)
-
-    for path in sorted(paths):
-        try:
-            if data_format == "parquet":
-                import pyarrow.parquet as pq
-
-                for batch in pq.ParquetFile(path).iter_batches(batch_size=4096, columns=list(fields)):
-                    texts = [v for column in batch.columns for v in column.to_pylist() if isinstance(v, str)]
-                    budget -= sum(len(t) for t in texts)
-                    if known(texts):
-                        return
-                    if budget <= 0:
-                        return
-                continue
-            with open(path, "rb") as raw:
-                handle, texts = open_decompressed(raw, path), []
-                for piece in iter(functools.partial(handle.readline, 1 << 20), b""):
-                    budget -= len(piece)
-                    text = piece.decode("utf-8", "replace")
-                    if data_format == "jsonl":
-                        try:
-                            found = json.loads(text)
-                        except ValueError:
-                            found = None
-                        text = " ".join(found[f] for f in fields if isinstance(found.get(f), str)) \
-                            if isinstance(found, dict) else ""
-                    texts.append(text)
-                    if len(texts) >= 4096 or budget <= 0:
-                        if known(texts):
-                            return
-                        texts = []
-                    if budget <= 0:
-                        return
-                if texts and known(texts):
-                    return
-        except Exception:  # unreadable or damaged: the run reports it
-            return
-    raise TextdpError(f"--prior-corpus {shown(pattern)}: no word of its {len(paths)} file(s) is a word of the "
-                      "artifact's vocabulary (another language, or ids only?), so it gives the attackers no prior: "
-                      "give public text in the vocabulary's language, or leave --prior-corpus out")
+    if any_record_word(paths, data_format, text_fields, vocabulary.__contains__) is False:
+        raise TextdpError(f"--prior-corpus {shown(pattern)}: no word of its {len(paths)} file(s) is a word of the "
+                          "artifact's vocabulary (another language, or ids only?), so it gives the attackers no prior: "
+                          "give public text in the vocabulary's language, or leave --prior-corpus out")
 
 
 def output_guard(options: PipelineOptions) -> OutputGuard:

@@ -496,9 +496,8 @@ class _Interrupts(list):
         super().__init__()
         self.committed = False
         self.late: list = []
-
-    held = False  # the run's bookkeeping (run records, ledger, locks) is being done: a signal waits for its end
-    pending = False
+        self.held = False  # the run's bookkeeping or put-back is being done: a signal waits for its end
+        self.pending = False  # a signal arrived while held
 
     def commit(self) -> None:
         self.committed = True  # one store: a signal handled before it interrupts, one handled after is late
@@ -809,7 +808,7 @@ def _put_back(plan: Plan, keep: bool = False) -> str:
         return "; the earlier run's files could not all be put back: see the .textdp-earlier-* folder"
     if kept is None:
         return ""
-    unrestored = getattr(plan.guard, "unrestored", [])
+    unrestored = plan.guard.unrestored
     if unrestored:  # R11-5: never "put back" when one was not
         from textdp.outputs import shown
 

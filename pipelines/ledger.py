@@ -149,11 +149,15 @@ def running_holder(output: str) -> Optional[str]:
             f"its output lock {lock} exists ({verdict})")
 
 
-def with_ledger_form(ledger: Ledger, run_id: str, section: dict) -> dict:
-    """The run's section with its bound form recorded in the ledger (from the section: ``epsilon_d_bound`` and
-    ``artifact``; a release file of an older textdp has no ``artifact``: unknown) and ``ledger_form``, whether every
-    run the ledger counts has the "B x d" form (``Ledger.bound_form``): what the statement is derived from (R10b-6)."""
+def record_form(ledger: Ledger, run_id: str, section: dict) -> None:
+    """Run ``run_id``'s bound form into the ledger, from its section (``epsilon_d_bound``, ``artifact``; a release
+    file of an older textdp has no ``artifact``: unknown), before its commit frees the slot (R10b-6)."""
     ledger.record_form(run_id, bool(section.get("epsilon_d_bound")), section.get("artifact"))
+
+
+def with_ledger_form(ledger: Ledger, run_id: str, section: dict) -> dict:
+    """The run's section (its form recorded at its commit, ``record_form``) with ``ledger_form``, whether every run
+    the ledger counts has the "B x d" form (``Ledger.bound_form``): what the statement is derived from (R10b-6)."""
     return dict(section, ledger_form=ledger.bound_form(run_id))
 
 
@@ -162,7 +166,7 @@ def _commit_release(ledger: Ledger, run_id: str, output: str, release: dict, reo
     """Commit a run from its release file; ``kept``: the file is a kept copy (``kept_release_file``) of a release
     whose names now hold another run's files: it is stamped there and no summary at ``output`` is touched."""
     section = release["section"]
-    ledger.record_form(run_id, bool(section.get("epsilon_d_bound")), section.get("artifact"))  # before the slot is freed
+    record_form(ledger, run_id, section)
     new = ledger.commit(run_id, section["epsilon"], str(section["mechanism"]), release["entries"], reopen=reopen)
     if new:
         stamp_release(output, release, ledger, kept)
@@ -679,19 +683,21 @@ def recommit_release(ledger: Ledger, path: str, release: dict) -> str:
     """One release file into the ledger (``reconcile --release``): a run the ledger does not know is re-committed
     as its first commit was (its authors' mass added); a pending or discarded run is settled from it; a committed
     one is left as it is (idempotent). Returns the line to print."""
+    from textdp.ledger.store import release_output
+
     run_id, section = release["run_id"], release["section"]
-    output = path[: -len("-ledger.json")] if path.endswith("-ledger.json") else path
+    output, kept = release_output(path, run_id)  # a kept copy (R12-3) is stamped where it is, its output untouched
     known = ledger.run(run_id)
     if known is not None and known["state"] == COMMITTED:
         return f"ledger: run {run_id} ({path}) is already in the ledger, committed: nothing changed"
     if known is not None and known["state"] == PENDING:
-        return _commit_release(ledger, run_id, output, release)
+        return _commit_release(ledger, run_id, output, release, kept=kept)
     if known is not None:  # discarded, then found released: committed loudly (R9b-11)
-        return (_commit_release(ledger, run_id, output, release, reopen=True) + "; WARNING: its reservation had been "
+        return (_commit_release(ledger, run_id, output, release, reopen=True, kept=kept) + "; WARNING: its reservation had been "
                 "discarded, so runs admitted after that did not count these releases: some authors may now be above the "
                 "budget (`textdp ledger status` shows how many)")
-    recorded = ((ledger._read_seq_file() or {}).get("runs") or {}).get(run_id) or {}
-    ledger.record_form(run_id, bool(section.get("epsilon_d_bound")), section.get("artifact"))
+    recorded = ledger.recorded_run(run_id)
+    record_form(ledger, run_id, section)
     ledger.restore_run(run_id, section["epsilon"], section["mechanism"], section.get("author_budget"),
                        recorded.get("output") or absolute(output), recorded.get("data_format"), release["entries"])
     return (f"ledger: run {run_id} re-committed from {path}: {section['records_released']} record(s) of "
@@ -701,6 +707,8 @@ def recommit_release(ledger: Ledger, path: str, release: dict) -> str:
 
 def rollback_lines(ledger: Ledger) -> List[str]:
     """``status`` and ``reconcile``: the committed runs the file beside the ledger remembers and the ledger lost."""
+    from textdp.ledger.store import release_file_of
+
     found = ledger.rollback()
     if found is None:
         return []
@@ -708,7 +716,7 @@ def rollback_lines(ledger: Ledger) -> List[str]:
         f"missing: run {entry['run_id']} (commit {entry.get('seq')}), "
         + ("streaming, no release file: its windows cannot be re-counted (docs/ledger.md)"
            if str(entry.get("data_format") or "").startswith(STREAM_PREFIX)
-           else f"re-count it with `textdp ledger reconcile --release {entry.get('output')}-ledger.json`")
+           else f"re-count it with `textdp ledger reconcile --release {release_file_of(entry.get('output') or '', entry['run_id'])}`")
         for entry in found["missing"]]
 
 

@@ -245,3 +245,13 @@ def test_r12_3_an_overwrite_keeps_the_earlier_ledger_release_and_a_restore_recou
     assert code == 0 and f"run {run_b} re-committed" in out and f"run {run_c} re-committed" in out, out + err
     code, out, err = _ledger(tmp_path, "status", ledger)
     assert code == 0 and "WARNING" not in out, out + err
+
+
+def test_a_kept_release_copy_belongs_to_its_output_and_is_stamped_where_it_is():
+    """`reconcile --release` of a kept copy (R12-3) settles the run of the output it came from and stamps the copy,
+    never a new `<copy>-ledger.json` beside it nor the summary of the run that now holds the output's names."""
+    from textdp.ledger.store import kept_release_file, release_file, release_output
+
+    kept = kept_release_file("/d/o", "20261128T000000Z-ab12")
+    assert release_output(kept, "20261128T000000Z-ab12") == ("/d/o", kept)
+    assert release_output(release_file("/d/o"), "20261128T000000Z-ab12") == ("/d/o", None)

@@ -26,6 +26,25 @@ from textdp.ledger import Ledger
 pytestmark = pytest.mark.skipif(not os.path.isdir(ART300), reason="the 300-word artifact /tmp/art300 is not built here")
 
 
+def _unreachable_at_commit(tmp_path, ledger: str, args: list) -> tuple:
+    """Run the real CLI with ``args`` (an existing ledger: no --ledger-create) while the test holds the ledger in an
+    exclusive transaction from the launcher's hold (between the outputs and the commit) to the run's end; the commit
+    cannot reach it (busy timeout 1 s). (exit code, stderr)."""
+    hold = tmp_path / "hold"
+    run = cli([a for a in args if a != "--ledger-create"],
+              {"TEXTDP_TEST_LEDGER_HOLD": str(hold), "TEXTDP_TEST_LEDGER_BUSY_TIMEOUT": "1"}, background=True)
+    deadline = time.time() + 300
+    while not os.path.exists(str(hold) + ".ready") and time.time() < deadline:
+        time.sleep(0.1)
+    blocker = sqlite3.connect(ledger, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")
+    hold.write_text("go")
+    _, err = run.communicate(timeout=300)
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    return run.returncode, err.decode()
+
+
 def test_r11b_5_reconcile_counts_a_failed_overwrite_runs_kept_files_and_never_blames_the_earlier_release(tmp_path):
     ledger = str(tmp_path / "l.sqlite")
     write_corpus(tmp_path / "first.jsonl", [("a", 2)])
@@ -35,22 +54,11 @@ def test_r11b_5_reconcile_counts_a_failed_overwrite_runs_kept_files_and_never_bl
     write_corpus(tmp_path / "first.jsonl", [("a", 3)])  # one good record by author a, then 9 malformed lines
     with open(tmp_path / "first.jsonl", "a", encoding="utf-8") as handle:
         handle.write("{not json\n" * 9)
-    hold = tmp_path / "hold"
-    run = cli([a for a in argv(tmp_path, "first", ledger, budget=10) if a != "--ledger-create"] + ["--overwrite"],
-              {"TEXTDP_TEST_LEDGER_HOLD": str(hold), "TEXTDP_TEST_LEDGER_BUSY_TIMEOUT": "1"}, background=True)
-    deadline = time.time() + 300
-    while not os.path.exists(str(hold) + ".ready") and time.time() < deadline:
-        time.sleep(0.1)
-    blocker = sqlite3.connect(ledger, isolation_level=None)
-    blocker.execute("BEGIN EXCLUSIVE")  # the ledger cannot be reached at the commit
-    hold.write_text("go")
-    out, err = run.communicate(timeout=300)
-    blocker.execute("ROLLBACK")
-    blocker.close()
-    assert run.returncode == 1, err.decode()
+    code, err = _unreachable_at_commit(tmp_path, ledger, argv(tmp_path, "first", ledger, budget=10) + ["--overwrite"])
+    assert code == 1, err
     assert {p: open(p, "rb").read() for p in earlier} == earlier  # the earlier release is back at its names
     kept = glob.glob(str(tmp_path / ".textdp-failed-*" / "first-ledger.json"))
-    assert len(kept) == 1, err.decode()
+    assert len(kept) == 1, err
     store = Ledger(ledger, FP)
     assert [r["run_id"] for r in store.pending()] and store.spent() == {a_hash(): Fraction("0.2")}
     store.close()
@@ -74,21 +82,10 @@ def test_r12_5_a_pending_runs_release_file_survives_a_later_overwrite_and_reconc
     code, _, err = cli(argv(tmp_path, "first", ledger, budget=10))
     assert code == 0, err
     write_corpus(tmp_path / "second.jsonl", [("a", 3)])
-    hold = tmp_path / "hold"
-    run = cli([a for a in argv(tmp_path, "second", ledger, budget=10) if a != "--ledger-create"],
-              {"TEXTDP_TEST_LEDGER_HOLD": str(hold), "TEXTDP_TEST_LEDGER_BUSY_TIMEOUT": "1"}, background=True)
-    deadline = time.time() + 300
-    while not os.path.exists(str(hold) + ".ready") and time.time() < deadline:
-        time.sleep(0.1)
-    blocker = sqlite3.connect(ledger, isolation_level=None)
-    blocker.execute("BEGIN EXCLUSIVE")
-    hold.write_text("go")
-    _, err = run.communicate(timeout=300)
-    blocker.execute("ROLLBACK")
-    blocker.close()
+    _, err = _unreachable_at_commit(tmp_path, ledger, argv(tmp_path, "second", ledger, budget=10))
     pending = json.load(open(tmp_path / "second-ledger.json", encoding="utf-8"))["run_id"]
     store = Ledger(ledger, FP)
-    assert [r["run_id"] for r in store.pending()] == [pending], err.decode()
+    assert [r["run_id"] for r in store.pending()] == [pending], err
     store.close()
     write_corpus(tmp_path / "other.jsonl", [("z", 4)])  # a later run on the same output, without --ledger
     code, _, err = cli(["privatize", "--input", str(tmp_path / "other.jsonl"), "--output", str(tmp_path / "second"),

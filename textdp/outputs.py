@@ -414,6 +414,7 @@ class OutputGuard:
         self._made_dirs: List[str] = []  # folders acquire() created for the locks, deepest first
         self._aside: Dict[str, str] = {}  # directory -> its hidden folder holding the earlier run's files
         self._moved: List[Tuple[str, str]] = []  # (earlier file, where it was moved aside)
+        self.unrestored: List[Tuple[str, str]] = []  # restore_earlier: (earlier file, where it still is) (R11-5)
         self._held: List[str] = []
         self._contents: Dict[str, bytes] = {}  # lock -> what this run wrote in it (release() checks it is still that)
         self._prefixes: Dict[str, str] = {}
@@ -981,7 +982,7 @@ class OutputGuard:
                         os.remove(path)
                 except OSError:
                     pass
-        self.unrestored = []  # (the earlier file's name, where it still is): its name was taken meanwhile (R11-5)
+        self.unrestored = []  # its name was taken meanwhile (a directory, a link): named, never said put back
         for path, target in reversed(self._moved):
             try:
                 if os.path.lexists(path) and (os.path.isdir(path) or os.path.islink(path)):

@@ -34,7 +34,7 @@ import os
 import re
 import sys
 import zlib
-from typing import Iterable, List, Optional, Sequence
+from typing import Callable, Iterable, List, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes, FileMetadata, FileSystem
@@ -938,13 +938,14 @@ class _Records:
 
     def __init__(self, path: str, limit: Optional[int] = None, lines: bool = False,
                  text_fields: Optional[Sequence[str]] = None, raw=None, data_format: Optional[str] = None,
-                 until_record: bool = False):
+                 until_record: bool = False, stop_when: Optional[Callable[[List[bytes]], bool]] = None):
         import contextlib
         import hashlib
 
         self.lines, self.size, self.records, self.complete = (set() if lines else None), 0, 0, True
         self._digest, self._hashed, self._limit = hashlib.sha256(), 0, limit
         self._head, self._head_hashed = (hashlib.sha256() if limit is None else None), 0
+        self._stop_when, self.stopped = stop_when, False
         parquet = data_format == "parquet"
         if parquet:
             text_fields = tuple(text_fields or ("text",))
@@ -960,6 +961,9 @@ class _Records:
                         break
                     continue
                 self._add(batch)
+                if self.stopped:
+                    self.complete = False
+                    break
         self.digest = self._digest.hexdigest()
         self.head_digest = self._head.hexdigest() if self._head is not None else (
             self.digest if limit == DUPLICATE_SAMPLE_BYTES else None)
@@ -975,7 +979,10 @@ class _Records:
 
         self.records += len(batch)
         limit = self._limit
-        for key in _record_keys(batch):
+        keys = _record_keys(batch)
+        if self._stop_when is not None and self._stop_when(keys):
+            self.stopped = True
+        for key in keys:
             if not key or (limit is not None and self._hashed >= limit):
                 continue
             piece = key + b"\n" if limit is None else (key + b"\n")[:limit - self._hashed]
@@ -1046,6 +1053,33 @@ class _Records:
                 pieces.append(piece[:-1])
                 return b"".join(pieces), True
             pieces.append(piece)
+
+
+def any_record_word(paths: Sequence[str], data_format: str, text_fields: Optional[Sequence[str]],
+                    known: Callable[[str], bool]) -> Optional[bool]:
+    """Whether some word of the local files' records, as the duplicate checks key them (``_record_keys``: the words as
+    the tokenizer looks them up), satisfies ``known``; reading stops at the first. None when that cannot be told: a
+    remote or unreadable file, or RECORD_CHECK_MAX_BYTES read without an answer (audit's --prior-corpus, R11b-3)."""
+    if any("://" in p for p in paths):
+        return None
+    fields = tuple(text_fields or ("text",)) if data_format in ("jsonl", "parquet") else None
+
+    def found(keys: List[bytes]) -> bool:
+        return any(known(word) for key in keys if key.startswith(b"l")
+                   for word in key[1:].decode("utf-8", "surrogatepass").split(" ") if word)
+
+    budget = RECORD_CHECK_MAX_BYTES
+    for path in sorted(paths):
+        try:
+            read = _Records(path, max(budget, 1), text_fields=fields, data_format=data_format, stop_when=found)
+        except Exception:  # unreadable or damaged: the run reports it
+            return None
+        if read.stopped:
+            return True
+        budget -= read.size
+        if not read.complete or budget <= 0:
+            return None
+    return False
 
 
 def records_identity(path: str, raw, data_format: str, text_fields: Optional[Sequence[str]] = None) -> str:

@@ -771,6 +771,7 @@ def file_identity(path: str, data_format: str, text_fields, data: Optional[bytes
         return records_identity(path, handle if handle.seekable() else io.BytesIO(handle.read()), data_format,
                                 text_fields)
 
+
 def _compressed(path: str) -> bool:
     from apache_beam.io.filesystem import CompressionTypes
 
@@ -837,10 +838,10 @@ class PollFiles(beam.DoFn):
     least one interval ago), so a file still being written is not read half-way; a file rewritten in place keeping
     its size and modification time has a new status-change time, so it is looked at again (R9b-10).
     A file is known by its records: a file whose records read as the same text as a file read before
-    (``file_identity``, the batch job's duplicate key: NFKC text with whitespace runs collapsed, a JSONL object's text
-    fields, line endings, a byte order mark and the final newline aside), under any name, is not read again (a
-    rename, a copy, a re-send through a tool that changes line endings or trailing spaces would release its records
-    twice): error item ``duplicate_file``. A name that comes back with new content (deleted and
+    (``file_identity``, the batch job's duplicate key: each record's words as the tokenizer looks them up, of a JSONL
+    object's text fields; case, punctuation, whitespace, line endings, a byte order mark and the final newline
+    aside), under any name, is not read again (a rename, a copy, a re-send through a tool that changes line endings or
+    trailing spaces would release its records twice): error item ``duplicate_file``. A name that comes back with new content (deleted and
     re-created, or rewritten) is read. A file read earlier that then grew (its start, as bytes or as records, is
     the content read) is not read again: error item ``file_changed_after_read`` (its first part is out already,
     and reading it again would release that part twice). A match that is not a regular file (a FIFO, socket,

@@ -55,6 +55,15 @@ def kept_release_file(output: str, run_id: str) -> str:
     return f"{output}-ledger-{run_id}.json"
 
 
+def release_output(path: str, run_id: str) -> Tuple[str, Optional[str]]:
+    """A release file's ``--output`` prefix, and the file itself when it is a kept copy (``kept_release_file``: the
+    names at that prefix hold another run's files, so a commit from it stamps the copy and touches nothing there)."""
+    suffix = f"-ledger-{run_id}.json"
+    if path.endswith(suffix):
+        return path[:-len(suffix)], path
+    return (path[:-len("-ledger.json")] if path.endswith("-ledger.json") else path), None
+
+
 def release_file_of(output: str, run_id: str) -> str:
     """The file that holds run ``run_id``'s release for ``output`` (for a message): ``release_file`` when it is that
     run's, else its kept copy if present, else ``release_file`` said to be replaced (R12-3: never name another run's
@@ -696,6 +705,10 @@ class Ledger:
     def seq_file(self) -> Optional[str]:
         """The file beside an SQLite ledger that remembers its commits (None for a server database)."""
         return None if self.file is None else os.path.realpath(self.file) + SEQ_SUFFIX  # by the real file (R12-1)
+
+    def recorded_run(self, run_id: str) -> dict:
+        """What the file beside the ledger remembers of committed run ``run_id`` ({} when nothing)."""
+        return ((self._read_seq_file() or {}).get("runs") or {}).get(run_id) or {}
 
     def _read_seq_file(self) -> Optional[dict]:
         import json
